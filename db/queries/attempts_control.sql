@@ -1,0 +1,289 @@
+-- Control-plane transitions of document_compilation_attempts. Every statement
+-- is tenant-scoped (tenant and space in the WHERE), reads the clock only as
+-- coalesce(sqlc.narg('now'), now()), and locks the attempt before its outbox
+-- row: the outbox is only ever reached through a CTE that has already locked
+-- or written the attempt.
+
+-- name: StartAttempt :one
+-- Inserts the attempt and its outbox row, or returns the document version's
+-- live attempt (the caller compares ids to tell). Returns no row when the
+-- space or asset version is missing, the base head revision is stale, or a
+-- concurrent Start won the active slot after this statement's snapshot: the
+-- caller then runs StartAttemptPreconditions to say which.
+WITH existing AS (
+  SELECT a.*
+    FROM document_compilation_attempts a
+   WHERE a.tenant_id = @tenant_id
+     AND a.knowledge_space_id = @knowledge_space_id
+     AND a.document_asset_id = @document_asset_id
+     AND a.document_version = @document_version
+     AND a.active_slot = 1
+),
+eligible AS (
+  SELECT 1
+    FROM knowledge_spaces ks
+    JOIN document_assets da
+      ON da.knowledge_space_id = ks.id
+   WHERE ks.id = @knowledge_space_id
+     AND ks.tenant_id = @tenant_id
+     AND da.id = @document_asset_id
+     AND da.version = @document_version
+     AND NOT EXISTS (SELECT 1 FROM existing)
+     AND coalesce((
+           SELECT h.head_revision
+             FROM projection_set_publication_heads h
+            WHERE h.tenant_id = @tenant_id
+              AND h.knowledge_space_id = @knowledge_space_id
+         ), 0) = @base_head_revision::integer
+),
+inserted AS (
+  INSERT INTO document_compilation_attempts (
+    id, tenant_id, knowledge_space_id, document_asset_id, document_version,
+    publication_generation_id, base_head_revision, checkpoint, run_state,
+    active_slot, execution_attempts, max_execution_attempts, row_version,
+    created_at, updated_at
+  )
+  SELECT @id, @tenant_id, @knowledge_space_id, @document_asset_id, @document_version,
+         @publication_generation_id, @base_head_revision::integer, 'queued', 'dispatch_pending',
+         1, 0, @max_execution_attempts::integer, 0,
+         coalesce(sqlc.narg('now')::timestamptz, now()),
+         coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM eligible
+  -- A concurrent Start that committed after our snapshot: do nothing rather
+  -- than fail, so a caller's own transaction is not aborted.
+  ON CONFLICT (tenant_id, knowledge_space_id, document_asset_id, document_version, active_slot)
+    DO NOTHING
+  RETURNING *
+),
+outbox AS (
+  INSERT INTO document_compilation_outbox (
+    id, attempt_id, event_type, schema_version, payload, idempotency_key,
+    status, dispatch_attempts, available_at, created_at, updated_at
+  )
+  SELECT @outbox_id, i.id, 'document.compile', 1,
+         jsonb_build_object('attemptId', i.id),
+         'document.compile:' || i.id::text,
+         'pending', 0,
+         -- A deferred start parks the row at infinity until ReleaseDeferred.
+         CASE WHEN @deferred::boolean THEN 'infinity'::timestamptz
+              ELSE coalesce(sqlc.narg('available_at')::timestamptz, sqlc.narg('now')::timestamptz, now())
+         END,
+         i.created_at, i.created_at
+    FROM inserted i
+  -- Wake relays listening on kfsdb_outbox; delivered at commit, and only when
+  -- the row is due now.
+  RETURNING pg_notify('kfsdb_outbox', '') AS notified
+)
+SELECT * FROM inserted
+UNION ALL
+SELECT * FROM existing;
+
+-- name: StartAttemptPreconditions :one
+-- Explains why StartAttempt returned no row; a fresh statement, so it sees
+-- a live attempt committed by a concurrent Start.
+SELECT
+  EXISTS (
+    SELECT 1 FROM knowledge_spaces ks
+     WHERE ks.id = @knowledge_space_id AND ks.tenant_id = @tenant_id
+  ) AS space_exists,
+  EXISTS (
+    SELECT 1
+      FROM knowledge_spaces ks
+      JOIN document_assets da ON da.knowledge_space_id = ks.id
+     WHERE ks.id = @knowledge_space_id AND ks.tenant_id = @tenant_id
+       AND da.id = @document_asset_id AND da.version = @document_version
+  ) AS asset_version_exists,
+  coalesce((
+    SELECT h.head_revision
+      FROM projection_set_publication_heads h
+     WHERE h.tenant_id = @tenant_id AND h.knowledge_space_id = @knowledge_space_id
+  ), 0)::integer AS head_revision,
+  (
+    SELECT a.id
+      FROM document_compilation_attempts a
+     WHERE a.tenant_id = @tenant_id
+       AND a.knowledge_space_id = @knowledge_space_id
+       AND a.document_asset_id = @document_asset_id
+       AND a.document_version = @document_version
+       AND a.active_slot = 1
+  )::uuid AS live_attempt_id;
+
+-- name: ReleaseDeferred :one
+-- Makes a deferred start's outbox row due now. Guards: the attempt is still
+-- dispatch_pending and its outbox row is parked at infinity.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.tenant_id = @tenant_id
+     AND a.knowledge_space_id = @knowledge_space_id
+     AND a.run_state = 'dispatch_pending'
+     AND (sqlc.narg('expected_row_version')::integer IS NULL
+          OR a.row_version = sqlc.narg('expected_row_version')::integer)
+     FOR UPDATE
+),
+outbox AS (
+  SELECT o.id, o.attempt_id
+    FROM document_compilation_outbox o
+    JOIN attempt ON o.attempt_id = attempt.id
+   WHERE o.status = 'pending'
+     AND o.available_at = 'infinity'::timestamptz
+     FOR UPDATE OF o
+),
+released AS (
+  UPDATE document_compilation_outbox o
+     SET available_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM outbox
+   WHERE o.id = outbox.id
+  RETURNING pg_notify('kfsdb_outbox', '')
+)
+UPDATE document_compilation_attempts a
+   SET row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM outbox
+ WHERE a.id = outbox.attempt_id
+RETURNING a.*;
+
+-- name: CancelAttempt :one
+-- Any live state -> canceled; the outbox row -> canceled, its relay lock
+-- dropped (a relay still publishing it then fails its token check).
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.tenant_id = @tenant_id
+     AND a.knowledge_space_id = @knowledge_space_id
+     AND a.active_slot = 1
+     AND (sqlc.narg('expected_row_version')::integer IS NULL
+          OR a.row_version = sqlc.narg('expected_row_version')::integer)
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'canceled',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'canceled',
+       active_slot = NULL,
+       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       last_error_code = CASE WHEN sqlc.narg('reason')::text IS NULL THEN a.last_error_code ELSE 'CANCELED' END,
+       last_error_message = coalesce(sqlc.narg('reason')::text, a.last_error_message),
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: SupersedeAttempt :one
+-- As CancelAttempt, ending in superseded (a newer version made it moot).
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.tenant_id = @tenant_id
+     AND a.knowledge_space_id = @knowledge_space_id
+     AND a.active_slot = 1
+     AND (sqlc.narg('expected_row_version')::integer IS NULL
+          OR a.row_version = sqlc.narg('expected_row_version')::integer)
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'canceled',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'superseded',
+       active_slot = NULL,
+       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       last_error_code = CASE WHEN sqlc.narg('reason')::text IS NULL THEN a.last_error_code ELSE 'SUPERSEDED' END,
+       last_error_message = coalesce(sqlc.narg('reason')::text, a.last_error_message),
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: RetryFailed :one
+-- Reactivates a failed attempt in place: same row, checkpoint and candidate
+-- kept so work resumes. The NOT EXISTS keeps the common case error-free; a
+-- Start racing past it hits the active-slot unique index (23505), which the
+-- caller maps to "live attempt exists".
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.tenant_id = @tenant_id
+     AND a.knowledge_space_id = @knowledge_space_id
+     AND a.run_state = 'failed'
+     AND (sqlc.narg('expected_row_version')::integer IS NULL
+          OR a.row_version = sqlc.narg('expected_row_version')::integer)
+     AND NOT EXISTS (
+       SELECT 1
+         FROM document_compilation_attempts live
+        WHERE live.tenant_id = a.tenant_id
+          AND live.knowledge_space_id = a.knowledge_space_id
+          AND live.document_asset_id = a.document_asset_id
+          AND live.document_version = a.document_version
+          AND live.active_slot = 1
+     )
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'pending',
+         dispatch_attempts = 0,
+         available_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+         queue_job_id = NULL, external_job_id = NULL, delivered_at = NULL, last_error = NULL,
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING pg_notify('kfsdb_outbox', '')
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'dispatch_pending',
+       active_slot = 1,
+       execution_attempts = 0,
+       completed_at = NULL, started_at = NULL,
+       last_error_code = NULL, last_error_message = NULL,
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       queue_job_id = NULL, external_job_id = NULL, retry_at = NULL,
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: PurgeAttempts :many
+-- Retention: deletes up to batch_size terminal attempts of one tenant that
+-- completed before the cut-off, oldest first (tenant_completed_idx). SKIP
+-- LOCKED leaves rows a concurrent transition holds; outbox rows go by
+-- cascade, after their attempt.
+WITH doomed AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.tenant_id = @tenant_id
+     AND a.completed_at < @completed_before::timestamptz
+   ORDER BY a.completed_at, a.id
+   LIMIT @batch_size::integer
+     FOR UPDATE SKIP LOCKED
+)
+DELETE FROM document_compilation_attempts a
+ USING doomed
+ WHERE a.id = doomed.id
+RETURNING a.id;

@@ -1,0 +1,136 @@
+-- Relay operations on document_compilation_outbox. A claim takes outbox rows
+-- only (SKIP LOCKED, never waiting, holding no attempt lock); MarkDispatched
+-- and ReleaseOutbox lock the attempt first, then the outbox row, and are
+-- fenced by the claim's lock_token.
+
+-- name: ClaimOutbox :many
+-- Claims up to batch_size due rows, oldest due first: rows waiting to be
+-- (re)published (delivery_due_idx) and rows whose relay lock expired
+-- (lock_recovery_idx). Each claimed row gets its own random lock token.
+WITH due AS (
+  SELECT o.id
+    FROM document_compilation_outbox o
+   WHERE (o.status IN ('pending', 'dispatched', 'leased')
+          AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+      OR (o.status = 'dispatching'
+          AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))
+   ORDER BY o.available_at, o.created_at, o.id
+   LIMIT @batch_size::integer
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE document_compilation_outbox o
+   SET status = 'dispatching',
+       dispatch_attempts = o.dispatch_attempts + 1,
+       locked_by = @relay_id::text,
+       lock_token = gen_random_uuid(),
+       locked_until = coalesce(sqlc.narg('now')::timestamptz, now()) + @lock_duration::interval,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM due
+ WHERE o.id = due.id
+RETURNING o.*;
+
+-- name: MarkDispatched :many
+-- Records a batch of successful publications, one element per claimed row
+-- (parallel arrays). A row whose token no longer matches, or whose attempt
+-- is not waiting for a delivery, is left out of the result and unchanged.
+-- Attempts are locked in id order so concurrent batches cannot deadlock.
+WITH input AS (
+  -- Set-returning functions in one SELECT list advance in lockstep.
+  SELECT unnest(@outbox_ids::uuid[]) AS outbox_id,
+         unnest(@lock_tokens::uuid[]) AS lock_token,
+         unnest(@queue_job_ids::text[]) AS queue_job_id,
+         nullif(unnest(@external_job_ids::text[]), '') AS external_job_id
+),
+attempt AS (
+  SELECT a.id, input.outbox_id, input.lock_token, input.queue_job_id, input.external_job_id
+    FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o0 ON o0.attempt_id = a.id
+    JOIN input ON input.outbox_id = o0.id
+   WHERE a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
+      OR (a.run_state = 'running'
+          AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+   ORDER BY a.id
+     FOR UPDATE OF a
+),
+outbox AS (
+  SELECT o.id, attempt.id AS attempt_id, attempt.queue_job_id, attempt.external_job_id
+    FROM document_compilation_outbox o
+    JOIN attempt ON o.id = attempt.outbox_id
+   WHERE o.status = 'dispatching'
+     AND o.lock_token = attempt.lock_token
+   ORDER BY o.id
+     FOR UPDATE OF o
+),
+attempt_update AS (
+  UPDATE document_compilation_attempts a
+     SET queue_job_id = outbox.queue_job_id,
+         external_job_id = outbox.external_job_id,
+         run_state = CASE WHEN a.run_state = 'running' THEN 'running' ELSE 'queued' END,
+         retry_at = NULL,
+         row_version = a.row_version + 1,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM outbox
+   WHERE a.id = outbox.attempt_id
+  RETURNING a.id
+)
+UPDATE document_compilation_outbox o
+   SET status = 'dispatched',
+       delivered_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       queue_job_id = outbox.queue_job_id,
+       external_job_id = outbox.external_job_id,
+       locked_by = NULL, lock_token = NULL, locked_until = NULL,
+       -- Visibility deadline: republished if no worker leases it by then.
+       available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @visibility_timeout::interval,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM outbox
+ WHERE o.id = outbox.id
+RETURNING o.*;
+
+-- name: ReleaseOutbox :one
+-- A failed publication. Backs the row off (pending, due again after
+-- backoff) or, once dispatch_attempts (counted at claim) reaches
+-- max_dispatch_attempts, dead-letters it and fails the attempt with
+-- OUTBOX_DEAD. Fenced by the claim's lock token.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = (SELECT o0.attempt_id FROM document_compilation_outbox o0 WHERE o0.id = @outbox_id)
+     FOR UPDATE
+),
+outbox AS (
+  SELECT o.id, o.attempt_id,
+         o.dispatch_attempts >= @max_dispatch_attempts::integer AS dead
+    FROM document_compilation_outbox o
+    JOIN attempt ON o.attempt_id = attempt.id
+   WHERE o.id = @outbox_id
+     AND o.status = 'dispatching'
+     AND o.lock_token = @lock_token::uuid
+     FOR UPDATE OF o
+),
+dead_attempt AS (
+  UPDATE document_compilation_attempts a
+     SET run_state = 'failed',
+         active_slot = NULL,
+         completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+         worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+         retry_at = NULL,
+         last_error_code = 'OUTBOX_DEAD',
+         last_error_message = @last_error::text,
+         row_version = a.row_version + 1,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM outbox
+   WHERE a.id = outbox.attempt_id
+     AND outbox.dead
+  RETURNING a.id
+)
+UPDATE document_compilation_outbox o
+   SET status = CASE WHEN outbox.dead THEN 'dead' ELSE 'pending' END,
+       available_at = CASE WHEN outbox.dead THEN o.available_at
+                           ELSE coalesce(sqlc.narg('now')::timestamptz, now()) + @backoff::interval
+                      END,
+       last_error = @last_error::text,
+       locked_by = NULL, lock_token = NULL, locked_until = NULL,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM outbox
+ WHERE o.id = outbox.id
+RETURNING o.*;

@@ -1,0 +1,42 @@
+-- Plain reads, named Table+Verb.
+
+-- name: AttemptGetByID :one
+SELECT *
+  FROM document_compilation_attempts a
+ WHERE a.id = @id
+   AND a.tenant_id = @tenant_id;
+
+-- name: AttemptGetWithOutbox :one
+-- An attempt and its outbox row. tenant_id NULL reads any tenant's row: the
+-- worker and relay paths use it to explain a refused transition.
+SELECT sqlc.embed(a), sqlc.embed(o)
+  FROM document_compilation_attempts a
+  JOIN document_compilation_outbox o ON o.attempt_id = a.id
+ WHERE a.id = @id
+   AND (sqlc.narg('tenant_id')::text IS NULL OR a.tenant_id = sqlc.narg('tenant_id')::text);
+
+-- name: AttemptListByDocumentVersion :many
+-- All attempts of a document version, oldest first (UUIDv7 ids sort by
+-- creation); served by document_version_idx.
+SELECT *
+  FROM document_compilation_attempts a
+ WHERE a.knowledge_space_id = @knowledge_space_id
+   AND a.document_asset_id = @document_asset_id
+   AND a.document_version = @document_version
+   AND a.tenant_id = @tenant_id
+ ORDER BY a.id;
+
+-- name: AttemptCountLiveByRunState :many
+-- Live attempts of a tenant per run_state (scope_version_active_uq's
+-- leading tenant_id column).
+SELECT a.run_state, count(*) AS attempts
+  FROM document_compilation_attempts a
+ WHERE a.tenant_id = @tenant_id
+   AND a.active_slot = 1
+ GROUP BY a.run_state
+ ORDER BY a.run_state;
+
+-- name: OutboxGetByAttemptID :one
+SELECT *
+  FROM document_compilation_outbox o
+ WHERE o.attempt_id = @attempt_id;

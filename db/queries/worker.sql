@@ -1,0 +1,289 @@
+-- Worker transitions. Each is fenced: AcquireLease by the delivered queue
+-- job id, the rest by the lease (attempt id, running, same token and worker,
+-- not yet expired). A stale worker matches no row and can never write.
+
+-- name: AcquireLease :one
+-- Takes the lease for a delivery. The delivered job ids must equal both
+-- rows' ids; claimable is queued, retry_wait past retry_at, or running with
+-- an expired lease, with execution attempts left. The outbox row follows the
+-- lease (available_at = expiry), so a lost worker is redelivered by the relay.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.queue_job_id = @queue_job_id::text
+     AND (sqlc.narg('external_job_id')::text IS NULL
+          OR a.external_job_id = sqlc.narg('external_job_id')::text)
+     AND a.execution_attempts < a.max_execution_attempts
+     AND (a.run_state = 'queued'
+          OR (a.run_state = 'retry_wait'
+              AND a.retry_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+          OR (a.run_state = 'running'
+              AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
+     FOR UPDATE
+),
+outbox AS (
+  SELECT o.id, o.attempt_id
+    FROM document_compilation_outbox o
+    JOIN attempt ON o.attempt_id = attempt.id
+   WHERE o.queue_job_id = @queue_job_id::text
+     AND (sqlc.narg('external_job_id')::text IS NULL
+          OR o.external_job_id = sqlc.narg('external_job_id')::text)
+     FOR UPDATE OF o
+),
+outbox_update AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'leased',
+         available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM outbox
+   WHERE o.id = outbox.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'running',
+       execution_attempts = a.execution_attempts + 1,
+       worker_id = @worker_id::text,
+       lease_token = gen_random_uuid(),
+       lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
+       heartbeat_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       started_at = coalesce(a.started_at, coalesce(sqlc.narg('now')::timestamptz, now())),
+       retry_at = NULL,
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM outbox
+ WHERE a.id = outbox.attempt_id
+RETURNING a.*;
+
+-- name: FailExhausted :one
+-- Fails a delivered attempt that has no execution attempts left
+-- (EXECUTION_ATTEMPTS_EXHAUSTED). Same delivery fence as AcquireLease; a
+-- running attempt qualifies only once its lease expired.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.queue_job_id = @queue_job_id::text
+     AND (sqlc.narg('external_job_id')::text IS NULL
+          OR a.external_job_id = sqlc.narg('external_job_id')::text)
+     AND a.execution_attempts >= a.max_execution_attempts
+     AND a.active_slot = 1
+     AND (a.run_state <> 'running'
+          OR a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'dead',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'failed',
+       active_slot = NULL,
+       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
+       last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: Heartbeat :one
+-- Extends a live lease; the leased outbox row's redelivery time follows.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.run_state = 'running'
+     AND a.lease_token = @lease_token::uuid
+     AND a.worker_id = @worker_id::text
+     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+     AND o.status = 'leased'
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
+       heartbeat_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: Advance :one
+-- Keeps the checkpoint or moves it exactly one step (never to published:
+-- that is Complete). Binds the candidate publication once: it must be a
+-- 'candidate' publication of the attempt's own tenant and space; binding the
+-- same one again is a no-op, another one is refused. projection_built and
+-- later need a bound candidate. Touches no outbox row.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.run_state = 'running'
+     AND a.lease_token = @lease_token::uuid
+     AND a.worker_id = @worker_id::text
+     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND @checkpoint::varchar <> 'published'
+     AND @checkpoint::varchar IN (
+       a.checkpoint,
+       CASE a.checkpoint
+         WHEN 'queued' THEN 'parsed'
+         WHEN 'parsed' THEN 'outline_built'
+         WHEN 'outline_built' THEN 'nodes_generated'
+         WHEN 'nodes_generated' THEN 'projection_built'
+         WHEN 'projection_built' THEN 'smoke_eval_passed'
+       END
+     )
+     AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = sqlc.narg('candidate_publication_id')::uuid
+                   AND p.fingerprint = sqlc.narg('candidate_fingerprint')::varchar
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
+              AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
+          OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
+     FOR UPDATE
+)
+UPDATE document_compilation_attempts a
+   SET checkpoint = @checkpoint::varchar,
+       candidate_publication_id = coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, sqlc.narg('candidate_fingerprint')::varchar),
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: Complete :one
+-- smoke_eval_passed -> succeeded at checkpoint published; outbox completed.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.run_state = 'running'
+     AND a.lease_token = @lease_token::uuid
+     AND a.worker_id = @worker_id::text
+     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND a.checkpoint = 'smoke_eval_passed'
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'completed',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'succeeded',
+       checkpoint = 'published',
+       active_slot = NULL,
+       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: Fail :one
+-- The lease holder gives up: failed with its error code; outbox dead.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.run_state = 'running'
+     AND a.lease_token = @lease_token::uuid
+     AND a.worker_id = @worker_id::text
+     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'dead',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'failed',
+       active_slot = NULL,
+       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       last_error_code = @error_code::text,
+       last_error_message = @error_message::text,
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: ScheduleRetry :one
+-- The lease holder asks for another execution after retry_delay (so
+-- retry_at > now always): retry_wait, lease and job ids cleared; the outbox
+-- row becomes due again at retry_at with a fresh dispatch budget. The notify
+-- carries retry_at so a relay can set its timer.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.run_state = 'running'
+     AND a.lease_token = @lease_token::uuid
+     AND a.worker_id = @worker_id::text
+     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND a.execution_attempts < a.max_execution_attempts
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'pending',
+         available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @retry_delay::interval,
+         dispatch_attempts = 0,
+         delivered_at = NULL, queue_job_id = NULL, external_job_id = NULL,
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'retry_wait',
+       retry_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @retry_delay::interval,
+       last_error_code = @error_code::text,
+       last_error_message = @error_message::text,
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       queue_job_id = NULL, external_job_id = NULL,
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;

@@ -1,0 +1,3 @@
+// Package tools exists so that this module has a package; its tool
+// directives in go.mod are what matter.
+package tools
