@@ -532,7 +532,8 @@ SELECT
       FROM projection_set_publication_heads h
      WHERE h.tenant_id = $2 AND h.knowledge_space_id = $1
   ), 0)::integer AS head_revision,
-  (
+  -- The zero UUID stands for "none": attempt ids are never zero.
+  coalesce((
     SELECT a.id
       FROM document_compilation_attempts a
      WHERE a.tenant_id = $2
@@ -540,7 +541,7 @@ SELECT
        AND a.document_asset_id = $3
        AND a.document_version = $4
        AND a.active_slot = 1
-  )::uuid AS live_attempt_id
+  ), '00000000-0000-0000-0000-000000000000')::uuid AS live_attempt_id
 `
 
 type StartAttemptPreconditionsParams struct {

@@ -7,6 +7,7 @@ package gen
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -99,14 +100,16 @@ func (q *Queries) AttemptGetByID(ctx context.Context, db DBTX, arg *AttemptGetBy
 }
 
 const attemptGetWithOutbox = `-- name: AttemptGetWithOutbox :one
-SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at, o.id, o.attempt_id, o.event_type, o.schema_version, o.payload, o.idempotency_key, o.status, o.dispatch_attempts, o.available_at, o.locked_by, o.lock_token, o.locked_until, o.queue_job_id, o.external_job_id, o.delivered_at, o.last_error, o.created_at, o.updated_at
+SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at, o.id, o.attempt_id, o.event_type, o.schema_version, o.payload, o.idempotency_key, o.status, o.dispatch_attempts, o.available_at, o.locked_by, o.lock_token, o.locked_until, o.queue_job_id, o.external_job_id, o.delivered_at, o.last_error, o.created_at, o.updated_at,
+       coalesce($1::timestamptz, now())::timestamptz AS db_now
   FROM document_compilation_attempts a
   JOIN document_compilation_outbox o ON o.attempt_id = a.id
- WHERE a.id = $1
-   AND ($2::text IS NULL OR a.tenant_id = $2::text)
+ WHERE a.id = $2
+   AND ($3::text IS NULL OR a.tenant_id = $3::text)
 `
 
 type AttemptGetWithOutboxParams struct {
+	Now      *time.Time
 	ID       uuid.UUID
 	TenantID *string
 }
@@ -114,12 +117,14 @@ type AttemptGetWithOutboxParams struct {
 type AttemptGetWithOutboxRow struct {
 	DocumentCompilationAttempt DocumentCompilationAttempt
 	DocumentCompilationOutbox  DocumentCompilationOutbox
+	DbNow                      time.Time
 }
 
-// An attempt and its outbox row. tenant_id NULL reads any tenant's row: the
-// worker and relay paths use it to explain a refused transition.
+// An attempt and its outbox row, and the clock the transitions use (to tell
+// an expired lease from another refusal). tenant_id NULL reads any tenant's
+// row: the worker and relay paths use it to explain a refused transition.
 func (q *Queries) AttemptGetWithOutbox(ctx context.Context, db DBTX, arg *AttemptGetWithOutboxParams) (*AttemptGetWithOutboxRow, error) {
-	row := db.QueryRow(ctx, attemptGetWithOutbox, arg.ID, arg.TenantID)
+	row := db.QueryRow(ctx, attemptGetWithOutbox, arg.Now, arg.ID, arg.TenantID)
 	var i AttemptGetWithOutboxRow
 	err := row.Scan(
 		&i.DocumentCompilationAttempt.ID,
@@ -168,6 +173,7 @@ func (q *Queries) AttemptGetWithOutbox(ctx context.Context, db DBTX, arg *Attemp
 		&i.DocumentCompilationOutbox.LastError,
 		&i.DocumentCompilationOutbox.CreatedAt,
 		&i.DocumentCompilationOutbox.UpdatedAt,
+		&i.DbNow,
 	)
 	return &i, err
 }

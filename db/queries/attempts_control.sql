@@ -98,7 +98,8 @@ SELECT
       FROM projection_set_publication_heads h
      WHERE h.tenant_id = @tenant_id AND h.knowledge_space_id = @knowledge_space_id
   ), 0)::integer AS head_revision,
-  (
+  -- The zero UUID stands for "none": attempt ids are never zero.
+  coalesce((
     SELECT a.id
       FROM document_compilation_attempts a
      WHERE a.tenant_id = @tenant_id
@@ -106,7 +107,7 @@ SELECT
        AND a.document_asset_id = @document_asset_id
        AND a.document_version = @document_version
        AND a.active_slot = 1
-  )::uuid AS live_attempt_id;
+  ), '00000000-0000-0000-0000-000000000000')::uuid AS live_attempt_id;
 
 -- name: ReleaseDeferred :one
 -- Makes a deferred start's outbox row due now. Guards: the attempt is still

@@ -7,9 +7,11 @@ SELECT *
    AND a.tenant_id = @tenant_id;
 
 -- name: AttemptGetWithOutbox :one
--- An attempt and its outbox row. tenant_id NULL reads any tenant's row: the
--- worker and relay paths use it to explain a refused transition.
-SELECT sqlc.embed(a), sqlc.embed(o)
+-- An attempt and its outbox row, and the clock the transitions use (to tell
+-- an expired lease from another refusal). tenant_id NULL reads any tenant's
+-- row: the worker and relay paths use it to explain a refused transition.
+SELECT sqlc.embed(a), sqlc.embed(o),
+       coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
   FROM document_compilation_attempts a
   JOIN document_compilation_outbox o ON o.attempt_id = a.id
  WHERE a.id = @id

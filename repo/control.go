@@ -1,0 +1,418 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/knowledgefs/kfsdb/db/gen"
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// DefaultMaxExecutionAttempts is Start's MaxExecutionAttempts when zero.
+const DefaultMaxExecutionAttempts = 5
+
+// StartParams identifies the document version to compile.
+type StartParams struct {
+	TenantID         string
+	KnowledgeSpaceID uuid.UUID
+	DocumentAssetID  uuid.UUID
+	// DocumentVersion must be > 0.
+	DocumentVersion         int32
+	PublicationGenerationID uuid.UUID
+	// BaseHeadRevision must equal the space's publication head revision
+	// (0 when the space has none), or Start returns *HeadConflictError.
+	BaseHeadRevision int32
+	// MaxExecutionAttempts bounds AcquireLease. Defaults to 5.
+	MaxExecutionAttempts int32
+	// Deferred parks the outbox row (available_at = infinity) until
+	// ReleaseDeferred. Defaults to false: due at once.
+	Deferred bool
+	// AvailableAt delays the first publication. Defaults to now; not
+	// allowed with Deferred.
+	AvailableAt *time.Time
+}
+
+func (p *StartParams) validate() error {
+	var v validator
+	v.text("TenantID", p.TenantID, MaxTenantIDLength)
+	v.uuid("KnowledgeSpaceID", p.KnowledgeSpaceID)
+	v.uuid("DocumentAssetID", p.DocumentAssetID)
+	v.positive("DocumentVersion", p.DocumentVersion)
+	v.uuid("PublicationGenerationID", p.PublicationGenerationID)
+	if p.BaseHeadRevision < 0 {
+		v.fail("BaseHeadRevision", "must be >= 0")
+	}
+	if p.MaxExecutionAttempts < 0 {
+		v.fail("MaxExecutionAttempts", "must be > 0 (or 0 for the default)")
+	}
+	if p.Deferred && p.AvailableAt != nil {
+		v.fail("AvailableAt", "must not be set on a deferred start")
+	}
+	return v.result()
+}
+
+// StartResult is Start's outcome.
+type StartResult struct {
+	Attempt *kfstype.Attempt
+	// Created is false when a live attempt for the document version
+	// already existed; Attempt is then that attempt, unchanged.
+	Created bool
+}
+
+// startRaceRetries bounds how often Start re-runs when a concurrent Start
+// held the active slot but that attempt ended before we could read it.
+const startRaceRetries = 3
+
+// Start creates an attempt for a document version with its outbox row, in
+// one statement, or returns the version's live attempt (Created false).
+// Run it inside your own transaction to start a compilation atomically with
+// your own writes (the outbox pattern).
+//
+// Errors: *InputError; ErrNotFound (space not in the tenant, or asset
+// version missing); *HeadConflictError; ErrLiveAttemptExists when a
+// concurrent Start holds the slot but its attempt is invisible to the
+// caller's transaction (REPEATABLE READ): retry in a new transaction.
+func (r *Repo) Start(ctx context.Context, db DBTX, p *StartParams) (*StartResult, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	maxAttempts := p.MaxExecutionAttempts
+	if maxAttempts == 0 {
+		maxAttempts = DefaultMaxExecutionAttempts
+	}
+	for range startRaceRetries {
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("start attempt: new id: %w", err)
+		}
+		outboxID, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("start attempt: new outbox id: %w", err)
+		}
+		row, err := r.q.StartAttempt(ctx, db, &gen.StartAttemptParams{
+			TenantID:                p.TenantID,
+			KnowledgeSpaceID:        p.KnowledgeSpaceID,
+			DocumentAssetID:         p.DocumentAssetID,
+			DocumentVersion:         p.DocumentVersion,
+			BaseHeadRevision:        p.BaseHeadRevision,
+			ID:                      id,
+			PublicationGenerationID: p.PublicationGenerationID,
+			MaxExecutionAttempts:    maxAttempts,
+			Now:                     r.now(),
+			OutboxID:                outboxID,
+			Deferred:                p.Deferred,
+			AvailableAt:             p.AvailableAt,
+		})
+		if err == nil {
+			return &StartResult{Attempt: attemptFromStartRow(row), Created: row.ID == id}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("start attempt for asset %s v%d: %w", p.DocumentAssetID, p.DocumentVersion, mapError(err))
+		}
+		pre, err := r.q.StartAttemptPreconditions(ctx, db, &gen.StartAttemptPreconditionsParams{
+			KnowledgeSpaceID: p.KnowledgeSpaceID,
+			TenantID:         p.TenantID,
+			DocumentAssetID:  p.DocumentAssetID,
+			DocumentVersion:  p.DocumentVersion,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("start attempt: check preconditions: %w", mapError(err))
+		}
+		switch {
+		case pre.LiveAttemptID != uuid.Nil:
+			live, err := r.q.AttemptGetByID(ctx, db, &gen.AttemptGetByIDParams{ID: pre.LiveAttemptID, TenantID: p.TenantID})
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue // purged in between: start over
+			}
+			if err != nil {
+				return nil, fmt.Errorf("start attempt: read live attempt %s: %w", pre.LiveAttemptID, mapError(err))
+			}
+			if live.ActiveSlot == nil {
+				continue // ended in between: start over
+			}
+			return &StartResult{Attempt: attemptFromRow(live), Created: false}, nil
+		case !pre.SpaceExists:
+			return nil, fmt.Errorf("start attempt: knowledge space %s of tenant %q: %w", p.KnowledgeSpaceID, p.TenantID, ErrNotFound)
+		case !pre.AssetVersionExists:
+			return nil, fmt.Errorf("start attempt: document asset %s version %d: %w", p.DocumentAssetID, p.DocumentVersion, ErrNotFound)
+		case pre.HeadRevision != p.BaseHeadRevision:
+			return nil, &HeadConflictError{Expected: p.BaseHeadRevision, Actual: pre.HeadRevision}
+		}
+		// Every precondition holds and no live attempt is visible: a
+		// concurrent Start took the slot after our snapshot and ended
+		// since. Try again.
+	}
+	return nil, fmt.Errorf("start attempt for asset %s v%d: %w (concurrent start not visible to this transaction)", p.DocumentAssetID, p.DocumentVersion, ErrLiveAttemptExists)
+}
+
+func attemptFromStartRow(row *gen.StartAttemptRow) *kfstype.Attempt {
+	a := gen.DocumentCompilationAttempt{
+		ID:                      row.ID,
+		TenantID:                row.TenantID,
+		KnowledgeSpaceID:        row.KnowledgeSpaceID,
+		DocumentAssetID:         row.DocumentAssetID,
+		DocumentVersion:         row.DocumentVersion,
+		PublicationGenerationID: row.PublicationGenerationID,
+		BaseHeadRevision:        row.BaseHeadRevision,
+		CandidatePublicationID:  row.CandidatePublicationID,
+		CandidateFingerprint:    row.CandidateFingerprint,
+		Checkpoint:              kfstype.Checkpoint(row.Checkpoint),
+		RunState:                kfstype.RunState(row.RunState),
+		ActiveSlot:              row.ActiveSlot,
+		ExecutionAttempts:       row.ExecutionAttempts,
+		MaxExecutionAttempts:    row.MaxExecutionAttempts,
+		QueueJobID:              row.QueueJobID,
+		ExternalJobID:           row.ExternalJobID,
+		WorkerID:                row.WorkerID,
+		LeaseToken:              row.LeaseToken,
+		LeaseExpiresAt:          row.LeaseExpiresAt,
+		HeartbeatAt:             row.HeartbeatAt,
+		RetryAt:                 row.RetryAt,
+		LastErrorCode:           row.LastErrorCode,
+		LastErrorMessage:        row.LastErrorMessage,
+		RowVersion:              row.RowVersion,
+		CreatedAt:               row.CreatedAt,
+		UpdatedAt:               row.UpdatedAt,
+		StartedAt:               row.StartedAt,
+		CompletedAt:             row.CompletedAt,
+	}
+	return attemptFromRow(&a)
+}
+
+// AttemptRef names an attempt for a control-plane call: tenant and space
+// scope it, so another tenant's attempt is ErrNotFound.
+type AttemptRef struct {
+	TenantID         string
+	KnowledgeSpaceID uuid.UUID
+	AttemptID        uuid.UUID
+	// ExpectedRowVersion, when set, refuses the call with
+	// ErrStaleRowVersion unless the row is at exactly this version.
+	// Defaults to nil: no check.
+	ExpectedRowVersion *int32
+}
+
+func (ref *AttemptRef) validate(v *validator) {
+	v.text("TenantID", ref.TenantID, MaxTenantIDLength)
+	v.uuid("KnowledgeSpaceID", ref.KnowledgeSpaceID)
+	v.uuid("AttemptID", ref.AttemptID)
+	if ref.ExpectedRowVersion != nil && *ref.ExpectedRowVersion < 0 {
+		v.fail("ExpectedRowVersion", "must be >= 0")
+	}
+}
+
+// ReleaseDeferred makes a deferred start's outbox row due now.
+//
+// Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
+// (not dispatch_pending, or the outbox row is not deferred).
+func (r *Repo) ReleaseDeferred(ctx context.Context, db DBTX, ref *AttemptRef) (*kfstype.Attempt, error) {
+	var v validator
+	ref.validate(&v)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.ReleaseDeferred(ctx, db, &gen.ReleaseDeferredParams{
+		Now: r.now(), AttemptID: ref.AttemptID, TenantID: ref.TenantID,
+		KnowledgeSpaceID: ref.KnowledgeSpaceID, ExpectedRowVersion: ref.ExpectedRowVersion,
+	})
+	if err != nil {
+		return nil, r.explainControl(ctx, db, "release deferred", ref, kfstype.RunStateDispatchPending, err,
+			func(a *kfstype.Attempt, o *kfstype.OutboxMessage) string {
+				if a.RunState == kfstype.RunStateDispatchPending {
+					return "outbox row is not deferred (available at " + o.AvailableAt.Format(time.RFC3339Nano) + ")"
+				}
+				return "only a dispatch_pending attempt can be released"
+			})
+	}
+	return attemptFromRow(row), nil
+}
+
+// CancelParams names the attempt to cancel.
+type CancelParams struct {
+	AttemptRef
+	// Reason, when set, is stored as last_error_message with error code
+	// CANCELED (cut to 4,096 characters). Defaults to nil: the attempt's
+	// last error is kept.
+	Reason *string
+}
+
+// Cancel ends a live attempt as canceled; its outbox row is canceled too.
+//
+// Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
+// (the attempt is already terminal).
+func (r *Repo) Cancel(ctx context.Context, db DBTX, p *CancelParams) (*kfstype.Attempt, error) {
+	reason, err := validateEnd(&p.AttemptRef, p.Reason)
+	if err != nil {
+		return nil, err
+	}
+	row, err := r.q.CancelAttempt(ctx, db, &gen.CancelAttemptParams{
+		Now: r.now(), Reason: reason, AttemptID: p.AttemptID, TenantID: p.TenantID,
+		KnowledgeSpaceID: p.KnowledgeSpaceID, ExpectedRowVersion: p.ExpectedRowVersion,
+	})
+	if err != nil {
+		return nil, r.explainControl(ctx, db, "cancel", &p.AttemptRef, kfstype.RunStateCanceled, err, terminalReason)
+	}
+	return attemptFromRow(row), nil
+}
+
+// SupersedeParams names the attempt to supersede.
+type SupersedeParams struct {
+	AttemptRef
+	// Reason, when set, is stored as last_error_message with error code
+	// SUPERSEDED (cut to 4,096 characters). Defaults to nil.
+	Reason *string
+}
+
+// Supersede ends a live attempt as superseded (a newer document version
+// made it moot); its outbox row is canceled.
+//
+// Errors: as Cancel.
+func (r *Repo) Supersede(ctx context.Context, db DBTX, p *SupersedeParams) (*kfstype.Attempt, error) {
+	reason, err := validateEnd(&p.AttemptRef, p.Reason)
+	if err != nil {
+		return nil, err
+	}
+	row, err := r.q.SupersedeAttempt(ctx, db, &gen.SupersedeAttemptParams{
+		Now: r.now(), Reason: reason, AttemptID: p.AttemptID, TenantID: p.TenantID,
+		KnowledgeSpaceID: p.KnowledgeSpaceID, ExpectedRowVersion: p.ExpectedRowVersion,
+	})
+	if err != nil {
+		return nil, r.explainControl(ctx, db, "supersede", &p.AttemptRef, kfstype.RunStateSuperseded, err, terminalReason)
+	}
+	return attemptFromRow(row), nil
+}
+
+func validateEnd(ref *AttemptRef, reason *string) (*string, error) {
+	var v validator
+	ref.validate(&v)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	if reason == nil {
+		return nil, nil
+	}
+	cut := TruncateMessage(*reason)
+	return &cut, nil
+}
+
+func terminalReason(a *kfstype.Attempt, _ *kfstype.OutboxMessage) string {
+	return "the attempt is already terminal"
+}
+
+// RetryFailed reactivates a failed attempt in place (manual retry): live
+// again, dispatch_pending, execution attempts reset, checkpoint and
+// candidate kept so work resumes; its outbox row is pending again.
+//
+// Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
+// (not failed), ErrLiveAttemptExists (another attempt is live for the
+// document version).
+func (r *Repo) RetryFailed(ctx context.Context, db DBTX, ref *AttemptRef) (*kfstype.Attempt, error) {
+	var v validator
+	ref.validate(&v)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.RetryFailed(ctx, db, &gen.RetryFailedParams{
+		Now: r.now(), AttemptID: ref.AttemptID, TenantID: ref.TenantID,
+		KnowledgeSpaceID: ref.KnowledgeSpaceID, ExpectedRowVersion: ref.ExpectedRowVersion,
+	})
+	if err != nil {
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("retry failed attempt %s: %w", ref.AttemptID, mapError(err))
+		}
+		return nil, r.explainControl(ctx, db, "retry failed", ref, kfstype.RunStateDispatchPending, err,
+			func(a *kfstype.Attempt, _ *kfstype.OutboxMessage) string {
+				if a.RunState == kfstype.RunStateFailed {
+					return "" // failed and at the expected version: the slot is taken
+				}
+				return "only a failed attempt can be retried"
+			})
+	}
+	return attemptFromRow(row), nil
+}
+
+// explainControl turns a control-plane statement's error into the module's:
+// for "no row" it reads the attempt to tell not found, stale version and
+// invalid transition apart. reason explains the refusal for a row that
+// exists at the expected version; an empty reason means another live
+// attempt holds the slot.
+func (r *Repo) explainControl(ctx context.Context, db DBTX, verb string, ref *AttemptRef, to kfstype.RunState, err error,
+	reason func(*kfstype.Attempt, *kfstype.OutboxMessage) string,
+) error {
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s attempt %s: %w", verb, ref.AttemptID, mapError(err))
+	}
+	a, o, _, rerr := r.read(ctx, db, ref.AttemptID, &ref.TenantID)
+	switch {
+	case errors.Is(rerr, ErrNotFound) || (rerr == nil && a.KnowledgeSpaceID != ref.KnowledgeSpaceID):
+		return fmt.Errorf("%s attempt %s: %w", verb, ref.AttemptID, ErrNotFound)
+	case rerr != nil:
+		return fmt.Errorf("%s attempt %s: explain refusal: %w", verb, ref.AttemptID, rerr)
+	case ref.ExpectedRowVersion != nil && a.RowVersion != *ref.ExpectedRowVersion:
+		return fmt.Errorf("%s attempt %s: %w: expected %d, row is at %d", verb, ref.AttemptID, ErrStaleRowVersion, *ref.ExpectedRowVersion, a.RowVersion)
+	}
+	why := reason(a, o)
+	if why == "" {
+		return fmt.Errorf("%s attempt %s: %w", verb, ref.AttemptID, ErrLiveAttemptExists)
+	}
+	return &TransitionError{AttemptID: a.ID, Transition: verb, From: a.RunState, To: to, Checkpoint: a.Checkpoint, Reason: why, Attempt: a}
+}
+
+// read loads an attempt with its outbox row and the statement clock;
+// tenantID nil reads any tenant's attempt.
+func (r *Repo) read(ctx context.Context, db DBTX, id uuid.UUID, tenantID *string) (*kfstype.Attempt, *kfstype.OutboxMessage, time.Time, error) {
+	row, err := r.q.AttemptGetWithOutbox(ctx, db, &gen.AttemptGetWithOutboxParams{Now: r.now(), ID: id, TenantID: tenantID})
+	if err != nil {
+		return nil, nil, time.Time{}, mapError(err)
+	}
+	return attemptFromRow(&row.DocumentCompilationAttempt), outboxFromRow(&row.DocumentCompilationOutbox), row.DbNow.UTC(), nil
+}
+
+// DefaultPurgeBatch is Purge's BatchSize when zero; MaxPurgeBatch bounds it.
+const (
+	DefaultPurgeBatch = 1000
+	MaxPurgeBatch     = 10000
+)
+
+// PurgeParams selects terminal attempts to delete.
+type PurgeParams struct {
+	TenantID string
+	// CompletedBefore is the retention cut-off: attempts completed strictly
+	// before it go.
+	CompletedBefore time.Time
+	// BatchSize bounds one call (1..10,000). Defaults to 1,000.
+	BatchSize int32
+}
+
+// Purge deletes up to BatchSize terminal attempts of one tenant completed
+// before the cut-off, oldest first, skipping rows another transaction
+// holds; their outbox rows go by cascade. Call it until it returns fewer
+// than BatchSize.
+//
+// Errors: *InputError.
+func (r *Repo) Purge(ctx context.Context, db DBTX, p *PurgeParams) (int, error) {
+	var v validator
+	v.text("TenantID", p.TenantID, MaxTenantIDLength)
+	if p.CompletedBefore.IsZero() {
+		v.fail("CompletedBefore", "must be set")
+	}
+	if p.BatchSize < 0 || p.BatchSize > MaxPurgeBatch {
+		v.fail("BatchSize", "must be 1.."+fmt.Sprint(MaxPurgeBatch)+" (or 0 for the default)")
+	}
+	if err := v.result(); err != nil {
+		return 0, err
+	}
+	batch := p.BatchSize
+	if batch == 0 {
+		batch = DefaultPurgeBatch
+	}
+	ids, err := r.q.PurgeAttempts(ctx, db, &gen.PurgeAttemptsParams{TenantID: p.TenantID, CompletedBefore: p.CompletedBefore, BatchSize: batch})
+	if err != nil {
+		return 0, fmt.Errorf("purge attempts of tenant %q: %w", p.TenantID, mapError(err))
+	}
+	return len(ids), nil
+}

@@ -1,0 +1,164 @@
+package repo
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// Sentinel errors. Every error a transition returns matches exactly one of
+// them with errors.Is, or is a context or connection error from pgx.
+var (
+	// ErrNotFound: the row does not exist or belongs to another tenant or
+	// space. Every control-plane function returns it for another tenant's ids;
+	// Start returns it for a missing space or asset version.
+	ErrNotFound = errors.New("kfsdb: not found")
+
+	// ErrStaleRowVersion: an ExpectedRowVersion was given and the row has
+	// moved on (Cancel, Supersede, RetryFailed, ReleaseDeferred).
+	ErrStaleRowVersion = errors.New("kfsdb: stale row version")
+
+	// ErrLeaseLost: the lease named by a worker call expired, was taken over
+	// by another AcquireLease, or belongs to another worker (Heartbeat,
+	// Advance, Complete, Fail, ScheduleRetry). The worker must stop at once.
+	ErrLeaseLost = errors.New("kfsdb: lease lost")
+
+	// ErrDeliveryMismatch: a delivery's queue (or external) job id is not
+	// the attempt's current one: a stale or forged delivery (AcquireLease,
+	// FailExhausted). Acknowledge it without running anything.
+	ErrDeliveryMismatch = errors.New("kfsdb: delivery does not match the attempt's queue job")
+
+	// ErrInvalidTransition: the row is in a state the transition does not
+	// start from, e.g. Complete before smoke_eval_passed or Cancel of a
+	// terminal attempt. Returned as a *TransitionError.
+	ErrInvalidTransition = errors.New("kfsdb: invalid transition")
+
+	// ErrHeadConflict: Start's base head revision is not the space's
+	// publication head. Returned as a *HeadConflictError.
+	ErrHeadConflict = errors.New("kfsdb: publication head conflict")
+
+	// ErrLiveAttemptExists: RetryFailed found another live attempt for the
+	// document version (or lost the race for its active slot).
+	ErrLiveAttemptExists = errors.New("kfsdb: a live attempt exists for the document version")
+
+	// ErrAttemptsExhausted: AcquireLease or ScheduleRetry found no
+	// execution attempts left; the worker calls FailExhausted or Fail.
+	ErrAttemptsExhausted = errors.New("kfsdb: execution attempts exhausted")
+
+	// ErrCandidateRejected: Advance was given a candidate publication that is
+	// not a 'candidate' publication of the attempt's tenant and space, or the
+	// attempt already has another one bound, or a checkpoint at or past
+	// projection_built was requested with no candidate bound.
+	ErrCandidateRejected = errors.New("kfsdb: candidate publication rejected")
+
+	// ErrInvalidInput: a parameter failed validation before any round trip.
+	// Returned as an *InputError naming the field.
+	ErrInvalidInput = errors.New("kfsdb: invalid input")
+
+	// ErrConstraint: a constraint violation reached the database anyway
+	// (for example a row deleted concurrently). Returned as a
+	// *ConstraintError naming the constraint.
+	ErrConstraint = errors.New("kfsdb: constraint violation")
+)
+
+// InputError reports which input field is invalid and why.
+type InputError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InputError) Error() string {
+	return fmt.Sprintf("kfsdb: invalid input: %s %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidInput) true.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
+// TransitionError reports a transition refused because of the attempt's
+// state. From is the attempt's run state (and checkpoint) when it was
+// refused, To the state the transition leads to.
+type TransitionError struct {
+	AttemptID  uuid.UUID
+	Transition string
+	From       kfstype.RunState
+	To         kfstype.RunState
+	Checkpoint kfstype.Checkpoint
+	Reason     string
+	// Attempt is the row as read after the refusal, for callers that need
+	// its times (a worker schedules a redelivery from RetryAt or
+	// LeaseExpiresAt).
+	Attempt *kfstype.Attempt
+}
+
+func (e *TransitionError) Error() string {
+	msg := fmt.Sprintf("kfsdb: %s attempt %s: invalid transition %s -> %s", e.Transition, e.AttemptID, e.From, e.To)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrInvalidTransition) true.
+func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
+
+// HeadConflictError reports Start's expected base head revision and the
+// space's actual one.
+type HeadConflictError struct {
+	Expected int32
+	Actual   int32
+}
+
+func (e *HeadConflictError) Error() string {
+	return fmt.Sprintf("kfsdb: publication head conflict: expected base head revision %d, head is at %d", e.Expected, e.Actual)
+}
+
+// Is makes errors.Is(err, ErrHeadConflict) true.
+func (e *HeadConflictError) Is(target error) bool { return target == ErrHeadConflict }
+
+// ConstraintError is a constraint violation reported by PostgreSQL.
+type ConstraintError struct {
+	Constraint string
+	Table      string
+	Code       string // SQLSTATE
+	Err        *pgconn.PgError
+}
+
+func (e *ConstraintError) Error() string {
+	return fmt.Sprintf("kfsdb: constraint %s on %s violated (SQLSTATE %s): %s", e.Constraint, e.Table, e.Code, e.Err.Message)
+}
+
+// Is makes errors.Is(err, ErrConstraint) true.
+func (e *ConstraintError) Is(target error) bool { return target == ErrConstraint }
+
+// Unwrap returns the driver error.
+func (e *ConstraintError) Unwrap() error { return e.Err }
+
+// activeSlotIndex is the unique index that allows one live attempt per
+// document version.
+const activeSlotIndex = "document_compilation_attempts_scope_version_active_uq"
+
+// mapError turns driver errors into the module's: pgx.ErrNoRows into
+// ErrNotFound, integrity violations (class 23) into *ConstraintError (the
+// active-slot index into ErrLiveAttemptExists). Anything else, such as
+// context and connection errors, passes through unchanged.
+func mapError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "23" {
+		if pgErr.Code == "23505" && pgErr.ConstraintName == activeSlotIndex {
+			return fmt.Errorf("%w (%s)", ErrLiveAttemptExists, pgErr.ConstraintName)
+		}
+		return &ConstraintError{Constraint: pgErr.ConstraintName, Table: pgErr.TableName, Code: pgErr.Code, Err: pgErr}
+	}
+	return err
+}

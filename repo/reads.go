@@ -1,0 +1,126 @@
+package repo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/knowledgefs/kfsdb/db/gen"
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// GetAttempt reads one attempt of a tenant.
+//
+// Errors: *InputError, ErrNotFound (also for another tenant's attempt).
+func (r *Repo) GetAttempt(ctx context.Context, db DBTX, tenantID string, id uuid.UUID) (*kfstype.Attempt, error) {
+	var v validator
+	v.text("TenantID", tenantID, MaxTenantIDLength)
+	v.uuid("AttemptID", id)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.AttemptGetByID(ctx, db, &gen.AttemptGetByIDParams{ID: id, TenantID: tenantID})
+	if err != nil {
+		return nil, fmt.Errorf("get attempt %s: %w", id, mapError(err))
+	}
+	return attemptFromRow(row), nil
+}
+
+// GetAttemptWithOutbox reads an attempt of a tenant and its outbox row.
+//
+// Errors: *InputError, ErrNotFound.
+func (r *Repo) GetAttemptWithOutbox(ctx context.Context, db DBTX, tenantID string, id uuid.UUID) (*kfstype.Attempt, *kfstype.OutboxMessage, error) {
+	var v validator
+	v.text("TenantID", tenantID, MaxTenantIDLength)
+	v.uuid("AttemptID", id)
+	if err := v.result(); err != nil {
+		return nil, nil, err
+	}
+	a, o, _, err := r.read(ctx, db, id, &tenantID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("get attempt %s with outbox: %w", id, err)
+	}
+	return a, o, nil
+}
+
+// DocumentVersion names a tenant's document version.
+type DocumentVersion struct {
+	TenantID         string
+	KnowledgeSpaceID uuid.UUID
+	DocumentAssetID  uuid.UUID
+	DocumentVersion  int32
+}
+
+// ListDocumentVersionAttempts lists every attempt of a document version,
+// oldest first.
+//
+// Errors: *InputError.
+func (r *Repo) ListDocumentVersionAttempts(ctx context.Context, db DBTX, dv *DocumentVersion) ([]*kfstype.Attempt, error) {
+	var v validator
+	v.text("TenantID", dv.TenantID, MaxTenantIDLength)
+	v.uuid("KnowledgeSpaceID", dv.KnowledgeSpaceID)
+	v.uuid("DocumentAssetID", dv.DocumentAssetID)
+	v.positive("DocumentVersion", dv.DocumentVersion)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	rows, err := r.q.AttemptListByDocumentVersion(ctx, db, &gen.AttemptListByDocumentVersionParams{
+		KnowledgeSpaceID: dv.KnowledgeSpaceID, DocumentAssetID: dv.DocumentAssetID,
+		DocumentVersion: dv.DocumentVersion, TenantID: dv.TenantID,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of asset %s v%d: %w", dv.DocumentAssetID, dv.DocumentVersion, mapError(err))
+	}
+	out := make([]*kfstype.Attempt, len(rows))
+	for i, row := range rows {
+		out[i] = attemptFromRow(row)
+	}
+	return out, nil
+}
+
+// CountLiveAttempts counts a tenant's live attempts per run state; states
+// with none are absent.
+//
+// Errors: *InputError.
+func (r *Repo) CountLiveAttempts(ctx context.Context, db DBTX, tenantID string) (map[kfstype.RunState]int64, error) {
+	var v validator
+	v.text("TenantID", tenantID, MaxTenantIDLength)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	rows, err := r.q.AttemptCountLiveByRunState(ctx, db, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("count live attempts of tenant %q: %w", tenantID, mapError(err))
+	}
+	out := make(map[kfstype.RunState]int64, len(rows))
+	for _, row := range rows {
+		out[row.RunState] = row.Attempts
+	}
+	return out, nil
+}
+
+func decodePayload(raw []byte) (*kfstype.Payload, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return nil, &InputError{Field: "Payload", Reason: "must be a JSON object"}
+	}
+	if len(fields) != 1 || fields["attemptId"] == nil {
+		return nil, &InputError{Field: "Payload", Reason: `must hold exactly the key "attemptId"`}
+	}
+	var s string
+	if err := json.Unmarshal(fields["attemptId"], &s); err != nil {
+		return nil, &InputError{Field: "Payload.attemptId", Reason: "must be a string"}
+	}
+	id, err := uuid.Parse(s)
+	if err != nil || id == uuid.Nil || len(s) != 36 {
+		return nil, &InputError{Field: "Payload.attemptId", Reason: "must be a non-zero UUID in canonical form"}
+	}
+	// Reject duplicate keys, which map decoding would silently merge.
+	if bytes.Count(raw, []byte(`"attemptId"`)) != 1 {
+		return nil, &InputError{Field: "Payload", Reason: `must hold "attemptId" once`}
+	}
+	return &kfstype.Payload{AttemptID: id}, nil
+}

@@ -1,0 +1,228 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/knowledgefs/kfsdb/db/gen"
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// ErrOutboxLockLost: MarkDispatched or ReleaseOutbox presented a lock token
+// that no longer holds the row (the claim expired and another relay took
+// it, or the attempt ended meanwhile). The publication is simply retried
+// by whoever holds the row now; nothing is lost.
+var ErrOutboxLockLost = errors.New("kfsdb: outbox lock lost")
+
+// Relay defaults from the upstream platform.
+const (
+	DefaultClaimLockDuration   = 30 * time.Second
+	DefaultVisibilityTimeout   = 60 * time.Second
+	DefaultMaxDispatchAttempts = 10
+)
+
+// ClaimParams asks for due outbox rows.
+type ClaimParams struct {
+	// RelayID names the claiming relay (locked_by), 1..255 characters.
+	RelayID string
+	// BatchSize is 1..100.
+	BatchSize int32
+	// LockDuration is how long the claim holds each row before another
+	// relay may recover it. Defaults to DefaultClaimLockDuration.
+	LockDuration time.Duration
+}
+
+// ClaimOutbox locks up to BatchSize due outbox rows for publication, oldest
+// due first: rows waiting for a (re)publication and rows whose previous
+// claim expired. Each returned row carries its own LockToken; the attempt
+// rows are not touched. Rows other relays hold are skipped, never waited on.
+//
+// Errors: *InputError.
+func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimParams) ([]*kfstype.OutboxMessage, error) {
+	var v validator
+	v.text("RelayID", p.RelayID, MaxWorkerIDLength)
+	if p.BatchSize < 1 || p.BatchSize > MaxClaimBatch {
+		v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxClaimBatch))
+	}
+	if p.LockDuration != 0 {
+		v.duration("LockDuration", p.LockDuration)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	lock := p.LockDuration
+	if lock == 0 {
+		lock = DefaultClaimLockDuration
+	}
+	rows, err := r.q.ClaimOutbox(ctx, db, &gen.ClaimOutboxParams{RelayID: p.RelayID, Now: r.now(), LockDuration: lock, BatchSize: p.BatchSize})
+	if err != nil {
+		return nil, fmt.Errorf("claim outbox for relay %q: %w", p.RelayID, mapError(err))
+	}
+	out := make([]*kfstype.OutboxMessage, len(rows))
+	for i, row := range rows {
+		out[i] = outboxFromRow(row)
+	}
+	// RETURNING has no order; hand rows out in claim order.
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.AvailableAt.Equal(b.AvailableAt) {
+			return a.AvailableAt.Before(b.AvailableAt)
+		}
+		if !a.CreatedAt.Equal(b.CreatedAt) {
+			return a.CreatedAt.Before(b.CreatedAt)
+		}
+		return a.ID.String() < b.ID.String()
+	})
+	return out, nil
+}
+
+// Dispatch records one successful publication of a claimed row.
+type Dispatch struct {
+	OutboxID  uuid.UUID
+	LockToken uuid.UUID
+	// QueueJobID is the queue's id for the message, 1..255 characters.
+	QueueJobID string
+	// ExternalJobID is an optional second id (1..255 characters).
+	ExternalJobID *string
+}
+
+// MarkDispatchedParams is a batch of publications.
+type MarkDispatchedParams struct {
+	Dispatches []Dispatch
+	// VisibilityTimeout is how long the queue message may wait for a worker
+	// before the relay republishes it. Defaults to DefaultVisibilityTimeout.
+	VisibilityTimeout time.Duration
+}
+
+// MarkDispatchedResult splits a batch into the rows marked and those
+// refused (lock token no longer valid, or the attempt no longer waiting
+// for a delivery); refused rows are unchanged.
+type MarkDispatchedResult struct {
+	Marked  []*kfstype.OutboxMessage
+	Refused []uuid.UUID
+}
+
+// MarkDispatched records a batch of publications in one statement: each
+// outbox row becomes dispatched (due again after the visibility timeout)
+// and its attempt takes the job ids and becomes queued (a running attempt
+// with an expired lease stays running).
+//
+// Errors: *InputError. Per-row refusals are in the result.
+func (r *Repo) MarkDispatched(ctx context.Context, db DBTX, p *MarkDispatchedParams) (*MarkDispatchedResult, error) {
+	var v validator
+	if len(p.Dispatches) == 0 || len(p.Dispatches) > MaxClaimBatch {
+		v.fail("Dispatches", fmt.Sprintf("must hold 1..%d entries", MaxClaimBatch))
+	}
+	if p.VisibilityTimeout != 0 {
+		v.duration("VisibilityTimeout", p.VisibilityTimeout)
+	}
+	n := len(p.Dispatches)
+	params := &gen.MarkDispatchedParams{
+		Now: r.now(), VisibilityTimeout: p.VisibilityTimeout,
+		OutboxIDs: make([]uuid.UUID, n), LockTokens: make([]uuid.UUID, n),
+		QueueJobIDs: make([]string, n), ExternalJobIDs: make([]string, n),
+	}
+	seen := make(map[uuid.UUID]bool, n)
+	for i, d := range p.Dispatches {
+		field := fmt.Sprintf("Dispatches[%d].", i)
+		v.uuid(field+"OutboxID", d.OutboxID)
+		v.uuid(field+"LockToken", d.LockToken)
+		v.text(field+"QueueJobID", d.QueueJobID, MaxJobIDLength)
+		v.optionalText(field+"ExternalJobID", d.ExternalJobID, MaxJobIDLength)
+		if seen[d.OutboxID] {
+			v.fail(field+"OutboxID", "appears twice in the batch")
+		}
+		seen[d.OutboxID] = true
+		params.OutboxIDs[i], params.LockTokens[i], params.QueueJobIDs[i] = d.OutboxID, d.LockToken, d.QueueJobID
+		if d.ExternalJobID != nil {
+			params.ExternalJobIDs[i] = *d.ExternalJobID // "" travels as NULL
+		}
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	if params.VisibilityTimeout == 0 {
+		params.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	rows, err := r.q.MarkDispatched(ctx, db, params)
+	if err != nil {
+		return nil, fmt.Errorf("mark %d outbox rows dispatched: %w", n, mapError(err))
+	}
+	res := &MarkDispatchedResult{Marked: make([]*kfstype.OutboxMessage, len(rows))}
+	marked := make(map[uuid.UUID]bool, len(rows))
+	for i, row := range rows {
+		res.Marked[i] = outboxFromRow(row)
+		marked[row.ID] = true
+	}
+	for _, d := range p.Dispatches {
+		if !marked[d.OutboxID] {
+			res.Refused = append(res.Refused, d.OutboxID)
+		}
+	}
+	return res, nil
+}
+
+// ReleaseOutboxParams reports a failed publication.
+type ReleaseOutboxParams struct {
+	OutboxID  uuid.UUID
+	LockToken uuid.UUID
+	// Backoff (> 0) is when the row is due again; the relay computes it as
+	// min(cap, base·2^(n−1)) plus jitter.
+	Backoff time.Duration
+	// MaxDispatchAttempts: once the row's dispatch attempts reach it, the
+	// row is dead-lettered instead. Defaults to DefaultMaxDispatchAttempts.
+	MaxDispatchAttempts int32
+	// LastError is the publish error, cut to 4,096 characters.
+	LastError string
+}
+
+// ReleaseOutbox records a failed publication: the row backs off (pending,
+// due after Backoff) or, with its dispatch attempts used up, is
+// dead-lettered and its attempt fails with OUTBOX_DEAD, in one statement.
+// The returned row's Status says which.
+//
+// Errors: *InputError, ErrOutboxLockLost.
+func (r *Repo) ReleaseOutbox(ctx context.Context, db DBTX, p *ReleaseOutboxParams) (*kfstype.OutboxMessage, error) {
+	var v validator
+	v.uuid("OutboxID", p.OutboxID)
+	v.uuid("LockToken", p.LockToken)
+	v.duration("Backoff", p.Backoff)
+	if p.MaxDispatchAttempts < 0 {
+		v.fail("MaxDispatchAttempts", "must be > 0 (or 0 for the default)")
+	}
+	if p.LastError == "" {
+		v.fail("LastError", "must not be empty")
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	maxAttempts := p.MaxDispatchAttempts
+	if maxAttempts == 0 {
+		maxAttempts = DefaultMaxDispatchAttempts
+	}
+	row, err := r.q.ReleaseOutbox(ctx, db, &gen.ReleaseOutboxParams{
+		Now: r.now(), Backoff: p.Backoff, LastError: TruncateMessage(p.LastError),
+		OutboxID: p.OutboxID, MaxDispatchAttempts: maxAttempts, LockToken: p.LockToken,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("release outbox row %s: %w", p.OutboxID, ErrOutboxLockLost)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("release outbox row %s: %w", p.OutboxID, mapError(err))
+	}
+	return outboxFromRow(row), nil
+}
+
+// DecodePayload parses an outbox payload, which must be exactly
+// {"attemptId":"<uuid>"} with a non-zero UUID.
+//
+// Errors: *InputError.
+func DecodePayload(raw []byte) (*kfstype.Payload, error) {
+	return decodePayload(raw)
+}

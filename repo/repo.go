@@ -1,0 +1,137 @@
+// Package repo persists document compilation attempts and their outbox rows.
+//
+// Each exported method is one transition of the compilation state machine
+// (see the README's state diagram) and runs as one SQL statement, so it is
+// atomic on its own and composes into a caller's transaction: pass a
+// *pgxpool.Pool, a *pgx.Conn or a pgx.Tx as the DBTX. Every precondition is
+// a guard in the statement's WHERE; a refused transition changes nothing and
+// returns one of the sentinel errors in errors.go (a second, read-only
+// statement reads the row to say which). Statements lock an attempt before
+// its outbox row.
+//
+// Inputs are validated before any round trip; outputs are kfstype values,
+// never generated rows. A Repo is safe for concurrent use.
+package repo
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/knowledgefs/kfsdb/db/gen"
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// DBTX is what every method runs on: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Clock supplies the "now" every statement uses. NowOrNil returns nil in
+// production, so the database's now() is the only clock; tests return a
+// fixed time to move time without sleeping.
+type Clock interface {
+	NowOrNil() *time.Time
+}
+
+// Config configures a Repo.
+type Config struct {
+	// Clock overrides the database clock. Defaults to nil: every statement
+	// uses the database's now().
+	Clock Clock
+}
+
+// Repo runs the state machine's transitions. The zero value is not usable;
+// call New.
+type Repo struct {
+	clock Clock
+	q     *gen.Queries
+}
+
+// New returns a Repo. A nil config means defaults.
+func New(cfg *Config) *Repo {
+	r := &Repo{q: gen.New()}
+	if cfg != nil {
+		r.clock = cfg.Clock
+	}
+	return r
+}
+
+// now is the override passed to every statement: nil means now().
+func (r *Repo) now() *time.Time {
+	if r.clock == nil {
+		return nil
+	}
+	return r.clock.NowOrNil()
+}
+
+func utc(t time.Time) time.Time { return t.UTC() }
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func attemptFromRow(a *gen.DocumentCompilationAttempt) *kfstype.Attempt {
+	return &kfstype.Attempt{
+		ID:                      a.ID,
+		TenantID:                a.TenantID,
+		KnowledgeSpaceID:        a.KnowledgeSpaceID,
+		DocumentAssetID:         a.DocumentAssetID,
+		DocumentVersion:         a.DocumentVersion,
+		PublicationGenerationID: a.PublicationGenerationID,
+		BaseHeadRevision:        a.BaseHeadRevision,
+		CandidatePublicationID:  a.CandidatePublicationID,
+		CandidateFingerprint:    a.CandidateFingerprint,
+		Checkpoint:              a.Checkpoint,
+		RunState:                a.RunState,
+		Active:                  a.ActiveSlot != nil,
+		ExecutionAttempts:       a.ExecutionAttempts,
+		MaxExecutionAttempts:    a.MaxExecutionAttempts,
+		QueueJobID:              a.QueueJobID,
+		ExternalJobID:           a.ExternalJobID,
+		WorkerID:                a.WorkerID,
+		LeaseToken:              a.LeaseToken,
+		LeaseExpiresAt:          utcPtr(a.LeaseExpiresAt),
+		HeartbeatAt:             utcPtr(a.HeartbeatAt),
+		RetryAt:                 utcPtr(a.RetryAt),
+		LastErrorCode:           a.LastErrorCode,
+		LastErrorMessage:        a.LastErrorMessage,
+		RowVersion:              a.RowVersion,
+		CreatedAt:               utc(a.CreatedAt),
+		UpdatedAt:               utc(a.UpdatedAt),
+		StartedAt:               utcPtr(a.StartedAt),
+		CompletedAt:             utcPtr(a.CompletedAt),
+	}
+}
+
+func outboxFromRow(o *gen.DocumentCompilationOutbox) *kfstype.OutboxMessage {
+	return &kfstype.OutboxMessage{
+		ID:               o.ID,
+		AttemptID:        o.AttemptID,
+		EventType:        o.EventType,
+		SchemaVersion:    o.SchemaVersion,
+		Payload:          o.Payload,
+		IdempotencyKey:   o.IdempotencyKey,
+		Status:           o.Status,
+		DispatchAttempts: o.DispatchAttempts,
+		AvailableAt:      utc(o.AvailableAt),
+		LockedBy:         o.LockedBy,
+		LockToken:        o.LockToken,
+		LockedUntil:      utcPtr(o.LockedUntil),
+		QueueJobID:       o.QueueJobID,
+		ExternalJobID:    o.ExternalJobID,
+		DeliveredAt:      utcPtr(o.DeliveredAt),
+		LastError:        o.LastError,
+		CreatedAt:        utc(o.CreatedAt),
+		UpdatedAt:        utc(o.UpdatedAt),
+	}
+}

@@ -1,0 +1,120 @@
+package repo
+
+import (
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// Limits enforced before any round trip; they mirror the schema's column
+// sizes so that a bad value never reaches the database.
+const (
+	MaxTenantIDLength    = 255
+	MaxJobIDLength       = 255
+	MaxWorkerIDLength    = 255
+	MaxErrorCodeLength   = 64
+	MaxErrorMessageRunes = 4096
+	MaxClaimBatch        = 100
+	fingerprintPrefix    = "projection-set-sha256:"
+)
+
+// validator collects the first failure; each check is a no-op once one
+// failed, so call sites read as a flat list of rules.
+type validator struct{ err *InputError }
+
+func (v *validator) fail(field, reason string) {
+	if v.err == nil {
+		v.err = &InputError{Field: field, Reason: reason}
+	}
+}
+
+func (v *validator) result() error {
+	if v.err == nil {
+		return nil
+	}
+	return v.err
+}
+
+func (v *validator) uuid(field string, id uuid.UUID) {
+	if id == uuid.Nil {
+		v.fail(field, "must not be the zero UUID")
+	}
+}
+
+// text checks a required string of 1..max characters (runes), valid UTF-8.
+func (v *validator) text(field, s string, max int) {
+	switch {
+	case s == "":
+		v.fail(field, "must not be empty")
+	case !utf8.ValidString(s):
+		v.fail(field, "must be valid UTF-8")
+	case strings.IndexByte(s, 0) >= 0:
+		v.fail(field, "must not contain NUL bytes")
+	case utf8.RuneCountInString(s) > max:
+		v.fail(field, "must be at most "+strconv.Itoa(max)+" characters")
+	}
+}
+
+func (v *validator) optionalText(field string, s *string, max int) {
+	if s != nil {
+		v.text(field, *s, max)
+	}
+}
+
+func (v *validator) positive(field string, n int32) {
+	if n <= 0 {
+		v.fail(field, "must be greater than 0")
+	}
+}
+
+func (v *validator) duration(field string, d time.Duration) {
+	if d <= 0 {
+		v.fail(field, "must be a positive duration")
+	}
+}
+
+// fingerprint checks the projection-set-sha256:<64 lowercase hex> form.
+func (v *validator) fingerprint(field, s string) {
+	if len(s) != len(fingerprintPrefix)+64 || s[:len(fingerprintPrefix)] != fingerprintPrefix {
+		v.fail(field, "must be "+fingerprintPrefix+" followed by 64 lowercase hex digits")
+		return
+	}
+	for _, c := range s[len(fingerprintPrefix):] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			v.fail(field, "must be "+fingerprintPrefix+" followed by 64 lowercase hex digits")
+			return
+		}
+	}
+}
+
+// ValidateFingerprint reports whether s is a well-formed candidate
+// fingerprint (projection-set-sha256: followed by 64 lowercase hex digits).
+func ValidateFingerprint(s string) error {
+	var v validator
+	v.fingerprint("fingerprint", s)
+	return v.result()
+}
+
+// TruncateMessage cuts s to at most MaxErrorMessageRunes runes, never in
+// the middle of a rune, and replaces what PostgreSQL's text type refuses
+// (invalid UTF-8 and NUL bytes) with U+FFFD.
+func TruncateMessage(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	if utf8.RuneCountInString(s) <= MaxErrorMessageRunes {
+		return s
+	}
+	n := 0
+	for i := range s {
+		if n == MaxErrorMessageRunes {
+			return s[:i]
+		}
+		n++
+	}
+	return s
+}

@@ -1,0 +1,401 @@
+package repo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/knowledgefs/kfsdb/db/gen"
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// DefaultLeaseDuration is the lease the worker runtime asks for; it
+// heartbeats every third of it.
+const DefaultLeaseDuration = 60 * time.Second
+
+// Lease is a worker's hold on a running attempt, returned by AcquireLease.
+// Every later worker call presents it; once it expired or another
+// AcquireLease took the attempt over, those calls return ErrLeaseLost and
+// change nothing.
+type Lease struct {
+	AttemptID uuid.UUID
+	WorkerID  string
+	Token     uuid.UUID
+	// ExpiresAt is when the lease lapses unless a Heartbeat extends it.
+	ExpiresAt time.Time
+}
+
+func (l *Lease) validate(v *validator) {
+	if l == nil {
+		v.fail("Lease", "must be set")
+		return
+	}
+	v.uuid("Lease.AttemptID", l.AttemptID)
+	v.text("Lease.WorkerID", l.WorkerID, MaxWorkerIDLength)
+	v.uuid("Lease.Token", l.Token)
+}
+
+// Delivery is a queue message naming an attempt: the ids the relay's
+// Publisher returned when it published the attempt's outbox row.
+type Delivery struct {
+	AttemptID  uuid.UUID
+	QueueJobID string
+	// ExternalJobID, when set, must match too. Defaults to nil: not checked.
+	ExternalJobID *string
+}
+
+func (d *Delivery) validate(v *validator) {
+	v.uuid("AttemptID", d.AttemptID)
+	v.text("QueueJobID", d.QueueJobID, MaxJobIDLength)
+	v.optionalText("ExternalJobID", d.ExternalJobID, MaxJobIDLength)
+}
+
+// AcquireLeaseParams is a delivery a worker wants to run.
+type AcquireLeaseParams struct {
+	Delivery
+	WorkerID string
+	// LeaseDuration must be > 0. Defaults to DefaultLeaseDuration.
+	LeaseDuration time.Duration
+}
+
+// AcquireLease takes the lease for a delivered attempt: running, one more
+// execution attempt, a fresh random lease token. Claimable are queued
+// attempts, retry_wait ones past retry_at, and running ones whose lease
+// expired (a lost worker). The outbox row becomes leased and due again at
+// the lease expiry, so the relay redelivers if the worker is lost.
+//
+// Errors: *InputError, ErrNotFound, ErrDeliveryMismatch (stale or forged
+// delivery: acknowledge it), ErrAttemptsExhausted (call FailExhausted),
+// *TransitionError (terminal, not yet due, or leased by another worker:
+// its Attempt says until when).
+func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams) (*kfstype.Attempt, *Lease, error) {
+	var v validator
+	p.Delivery.validate(&v)
+	v.text("WorkerID", p.WorkerID, MaxWorkerIDLength)
+	if p.LeaseDuration != 0 {
+		v.duration("LeaseDuration", p.LeaseDuration)
+	}
+	if err := v.result(); err != nil {
+		return nil, nil, err
+	}
+	d := p.LeaseDuration
+	if d == 0 {
+		d = DefaultLeaseDuration
+	}
+	row, err := r.q.AcquireLease(ctx, db, &gen.AcquireLeaseParams{
+		WorkerID: p.WorkerID, Now: r.now(), LeaseDuration: d, AttemptID: p.AttemptID,
+		QueueJobID: p.QueueJobID, ExternalJobID: p.ExternalJobID,
+	})
+	if err != nil {
+		return nil, nil, r.explainDelivery(ctx, db, "acquire lease", &p.Delivery, err, false)
+	}
+	a := attemptFromRow(row)
+	return a, &Lease{AttemptID: a.ID, WorkerID: *a.WorkerID, Token: *a.LeaseToken, ExpiresAt: *a.LeaseExpiresAt}, nil
+}
+
+// FailExhausted fails a delivered attempt that has no execution attempts
+// left (EXECUTION_ATTEMPTS_EXHAUSTED); the worker calls it when
+// AcquireLease returned ErrAttemptsExhausted.
+//
+// Errors: *InputError, ErrNotFound, ErrDeliveryMismatch, *TransitionError
+// (attempts left, terminal, or still leased).
+func (r *Repo) FailExhausted(ctx context.Context, db DBTX, d *Delivery) (*kfstype.Attempt, error) {
+	var v validator
+	d.validate(&v)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.FailExhausted(ctx, db, &gen.FailExhaustedParams{
+		Now: r.now(), AttemptID: d.AttemptID, QueueJobID: d.QueueJobID, ExternalJobID: d.ExternalJobID,
+	})
+	if err != nil {
+		return nil, r.explainDelivery(ctx, db, "fail exhausted", d, err, true)
+	}
+	return attemptFromRow(row), nil
+}
+
+// explainDelivery says why AcquireLease or FailExhausted matched no row.
+func (r *Repo) explainDelivery(ctx context.Context, db DBTX, verb string, d *Delivery, err error, exhausting bool) error {
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s for attempt %s: %w", verb, d.AttemptID, mapError(err))
+	}
+	a, o, now, rerr := r.read(ctx, db, d.AttemptID, nil)
+	if rerr != nil {
+		return fmt.Errorf("%s for attempt %s: %w", verb, d.AttemptID, rerr)
+	}
+	if !sameID(a.QueueJobID, &d.QueueJobID) || !sameID(o.QueueJobID, &d.QueueJobID) ||
+		(d.ExternalJobID != nil && (!sameID(a.ExternalJobID, d.ExternalJobID) || !sameID(o.ExternalJobID, d.ExternalJobID))) {
+		return fmt.Errorf("%s for attempt %s: %w: delivered job %q, attempt's is %s", verb, d.AttemptID, ErrDeliveryMismatch, d.QueueJobID, quoteOrNull(a.QueueJobID))
+	}
+	te := &TransitionError{AttemptID: a.ID, Transition: verb, From: a.RunState, To: kfstype.RunStateRunning, Checkpoint: a.Checkpoint, Attempt: a}
+	if exhausting {
+		te.To = kfstype.RunStateFailed
+	}
+	switch {
+	case a.RunState.Terminal():
+		te.Reason = "the attempt is terminal"
+	case a.RunState == kfstype.RunStateRunning && a.LeaseExpiresAt.After(now):
+		te.Reason = "leased by worker " + *a.WorkerID + " until " + a.LeaseExpiresAt.Format(time.RFC3339Nano)
+	case !exhausting && a.ExecutionAttempts >= a.MaxExecutionAttempts:
+		return fmt.Errorf("%s for attempt %s: %w (%d of %d)", verb, d.AttemptID, ErrAttemptsExhausted, a.ExecutionAttempts, a.MaxExecutionAttempts)
+	case exhausting && a.ExecutionAttempts < a.MaxExecutionAttempts:
+		te.Reason = fmt.Sprintf("execution attempts left (%d of %d used)", a.ExecutionAttempts, a.MaxExecutionAttempts)
+	case a.RunState == kfstype.RunStateRetryWait:
+		te.Reason = "retry not due until " + a.RetryAt.Format(time.RFC3339Nano)
+	default:
+		te.Reason = "the attempt is not waiting for a worker"
+	}
+	return te
+}
+
+func sameID(have, want *string) bool { return have != nil && want != nil && *have == *want }
+
+func quoteOrNull(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return fmt.Sprintf("%q", *s)
+}
+
+// HeartbeatParams extends a lease.
+type HeartbeatParams struct {
+	Lease *Lease
+	// LeaseDuration is the new lease from now. Defaults to
+	// DefaultLeaseDuration.
+	LeaseDuration time.Duration
+}
+
+// Heartbeat extends a live lease (and the outbox row's redelivery time with
+// it). It returns the renewed lease; the caller keeps using it.
+//
+// Errors: *InputError, ErrNotFound, ErrLeaseLost (stop the handler).
+func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lease, error) {
+	var v validator
+	p.Lease.validate(&v)
+	if p.LeaseDuration != 0 {
+		v.duration("LeaseDuration", p.LeaseDuration)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	d := p.LeaseDuration
+	if d == 0 {
+		d = DefaultLeaseDuration
+	}
+	row, err := r.q.Heartbeat(ctx, db, &gen.HeartbeatParams{
+		Now: r.now(), LeaseDuration: d, AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
+	})
+	if err != nil {
+		a, err := r.explainLease(ctx, db, "heartbeat", p.Lease, err)
+		if a != nil {
+			return nil, raced("heartbeat", a)
+		}
+		return nil, err
+	}
+	renewed := *p.Lease
+	renewed.ExpiresAt = row.LeaseExpiresAt.UTC()
+	return &renewed, nil
+}
+
+// AdvanceParams moves a running attempt's checkpoint.
+type AdvanceParams struct {
+	Lease *Lease
+	// Checkpoint is the current checkpoint or the next one; published is
+	// reached only through Complete.
+	Checkpoint kfstype.Checkpoint
+	// CandidatePublicationID and CandidateFingerprint bind the candidate
+	// publication (both or neither; bound once). Required by the time the
+	// attempt reaches projection_built. Defaults to nil: nothing bound.
+	CandidatePublicationID *uuid.UUID
+	CandidateFingerprint   *string
+}
+
+// Advance keeps the checkpoint or moves it one step, binding the candidate
+// publication when given.
+//
+// Errors: *InputError, ErrNotFound, ErrLeaseLost, *TransitionError (a
+// checkpoint that skips or goes back), ErrCandidateRejected.
+func (r *Repo) Advance(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype.Attempt, error) {
+	var v validator
+	p.Lease.validate(&v)
+	switch {
+	case p.Checkpoint == kfstype.CheckpointPublished:
+		v.fail("Checkpoint", "published is reached through Complete")
+	case p.Checkpoint.Rank() < 0:
+		v.fail("Checkpoint", fmt.Sprintf("unknown checkpoint %q", p.Checkpoint))
+	}
+	if (p.CandidatePublicationID == nil) != (p.CandidateFingerprint == nil) {
+		v.fail("CandidatePublicationID", "and CandidateFingerprint go together")
+	}
+	if p.CandidatePublicationID != nil {
+		v.uuid("CandidatePublicationID", *p.CandidatePublicationID)
+	}
+	if p.CandidateFingerprint != nil {
+		v.fingerprint("CandidateFingerprint", *p.CandidateFingerprint)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.Advance(ctx, db, &gen.AdvanceParams{
+		Checkpoint: string(p.Checkpoint), CandidatePublicationID: p.CandidatePublicationID,
+		CandidateFingerprint: p.CandidateFingerprint, Now: r.now(), AttemptID: p.Lease.AttemptID,
+		LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
+	})
+	if err == nil {
+		return attemptFromRow(row), nil
+	}
+	a, err := r.explainLease(ctx, db, "advance", p.Lease, err)
+	if a == nil {
+		return nil, err
+	}
+	cur := a.Checkpoint.Rank()
+	if want := p.Checkpoint.Rank(); want != cur && want != cur+1 {
+		return nil, &TransitionError{AttemptID: a.ID, Transition: "advance", From: a.RunState, To: a.RunState, Checkpoint: a.Checkpoint,
+			Reason: fmt.Sprintf("checkpoint %s -> %s is not one step forward", a.Checkpoint, p.Checkpoint), Attempt: a}
+	}
+	switch {
+	case p.CandidatePublicationID == nil:
+		return nil, fmt.Errorf("advance attempt %s to %s: %w: no candidate publication bound", a.ID, p.Checkpoint, ErrCandidateRejected)
+	case a.CandidatePublicationID != nil:
+		return nil, fmt.Errorf("advance attempt %s: %w: candidate %s already bound, not %s", a.ID, ErrCandidateRejected, *a.CandidatePublicationID, *p.CandidatePublicationID)
+	default:
+		return nil, fmt.Errorf("advance attempt %s: %w: %s is not a candidate publication with that fingerprint in the attempt's tenant and space", a.ID, ErrCandidateRejected, *p.CandidatePublicationID)
+	}
+}
+
+// Complete ends a running attempt at smoke_eval_passed as succeeded, at
+// checkpoint published; its outbox row is completed.
+//
+// Errors: *InputError, ErrNotFound, ErrLeaseLost, *TransitionError (not at
+// smoke_eval_passed).
+func (r *Repo) Complete(ctx context.Context, db DBTX, lease *Lease) (*kfstype.Attempt, error) {
+	var v validator
+	lease.validate(&v)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.Complete(ctx, db, &gen.CompleteParams{Now: r.now(), AttemptID: lease.AttemptID, LeaseToken: lease.Token, WorkerID: lease.WorkerID})
+	if err == nil {
+		return attemptFromRow(row), nil
+	}
+	a, err := r.explainLease(ctx, db, "complete", lease, err)
+	if a == nil {
+		return nil, err
+	}
+	return nil, &TransitionError{AttemptID: a.ID, Transition: "complete", From: a.RunState, To: kfstype.RunStateSucceeded, Checkpoint: a.Checkpoint,
+		Reason: "checkpoint must be smoke_eval_passed, is " + string(a.Checkpoint), Attempt: a}
+}
+
+// FailParams ends a running attempt as failed.
+type FailParams struct {
+	Lease *Lease
+	// ErrorCode is required, 1..64 characters.
+	ErrorCode string
+	// ErrorMessage is required; it is cut to 4,096 characters.
+	ErrorMessage string
+}
+
+// Fail ends a running attempt as failed with an error code; its outbox row
+// is dead. RetryFailed can reactivate it.
+//
+// Errors: *InputError, ErrNotFound, ErrLeaseLost.
+func (r *Repo) Fail(ctx context.Context, db DBTX, p *FailParams) (*kfstype.Attempt, error) {
+	var v validator
+	p.Lease.validate(&v)
+	v.text("ErrorCode", p.ErrorCode, MaxErrorCodeLength)
+	if p.ErrorMessage == "" {
+		v.fail("ErrorMessage", "must not be empty")
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.Fail(ctx, db, &gen.FailParams{
+		Now: r.now(), ErrorCode: p.ErrorCode, ErrorMessage: TruncateMessage(p.ErrorMessage),
+		AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
+	})
+	if err != nil {
+		a, err := r.explainLease(ctx, db, "fail", p.Lease, err)
+		if a != nil {
+			return nil, raced("fail", a)
+		}
+		return nil, err
+	}
+	return attemptFromRow(row), nil
+}
+
+// ScheduleRetryParams parks a running attempt for another execution.
+type ScheduleRetryParams struct {
+	Lease *Lease
+	// RetryDelay (> 0) from the database's now is when the relay publishes
+	// the attempt again.
+	RetryDelay time.Duration
+	// ErrorCode is required, 1..64 characters.
+	ErrorCode string
+	// ErrorMessage is required; it is cut to 4,096 characters.
+	ErrorMessage string
+}
+
+// ScheduleRetry moves a running attempt with execution attempts left to
+// retry_wait until now+RetryDelay; lease and job ids are cleared and the
+// outbox row is pending again at retry_at with a fresh dispatch budget.
+//
+// Errors: *InputError, ErrNotFound, ErrLeaseLost, ErrAttemptsExhausted
+// (call Fail instead).
+func (r *Repo) ScheduleRetry(ctx context.Context, db DBTX, p *ScheduleRetryParams) (*kfstype.Attempt, error) {
+	var v validator
+	p.Lease.validate(&v)
+	v.duration("RetryDelay", p.RetryDelay)
+	v.text("ErrorCode", p.ErrorCode, MaxErrorCodeLength)
+	if p.ErrorMessage == "" {
+		v.fail("ErrorMessage", "must not be empty")
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.ScheduleRetry(ctx, db, &gen.ScheduleRetryParams{
+		Now: r.now(), RetryDelay: p.RetryDelay, ErrorCode: p.ErrorCode, ErrorMessage: TruncateMessage(p.ErrorMessage),
+		AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
+	})
+	if err == nil {
+		return attemptFromRow(row), nil
+	}
+	a, err := r.explainLease(ctx, db, "schedule retry", p.Lease, err)
+	if a == nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("schedule retry of attempt %s: %w (%d of %d used)", a.ID, ErrAttemptsExhausted, a.ExecutionAttempts, a.MaxExecutionAttempts)
+}
+
+// explainLease says why a lease-fenced statement matched no row. It
+// returns (nil, err) when the lease itself is the reason (or the error is
+// not "no row"), and (attempt, nil) when the lease is valid, so the caller
+// names the transition-specific reason.
+func (r *Repo) explainLease(ctx context.Context, db DBTX, verb string, l *Lease, err error) (*kfstype.Attempt, error) {
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%s attempt %s: %w", verb, l.AttemptID, mapError(err))
+	}
+	a, _, now, rerr := r.read(ctx, db, l.AttemptID, nil)
+	if rerr != nil {
+		return nil, fmt.Errorf("%s attempt %s: %w", verb, l.AttemptID, rerr)
+	}
+	switch {
+	case a.RunState != kfstype.RunStateRunning:
+		return nil, fmt.Errorf("%s attempt %s: %w: attempt is %s", verb, l.AttemptID, ErrLeaseLost, a.RunState)
+	case *a.LeaseToken != l.Token || *a.WorkerID != l.WorkerID:
+		return nil, fmt.Errorf("%s attempt %s: %w: lease taken over by worker %s", verb, l.AttemptID, ErrLeaseLost, *a.WorkerID)
+	case !a.LeaseExpiresAt.After(now):
+		return nil, fmt.Errorf("%s attempt %s: %w: lease expired at %s", verb, l.AttemptID, ErrLeaseLost, a.LeaseExpiresAt.Format(time.RFC3339Nano))
+	}
+	return a, nil
+}
+
+// raced is the refusal of a transition whose guard failed although the row,
+// read right after, passes it: the row changed in between. Retrying is safe.
+func raced(verb string, a *kfstype.Attempt) error {
+	return &TransitionError{AttemptID: a.ID, Transition: verb, From: a.RunState, To: a.RunState, Checkpoint: a.Checkpoint,
+		Reason: "the row changed concurrently; retry", Attempt: a}
+}
