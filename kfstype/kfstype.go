@@ -156,6 +156,10 @@ const (
 	EventSchemaVersion       = 1
 )
 
+// Forever is OutboxMessage.AvailableAt of a deferred start's outbox row,
+// which the database stores as 'infinity'.
+var Forever = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+
 // Attempt is one logical compilation of one document version
 // (a document_compilation_attempts row). Times are UTC.
 type Attempt struct {
@@ -202,16 +206,18 @@ type OutboxMessage struct {
 	IdempotencyKey   string
 	Status           OutboxStatus
 	DispatchAttempts int32
-	AvailableAt      time.Time
-	LockedBy         *string
-	LockToken        *uuid.UUID
-	LockedUntil      *time.Time
-	QueueJobID       *string
-	ExternalJobID    *string
-	DeliveredAt      *time.Time
-	LastError        *string
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	// AvailableAt is when the relay may (re)publish the row; Forever while
+	// a deferred start waits for ReleaseDeferred.
+	AvailableAt   time.Time
+	LockedBy      *string
+	LockToken     *uuid.UUID
+	LockedUntil   *time.Time
+	QueueJobID    *string
+	ExternalJobID *string
+	DeliveredAt   *time.Time
+	LastError     *string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
 
 // Payload is the decoded outbox payload: exactly {"attemptId":"<uuid>"}.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/knowledgefs/kfsdb/db/gen"
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -68,6 +69,15 @@ func (r *Repo) now() *time.Time {
 		return nil
 	}
 	return r.clock.NowOrNil()
+}
+
+// availableAt converts a stored outbox available_at, where 'infinity'
+// (a deferred start) becomes kfstype.Forever.
+func availableAt(ts pgtype.Timestamptz) time.Time {
+	if ts.InfinityModifier == pgtype.Infinity {
+		return kfstype.Forever
+	}
+	return ts.Time.UTC()
 }
 
 func utc(t time.Time) time.Time { return t.UTC() }
@@ -123,7 +133,7 @@ func outboxFromRow(o *gen.DocumentCompilationOutbox) *kfstype.OutboxMessage {
 		IdempotencyKey:   o.IdempotencyKey,
 		Status:           o.Status,
 		DispatchAttempts: o.DispatchAttempts,
-		AvailableAt:      utc(o.AvailableAt),
+		AvailableAt:      availableAt(o.AvailableAt),
 		LockedBy:         o.LockedBy,
 		LockToken:        o.LockToken,
 		LockedUntil:      utcPtr(o.LockedUntil),

@@ -174,7 +174,7 @@ released AS (
          updated_at = coalesce($1::timestamptz, now())
     FROM outbox
    WHERE o.id = outbox.id
-  RETURNING pg_notify('kfsdb_outbox', '')
+  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
 )
 UPDATE document_compilation_attempts a
    SET row_version = a.row_version + 1,
@@ -267,7 +267,7 @@ outbox AS (
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
    WHERE o.attempt_id = attempt.id
-  RETURNING pg_notify('kfsdb_outbox', '')
+  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
 )
 UPDATE document_compilation_attempts a
    SET run_state = 'dispatch_pending',
@@ -400,9 +400,10 @@ outbox AS (
          END,
          i.created_at, i.created_at
     FROM inserted i
-  -- Wake relays listening on kfsdb_outbox; delivered at commit, and only when
-  -- the row is due now.
-  RETURNING pg_notify('kfsdb_outbox', '') AS notified
+  -- Wake relays listening on kfsdb_outbox (delivered at commit); the
+  -- payload is when the row is due. A deferred row wakes nobody.
+  RETURNING CASE WHEN NOT $11::boolean
+                 THEN pg_notify('kfsdb_outbox', available_at::text) END AS notified
 )
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
 UNION ALL

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
@@ -66,7 +67,7 @@ type DocumentCompilationOutbox struct {
 	IdempotencyKey   string
 	Status           kfstype.OutboxStatus
 	DispatchAttempts int32
-	AvailableAt      time.Time
+	AvailableAt      pgtype.Timestamptz
 	LockedBy         *string
 	LockToken        *uuid.UUID
 	LockedUntil      *time.Time

@@ -70,9 +70,10 @@ outbox AS (
          END,
          i.created_at, i.created_at
     FROM inserted i
-  -- Wake relays listening on kfsdb_outbox; delivered at commit, and only when
-  -- the row is due now.
-  RETURNING pg_notify('kfsdb_outbox', '') AS notified
+  -- Wake relays listening on kfsdb_outbox (delivered at commit); the
+  -- payload is when the row is due. A deferred row wakes nobody.
+  RETURNING CASE WHEN NOT @deferred::boolean
+                 THEN pg_notify('kfsdb_outbox', available_at::text) END AS notified
 )
 SELECT * FROM inserted
 UNION ALL
@@ -137,7 +138,7 @@ released AS (
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM outbox
    WHERE o.id = outbox.id
-  RETURNING pg_notify('kfsdb_outbox', '')
+  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
 )
 UPDATE document_compilation_attempts a
    SET row_version = a.row_version + 1,
@@ -254,7 +255,7 @@ outbox AS (
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
    WHERE o.attempt_id = attempt.id
-  RETURNING pg_notify('kfsdb_outbox', '')
+  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
 )
 UPDATE document_compilation_attempts a
    SET run_state = 'dispatch_pending',
