@@ -33,6 +33,12 @@ var (
 	// FailExhausted). Acknowledge it without running anything.
 	ErrDeliveryMismatch = errors.New("kfsdb: delivery does not match the attempt's queue job")
 
+	// ErrDeliveryPending: a delivery's job id is not the attempt's yet, but
+	// its outbox row is being published right now (a relay published it and
+	// has not recorded the job id yet). Deliver it again shortly
+	// (AcquireLease, FailExhausted).
+	ErrDeliveryPending = errors.New("kfsdb: delivery not recorded yet (publication in flight)")
+
 	// ErrInvalidTransition: the row is in a state the transition does not
 	// start from, e.g. Complete before smoke_eval_passed or Cancel of a
 	// terminal attempt. Returned as a *TransitionError.

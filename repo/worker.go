@@ -69,7 +69,8 @@ type AcquireLeaseParams struct {
 // the lease expiry, so the relay redelivers if the worker is lost.
 //
 // Errors: *InputError, ErrNotFound, ErrDeliveryMismatch (stale or forged
-// delivery: acknowledge it), ErrAttemptsExhausted (call FailExhausted),
+// delivery: acknowledge it), ErrDeliveryPending (the publication is not
+// recorded yet: deliver again shortly), ErrAttemptsExhausted (call FailExhausted),
 // *TransitionError (terminal, not yet due, or leased by another worker:
 // its Attempt says until when).
 func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams) (*kfstype.Attempt, *Lease, error) {
@@ -129,6 +130,10 @@ func (r *Repo) explainDelivery(ctx context.Context, db DBTX, verb string, d *Del
 	}
 	if !sameID(a.QueueJobID, &d.QueueJobID) || !sameID(o.QueueJobID, &d.QueueJobID) ||
 		(d.ExternalJobID != nil && (!sameID(a.ExternalJobID, d.ExternalJobID) || !sameID(o.ExternalJobID, d.ExternalJobID))) {
+		if o.Status == kfstype.OutboxStatusDispatching {
+			// Queues can deliver before the relay's MarkDispatched commits.
+			return fmt.Errorf("%s for attempt %s: %w: delivered job %q, outbox row claimed until %s", verb, d.AttemptID, ErrDeliveryPending, d.QueueJobID, o.LockedUntil.Format(time.RFC3339Nano))
+		}
 		return fmt.Errorf("%s for attempt %s: %w: delivered job %q, attempt's is %s", verb, d.AttemptID, ErrDeliveryMismatch, d.QueueJobID, quoteOrNull(a.QueueJobID))
 	}
 	te := &TransitionError{AttemptID: a.ID, Transition: verb, From: a.RunState, To: kfstype.RunStateRunning, Checkpoint: a.Checkpoint, Attempt: a}

@@ -1,0 +1,86 @@
+// Package observe is the small metrics seam of kfsdb's runtime: the relay
+// and the worker count what they do through a Metrics the application
+// wires to its own metrics system. There is no global state.
+package observe
+
+import (
+	"sort"
+	"sync"
+)
+
+// Counter names a count the runtime reports.
+type Counter string
+
+// Counters the relay and worker report.
+const (
+	// Relay.
+	Claimed       Counter = "relay_claimed"
+	Published     Counter = "relay_published"
+	PublishFailed Counter = "relay_publish_failed"
+	DeadLettered  Counter = "relay_dead_lettered"
+	MarkRefused   Counter = "relay_mark_refused"
+	// Worker.
+	LeasesAcquired   Counter = "worker_leases_acquired"
+	LeasesLost       Counter = "worker_leases_lost"
+	Completed        Counter = "worker_completed"
+	Failed           Counter = "worker_failed"
+	Retried          Counter = "worker_retried"
+	Exhausted        Counter = "worker_exhausted"
+	Panicked         Counter = "worker_panicked"
+	StaleDeliveries  Counter = "worker_stale_deliveries"
+	DeferredDelivery Counter = "worker_deliveries_deferred"
+)
+
+// Metrics receives counts. Implementations must be safe for concurrent use
+// and fast: Add is called on hot paths.
+type Metrics interface {
+	Add(c Counter, n int64)
+}
+
+// Discard is a Metrics that drops every count.
+type Discard struct{}
+
+// Add implements Metrics.
+func (Discard) Add(Counter, int64) {}
+
+// Counts is an in-memory Metrics, for tests, the demo and simple apps.
+// The zero value is ready; safe for concurrent use.
+type Counts struct {
+	mu sync.Mutex
+	m  map[Counter]int64
+}
+
+// Add implements Metrics.
+func (c *Counts) Add(name Counter, n int64) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[Counter]int64)
+	}
+	c.m[name] += n
+	c.mu.Unlock()
+}
+
+// Get returns one count.
+func (c *Counts) Get(name Counter) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[name]
+}
+
+// Snapshot returns every count, sorted by name.
+func (c *Counts) Snapshot() []Count {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Count, 0, len(c.m))
+	for k, v := range c.m {
+		out = append(out, Count{Counter: k, N: v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Counter < out[j].Counter })
+	return out
+}
+
+// Count is one entry of a Snapshot.
+type Count struct {
+	Counter Counter
+	N       int64
+}

@@ -1,0 +1,444 @@
+// Package relay publishes the compilation outbox: it claims due outbox rows
+// in batches, publishes each through a Publisher with bounded concurrency,
+// records the publications in one batched statement, and backs off or
+// dead-letters rows whose publication failed. Expired claims (a relay that
+// died mid-batch) are recovered by the claim itself.
+//
+// Publication is at least once: a row is published before it is marked, so
+// a relay that dies in between publishes it again once its claim expires.
+// Consumers dedupe by Message.IdempotencyKey; the worker refuses stale
+// queue job ids.
+package relay
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/internal/backoff"
+	"github.com/knowledgefs/kfsdb/internal/testsignal"
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// NotifyChannel is the channel Start, RetryFailed, ReleaseDeferred and
+// ScheduleRetry notify in their transaction; the payload is the row's due
+// time.
+const NotifyChannel = "kfsdb_outbox"
+
+// Message is one outbox row to publish.
+type Message struct {
+	ID             uuid.UUID
+	AttemptID      uuid.UUID
+	IdempotencyKey string
+	EventType      string
+	SchemaVersion  int32
+	// Payload is exactly {"attemptId":"<uuid>"}.
+	Payload json.RawMessage
+	// DispatchAttempts counts publications of this row, this one included.
+	DispatchAttempts int32
+}
+
+// Publication is what the queue returned for a published message.
+type Publication struct {
+	// QueueJobID is the queue's id for the message (1..255 characters); the
+	// worker presents it to AcquireLease.
+	QueueJobID string
+	// ExternalJobID is an optional second id.
+	ExternalJobID *string
+}
+
+// Publisher publishes one message to the queue. It must be safe for
+// concurrent use; an error counts as a failed dispatch attempt.
+type Publisher interface {
+	Publish(ctx context.Context, msg *Message) (*Publication, error)
+}
+
+// Defaults, from the upstream platform.
+const (
+	BackoffBaseDefault         = time.Second
+	BackoffCapDefault          = 60 * time.Second
+	BatchSizeDefault           = 100
+	ConcurrencyDefault         = 10
+	LockDurationDefault        = 30 * time.Second
+	MaxDispatchAttemptsDefault = 10
+	PollIntervalDefault        = time.Second
+	PublishTimeoutDefault      = 10 * time.Second
+	VisibilityTimeoutDefault   = 60 * time.Second
+)
+
+// Config configures a Relay. Zero values take the defaults.
+type Config struct {
+	// BackoffBase and BackoffCap shape the backoff after a failed publish:
+	// min(cap, base·2^(n−1)) plus up to 20% jitter, n = dispatch attempts.
+	// Default to 1 s and 60 s.
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+	// BatchSize is how many rows one claim takes (1..100). Defaults to 100.
+	BatchSize int32
+	// Concurrency bounds publishes in flight. Defaults to 10.
+	Concurrency int
+	// ID names this relay in locked_by. Defaults to relay-<host>-<pid>-<random>.
+	ID string
+	// LockDuration is how long a claim holds a row; a relay that dies leaves
+	// its rows to be reclaimed after it. Defaults to 30 s.
+	LockDuration time.Duration
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxDispatchAttempts dead-letters a row after this many failed
+	// publications. Defaults to 10.
+	MaxDispatchAttempts int32
+	// Metrics receives counts. Defaults to observe.Discard.
+	Metrics observe.Metrics
+	// PollInterval is the longest wait between claims when nothing wakes
+	// the relay. Defaults to 1 s.
+	PollInterval time.Duration
+	// PollOnly disables LISTEN/NOTIFY, for PgBouncer in transaction pooling
+	// mode, where a session's LISTEN does not survive. Defaults to false.
+	PollOnly bool
+	// PublishTimeout bounds one Publish call. Defaults to 10 s.
+	PublishTimeout time.Duration
+	// Repo runs the transitions. Defaults to repo.New(nil).
+	Repo *repo.Repo
+	// VisibilityTimeout is how long a published message may wait for a
+	// worker before it is republished. Defaults to 60 s.
+	VisibilityTimeout time.Duration
+
+	// TestSignals are for tests; they do nothing until initialized.
+	TestSignals TestSignals
+}
+
+// TestSignals report relay events to tests.
+type TestSignals struct {
+	// BatchDone carries the number of rows of each claimed batch once
+	// they are all marked or released.
+	BatchDone testsignal.Signal[int]
+	// Listening fires once LISTEN is in place.
+	Listening testsignal.Signal[struct{}]
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	out.BackoffBase = cmp.Or(c.BackoffBase, BackoffBaseDefault)
+	out.BackoffCap = cmp.Or(c.BackoffCap, BackoffCapDefault)
+	out.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	out.LockDuration = cmp.Or(c.LockDuration, LockDurationDefault)
+	out.MaxDispatchAttempts = cmp.Or(c.MaxDispatchAttempts, MaxDispatchAttemptsDefault)
+	out.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	out.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	out.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, VisibilityTimeoutDefault)
+	if out.ID == "" {
+		host, _ := os.Hostname()
+		out.ID = fmt.Sprintf("relay-%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Metrics == nil {
+		out.Metrics = observe.Discard{}
+	}
+	if out.Repo == nil {
+		out.Repo = repo.New(nil)
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.BackoffBase < 0 || c.BackoffCap < 0:
+		return errors.New("relay: BackoffBase and BackoffCap must not be negative")
+	case c.BackoffCap < c.BackoffBase:
+		return fmt.Errorf("relay: BackoffCap %s is below BackoffBase %s", c.BackoffCap, c.BackoffBase)
+	case c.BatchSize < 1 || c.BatchSize > repo.MaxClaimBatch:
+		return fmt.Errorf("relay: BatchSize must be 1..%d, got %d", repo.MaxClaimBatch, c.BatchSize)
+	case c.Concurrency < 1:
+		return fmt.Errorf("relay: Concurrency must be > 0, got %d", c.Concurrency)
+	case len(c.ID) > repo.MaxWorkerIDLength:
+		return fmt.Errorf("relay: ID must be at most %d characters", repo.MaxWorkerIDLength)
+	case c.LockDuration < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.VisibilityTimeout < 0:
+		return errors.New("relay: durations must not be negative")
+	case c.MaxDispatchAttempts < 1:
+		return fmt.Errorf("relay: MaxDispatchAttempts must be > 0, got %d", c.MaxDispatchAttempts)
+	case c.PublishTimeout >= c.LockDuration:
+		return fmt.Errorf("relay: PublishTimeout %s must be shorter than LockDuration %s", c.PublishTimeout, c.LockDuration)
+	}
+	return nil
+}
+
+// Relay publishes the outbox. Create it with New; Run blocks until its
+// context ends. Safe for concurrent use; run several relays for
+// availability, they share the work through SKIP LOCKED claims.
+type Relay struct {
+	cfg  *Config
+	pool *pgxpool.Pool
+	pub  Publisher
+	log  *slog.Logger
+	// wake is poked by LISTEN notifications; it carries the due time.
+	wake chan time.Time
+}
+
+// New returns a relay publishing through pub. cfg may be nil.
+func New(pool *pgxpool.Pool, pub Publisher, cfg *Config) (*Relay, error) {
+	if pool == nil {
+		return nil, errors.New("relay: pool is nil")
+	}
+	if pub == nil {
+		return nil, errors.New("relay: publisher is nil")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Relay{cfg: c, pool: pool, pub: pub, log: c.Logger.With("relay", c.ID), wake: make(chan time.Time, 1)}, nil
+}
+
+// ID returns the relay's id.
+func (r *Relay) ID() string { return r.cfg.ID }
+
+// Run claims and publishes until ctx ends, then returns ctx.Err(). It
+// claims again at once after a full batch, otherwise after PollInterval or
+// as soon as a notification says a row is due. On shutdown it stops
+// claiming; rows of an interrupted batch that were published are still
+// marked, the rest stay claimed until their lock deadline and are then
+// reclaimed.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.cfg.PollOnly {
+		listenDone := make(chan struct{})
+		lctx, cancel := context.WithCancel(ctx)
+		go func() {
+			defer close(listenDone)
+			r.listen(lctx)
+		}()
+		defer func() { cancel(); <-listenDone }()
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		n, err := r.RunOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			r.log.ErrorContext(ctx, "relay batch failed", "err", err)
+		}
+		if n == int(r.cfg.BatchSize) && err == nil {
+			continue // a full batch: more rows are likely due
+		}
+		timer.Reset(r.cfg.PollInterval)
+	wait:
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		case due := <-r.wake:
+			if d := time.Until(due); d > 0 {
+				if d < r.cfg.PollInterval {
+					timer.Stop()
+					timer.Reset(d)
+				}
+				goto wait
+			}
+			timer.Stop()
+		}
+	}
+}
+
+// listen holds one pooled connection in LISTEN and forwards notifications
+// to wake, reconnecting with backoff until ctx ends.
+func (r *Relay) listen(ctx context.Context) {
+	for attempt := int32(1); ctx.Err() == nil; attempt++ {
+		err := r.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		delay := backoff.Jitter(backoff.Exponential(100*time.Millisecond, 5*time.Second, attempt), 0.2)
+		r.log.WarnContext(ctx, "relay listener lost; polling until it is back", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+func (r *Relay) listenOnce(ctx context.Context) error {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection that was LISTENing goes back to nobody: destroy it.
+	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
+		return err
+	}
+	r.cfg.TestSignals.Listening.Signal(struct{}{})
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		due := time.Now()
+		if t, perr := parseDue(n.Payload); perr == nil {
+			due = t
+		}
+		select {
+		case r.wake <- due:
+		default:
+			// A wake-up is already pending; the claim it triggers sees
+			// this row too, or the poll does.
+		}
+	}
+}
+
+// parseDue reads a notification payload: a timestamptz in PostgreSQL's
+// text form.
+func parseDue(s string) (time.Time, error) {
+	for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05-07"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("relay: unparsable due time %q", s)
+}
+
+// outcome is the result of publishing one claimed row.
+type outcome struct {
+	msg *kfstype.OutboxMessage
+	pub *Publication
+	err error
+}
+
+// RunOnce claims one batch, publishes it and records the results. It
+// returns how many rows it claimed. Tests call it directly.
+func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	msgs, err := r.cfg.Repo.ClaimOutbox(ctx, r.pool, &repo.ClaimParams{
+		RelayID: r.cfg.ID, BatchSize: r.cfg.BatchSize, LockDuration: r.cfg.LockDuration,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("relay %s: claim: %w", r.cfg.ID, err)
+	}
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	r.cfg.Metrics.Add(observe.Claimed, int64(len(msgs)))
+
+	outcomes := make([]outcome, len(msgs))
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		outcomes[i].msg = m
+		if ctx.Err() != nil {
+			outcomes[i].err = ctx.Err() // shutting down: leave the rest claimed
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			outcomes[i].pub, outcomes[i].err = r.publish(ctx, m)
+		}()
+	}
+	wg.Wait()
+
+	// Record what happened even if ctx ended: what was published must be
+	// marked, or it is published again after the lock expires.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	defer cancel()
+	var errs []error
+	if err := r.markPublished(wctx, outcomes); err != nil {
+		errs = append(errs, err)
+	}
+	for _, o := range outcomes {
+		if o.err == nil || errors.Is(o.err, context.Canceled) && ctx.Err() != nil {
+			continue
+		}
+		if err := r.release(wctx, o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.cfg.TestSignals.BatchDone.Signal(len(msgs))
+	return len(msgs), errors.Join(errs...)
+}
+
+func (r *Relay) publish(ctx context.Context, m *kfstype.OutboxMessage) (*Publication, error) {
+	payload, err := repo.DecodePayload(m.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("corrupt payload: %w", err)
+	}
+	if payload.AttemptID != m.AttemptID {
+		return nil, fmt.Errorf("corrupt payload: names attempt %s, row belongs to %s", payload.AttemptID, m.AttemptID)
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+	pub, err := r.pub.Publish(pctx, &Message{
+		ID: m.ID, AttemptID: m.AttemptID, IdempotencyKey: m.IdempotencyKey, EventType: m.EventType,
+		SchemaVersion: m.SchemaVersion, Payload: m.Payload, DispatchAttempts: m.DispatchAttempts,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if pub == nil || pub.QueueJobID == "" {
+		return nil, errors.New("publisher returned no queue job id")
+	}
+	return pub, nil
+}
+
+func (r *Relay) markPublished(ctx context.Context, outcomes []outcome) error {
+	var ds []repo.Dispatch
+	for _, o := range outcomes {
+		if o.err == nil {
+			ds = append(ds, repo.Dispatch{OutboxID: o.msg.ID, LockToken: *o.msg.LockToken, QueueJobID: o.pub.QueueJobID, ExternalJobID: o.pub.ExternalJobID})
+		}
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	res, err := r.cfg.Repo.MarkDispatched(ctx, r.pool, &repo.MarkDispatchedParams{Dispatches: ds, VisibilityTimeout: r.cfg.VisibilityTimeout})
+	if err != nil {
+		// The rows stay claimed; once the lock expires they are published
+		// again (at least once).
+		return fmt.Errorf("relay %s: mark %d published rows: %w", r.cfg.ID, len(ds), err)
+	}
+	r.cfg.Metrics.Add(observe.Published, int64(len(res.Marked)))
+	if len(res.Refused) > 0 {
+		r.cfg.Metrics.Add(observe.MarkRefused, int64(len(res.Refused)))
+		r.log.InfoContext(ctx, "published rows no longer ours to mark (claim expired or attempt ended)", "rows", len(res.Refused))
+	}
+	return nil
+}
+
+func (r *Relay) release(ctx context.Context, o outcome) error {
+	r.cfg.Metrics.Add(observe.PublishFailed, 1)
+	delay := backoff.Jitter(backoff.Exponential(r.cfg.BackoffBase, r.cfg.BackoffCap, o.msg.DispatchAttempts), 0.2)
+	row, err := r.cfg.Repo.ReleaseOutbox(ctx, r.pool, &repo.ReleaseOutboxParams{
+		OutboxID: o.msg.ID, LockToken: *o.msg.LockToken, Backoff: delay,
+		MaxDispatchAttempts: r.cfg.MaxDispatchAttempts, LastError: o.err.Error(),
+	})
+	if errors.Is(err, repo.ErrOutboxLockLost) {
+		return nil // someone else holds the row now; nothing to record
+	}
+	if err != nil {
+		return fmt.Errorf("relay %s: release row %s: %w", r.cfg.ID, o.msg.ID, err)
+	}
+	if row.Status == kfstype.OutboxStatusDead {
+		r.cfg.Metrics.Add(observe.DeadLettered, 1)
+		r.log.WarnContext(ctx, "outbox row dead-lettered", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "err", o.err)
+	} else {
+		r.log.InfoContext(ctx, "publish failed; backing off", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "retry_in", delay, "err", o.err)
+	}
+	return nil
+}

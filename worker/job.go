@@ -1,0 +1,51 @@
+package worker
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// Job is a handler's handle on its leased attempt. Its methods write
+// through the current lease (renewed by the heartbeat); each returns
+// repo.ErrLeaseLost once the lease is gone.
+type Job struct {
+	// Attempt is the attempt as leased, updated by Advance and
+	// BindCandidate. Only the handler's goroutine may use it.
+	Attempt *kfstype.Attempt
+
+	repo  *repo.Repo
+	pool  *pgxpool.Pool
+	lease atomic.Pointer[repo.Lease]
+}
+
+// Lease returns the current lease.
+func (j *Job) Lease() *repo.Lease { return j.lease.Load() }
+
+// Advance moves the checkpoint one step (or keeps it).
+func (j *Job) Advance(ctx context.Context, cp kfstype.Checkpoint) error {
+	a, err := j.repo.Advance(ctx, j.pool, &repo.AdvanceParams{Lease: j.Lease(), Checkpoint: cp})
+	if err != nil {
+		return err
+	}
+	j.Attempt = a
+	return nil
+}
+
+// BindCandidate advances to cp (normally projection_built) and binds the
+// candidate publication in the same write.
+func (j *Job) BindCandidate(ctx context.Context, cp kfstype.Checkpoint, publicationID uuid.UUID, fingerprint string) error {
+	a, err := j.repo.Advance(ctx, j.pool, &repo.AdvanceParams{
+		Lease: j.Lease(), Checkpoint: cp, CandidatePublicationID: &publicationID, CandidateFingerprint: &fingerprint,
+	})
+	if err != nil {
+		return err
+	}
+	j.Attempt = a
+	return nil
+}

@@ -1,0 +1,533 @@
+// Package worker runs compilation handlers for delivered attempts: it takes
+// the attempt's lease, heartbeats it every third of the lease, cancels the
+// handler's context the moment the lease is lost, and records the outcome
+// (Complete, ScheduleRetry, Fail) before acknowledging the delivery. Stale,
+// duplicate and forged deliveries are acknowledged without running the
+// handler.
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/internal/backoff"
+	"github.com/knowledgefs/kfsdb/internal/testsignal"
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// Message is one delivery from the queue.
+type Message interface {
+	// Delivery names the attempt and the queue job ids it was published with.
+	Delivery() repo.Delivery
+	// Ack removes the message from the queue. The worker calls it only
+	// after the attempt's database write.
+	Ack(ctx context.Context) error
+	// Retry hands the message back to be delivered again, not before
+	// notBefore.
+	Retry(ctx context.Context, notBefore time.Time) error
+}
+
+// Source is the queue a worker receives from.
+type Source interface {
+	// Receive blocks until a message is available or ctx ends.
+	Receive(ctx context.Context) (Message, error)
+}
+
+// Handler compiles one attempt. It advances the attempt through job's
+// checkpoints, binds the candidate publication at projection_built and
+// returns nil once smoke_eval_passed is reached; the worker then completes
+// the attempt. ctx is canceled the moment the lease is lost (context.Cause
+// is repo.ErrLeaseLost) or the worker stops.
+type Handler interface {
+	Work(ctx context.Context, job *Job) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, job *Job) error
+
+// Work implements Handler.
+func (f HandlerFunc) Work(ctx context.Context, job *Job) error { return f(ctx, job) }
+
+// Error is a handler error with the error code the attempt fails with.
+type Error struct {
+	Code      string
+	Retryable bool
+	Err       error
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Retryable marks err as transient: the attempt is retried after a
+// backoff while execution attempts remain (code
+// DOCUMENT_COMPILATION_RETRYABLE).
+func Retryable(err error) error {
+	return &Error{Code: kfstype.ErrorCodeCompilationRetryable, Retryable: true, Err: err}
+}
+
+// Fatal fails the attempt with code (1..64 characters) and err's text.
+func Fatal(code string, err error) error {
+	return &Error{Code: code, Err: err}
+}
+
+// Defaults, from the upstream platform.
+const (
+	ConcurrencyDefault      = 8
+	LeaseDurationDefault    = 60 * time.Second
+	RetryBackoffBaseDefault = 5 * time.Second
+	RetryBackoffCapDefault  = 300 * time.Second
+	WriteTimeoutDefault     = 10 * time.Second
+)
+
+// pendingDeliveryDelay is how soon a delivery that beat its relay's
+// MarkDispatched is tried again.
+const pendingDeliveryDelay = 100 * time.Millisecond
+
+// ErrorCodeWorkerShutdown is stored when a stopping worker hands an
+// attempt back for another execution.
+const ErrorCodeWorkerShutdown = "WORKER_SHUTDOWN"
+
+// Config configures a Worker. Zero values take the defaults.
+type Config struct {
+	// Concurrency is how many deliveries Run processes at once. Defaults to 8.
+	Concurrency int
+	// HeartbeatInterval is how often a lease is extended. Defaults to a
+	// third of LeaseDuration.
+	HeartbeatInterval time.Duration
+	// ID names the worker in the lease (worker_id). Defaults to
+	// worker-<host>-<pid>-<random>.
+	ID string
+	// LeaseDuration is the lease taken and renewed. Defaults to 60 s.
+	LeaseDuration time.Duration
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives counts. Defaults to observe.Discard.
+	Metrics observe.Metrics
+	// Repo runs the transitions. Defaults to repo.New(nil).
+	Repo *repo.Repo
+	// RetryBackoffBase and RetryBackoffCap shape retries of retryable
+	// errors: min(cap, base·2^(n−1)), n = execution attempts. Default to
+	// 5 s and 300 s.
+	RetryBackoffBase time.Duration
+	RetryBackoffCap  time.Duration
+	// WriteTimeout bounds the outcome write after the handler returned
+	// (it runs even when the worker is stopping). Defaults to 10 s.
+	WriteTimeout time.Duration
+
+	// TestSignals are for tests; they do nothing until initialized.
+	TestSignals TestSignals
+}
+
+// TestSignals report worker events to tests.
+type TestSignals struct {
+	// Processed carries each delivery's result once it was acknowledged or
+	// handed back.
+	Processed testsignal.Signal[Result]
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	out.LeaseDuration = cmp.Or(c.LeaseDuration, LeaseDurationDefault)
+	out.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, out.LeaseDuration/3)
+	out.RetryBackoffBase = cmp.Or(c.RetryBackoffBase, RetryBackoffBaseDefault)
+	out.RetryBackoffCap = cmp.Or(c.RetryBackoffCap, RetryBackoffCapDefault)
+	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	if out.ID == "" {
+		host, _ := os.Hostname()
+		out.ID = fmt.Sprintf("worker-%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Metrics == nil {
+		out.Metrics = observe.Discard{}
+	}
+	if out.Repo == nil {
+		out.Repo = repo.New(nil)
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("worker: Concurrency must be > 0, got %d", c.Concurrency)
+	case c.LeaseDuration < 0 || c.HeartbeatInterval < 0 || c.RetryBackoffBase < 0 || c.RetryBackoffCap < 0 || c.WriteTimeout < 0:
+		return errors.New("worker: durations must not be negative")
+	case c.HeartbeatInterval >= c.LeaseDuration:
+		return fmt.Errorf("worker: HeartbeatInterval %s must be shorter than LeaseDuration %s", c.HeartbeatInterval, c.LeaseDuration)
+	case c.RetryBackoffCap < c.RetryBackoffBase:
+		return fmt.Errorf("worker: RetryBackoffCap %s is below RetryBackoffBase %s", c.RetryBackoffCap, c.RetryBackoffBase)
+	case len(c.ID) > repo.MaxWorkerIDLength:
+		return fmt.Errorf("worker: ID must be at most %d characters", repo.MaxWorkerIDLength)
+	}
+	return nil
+}
+
+// Worker processes deliveries. Create it with New. Safe for concurrent use.
+type Worker struct {
+	cfg     *Config
+	pool    *pgxpool.Pool
+	src     Source
+	handler Handler
+	log     *slog.Logger
+}
+
+// New returns a worker. cfg may be nil.
+func New(pool *pgxpool.Pool, src Source, h Handler, cfg *Config) (*Worker, error) {
+	switch {
+	case pool == nil:
+		return nil, errors.New("worker: pool is nil")
+	case src == nil:
+		return nil, errors.New("worker: source is nil")
+	case h == nil:
+		return nil, errors.New("worker: handler is nil")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Worker{cfg: c, pool: pool, src: src, handler: h, log: c.Logger.With("worker", c.ID)}, nil
+}
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Run receives and processes deliveries with Concurrency goroutines until
+// ctx ends, then waits for them and returns ctx.Err(). Handlers see ctx's
+// cancellation; their outcome is still recorded.
+func (w *Worker) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range w.cfg.Concurrency {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				msg, err := w.src.Receive(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						w.log.ErrorContext(ctx, "receive failed", "err", err)
+						sleep(ctx, time.Second)
+					}
+					continue
+				}
+				w.Process(ctx, msg)
+			}
+		})
+	}
+	wg.Wait()
+	return ctx.Err()
+}
+
+// Outcome says what became of a delivery.
+type Outcome string
+
+// Outcomes of Process.
+const (
+	OutcomeCompleted Outcome = "completed"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeRetried   Outcome = "retry_scheduled"
+	OutcomeExhausted Outcome = "exhausted"
+	OutcomeStale     Outcome = "stale"
+	OutcomeDeferred  Outcome = "deferred"
+	OutcomeLeaseLost Outcome = "lease_lost"
+	OutcomeReleased  Outcome = "released"
+)
+
+// Result is what Process did with one delivery.
+type Result struct {
+	AttemptID uuid.UUID
+	Outcome   Outcome
+	// Lease is the lease held while the handler ran, if it ran.
+	Lease *repo.Lease
+	// Err is the handler's error or the error that decided the outcome.
+	Err error
+}
+
+// Process handles one delivery: lease, run, record, acknowledge. It never
+// returns an error; what it did is in the Result (and the logs and metrics).
+func (w *Worker) Process(ctx context.Context, msg Message) Result {
+	res := w.process(ctx, msg)
+	w.cfg.TestSignals.Processed.Signal(res)
+	return res
+}
+
+func (w *Worker) process(ctx context.Context, msg Message) Result {
+	d := msg.Delivery()
+	res := Result{AttemptID: d.AttemptID}
+	log := w.log.With("attempt_id", d.AttemptID, "queue_job_id", d.QueueJobID)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WriteTimeout)
+	defer cancel()
+
+	attempt, lease, err := w.cfg.Repo.AcquireLease(ctx, w.pool, &repo.AcquireLeaseParams{
+		Delivery: d, WorkerID: w.cfg.ID, LeaseDuration: w.cfg.LeaseDuration,
+	})
+	if err != nil {
+		return w.refused(ctx, wctx, log, msg, d, err)
+	}
+	w.cfg.Metrics.Add(observe.LeasesAcquired, 1)
+	res.Lease = lease
+
+	job := &Job{Attempt: attempt, repo: w.cfg.Repo, pool: w.pool}
+	job.lease.Store(lease)
+	herr, lost := w.runWithHeartbeat(ctx, job, log)
+	lease = job.Lease()
+	res.Lease = lease
+	if lost {
+		w.cfg.Metrics.Add(observe.LeasesLost, 1)
+		log.WarnContext(ctx, "lease lost; the handler was stopped", "err", herr)
+		res.Outcome, res.Err = OutcomeLeaseLost, repo.ErrLeaseLost
+		// The attempt is someone else's now (or will be redelivered by the
+		// relay at lease expiry): this delivery is spent.
+		w.ack(wctx, log, msg)
+		return res
+	}
+
+	res.Err = herr
+	var werr error
+	switch {
+	case herr == nil:
+		_, werr = w.cfg.Repo.Complete(wctx, w.pool, lease)
+		if errors.Is(werr, repo.ErrInvalidTransition) {
+			// The handler returned without reaching smoke_eval_passed.
+			herr = Fatal(kfstype.ErrorCodeCompilationFailed, fmt.Errorf("handler returned before smoke_eval_passed: %w", werr))
+			res.Err = herr
+			werr = w.fail(wctx, lease, herr, &res)
+		} else {
+			res.Outcome = OutcomeCompleted
+			w.cfg.Metrics.Add(observe.Completed, 1)
+		}
+	case ctx.Err() != nil && errors.Is(herr, context.Canceled):
+		// The worker is stopping: hand the attempt back for another run.
+		werr = w.retry(wctx, lease, job.Attempt, &Error{Code: ErrorCodeWorkerShutdown, Retryable: true, Err: herr}, time.Second, &res)
+		if res.Outcome == OutcomeRetried {
+			res.Outcome = OutcomeReleased
+		}
+	case isRetryable(herr):
+		n := job.Attempt.ExecutionAttempts
+		werr = w.retry(wctx, lease, job.Attempt, herr, backoff.Exponential(w.cfg.RetryBackoffBase, w.cfg.RetryBackoffCap, n), &res)
+	default:
+		werr = w.fail(wctx, lease, herr, &res)
+	}
+	if werr != nil {
+		if errors.Is(werr, repo.ErrLeaseLost) {
+			w.cfg.Metrics.Add(observe.LeasesLost, 1)
+			res.Outcome, res.Err = OutcomeLeaseLost, werr
+			w.ack(wctx, log, msg)
+			return res
+		}
+		// The outcome is not recorded: deliver again after the lease, when
+		// this or another worker can take it over.
+		log.ErrorContext(ctx, "recording the outcome failed; will be redelivered", "err", werr)
+		res.Outcome, res.Err = OutcomeDeferred, werr
+		w.retryDelivery(wctx, log, msg, lease.ExpiresAt)
+		return res
+	}
+	w.ack(wctx, log, msg)
+	return res
+}
+
+// refused handles a delivery AcquireLease refused.
+func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Message, d repo.Delivery, err error) Result {
+	res := Result{AttemptID: d.AttemptID, Err: err}
+	var te *repo.TransitionError
+	switch {
+	case errors.Is(err, repo.ErrDeliveryMismatch), errors.Is(err, repo.ErrNotFound):
+		res.Outcome = OutcomeStale
+	case errors.Is(err, repo.ErrDeliveryPending):
+		// Delivered before the relay recorded the job id: try again soon.
+		w.cfg.Metrics.Add(observe.DeferredDelivery, 1)
+		res.Outcome = OutcomeDeferred
+		w.retryDelivery(wctx, log, msg, time.Now().Add(pendingDeliveryDelay))
+		return res
+	case errors.Is(err, repo.ErrAttemptsExhausted):
+		if _, ferr := w.cfg.Repo.FailExhausted(wctx, w.pool, &d); ferr != nil && !errors.Is(ferr, repo.ErrInvalidTransition) && !errors.Is(ferr, repo.ErrDeliveryMismatch) {
+			log.ErrorContext(ctx, "fail exhausted attempt", "err", ferr)
+			res.Outcome, res.Err = OutcomeDeferred, ferr
+			w.retryDelivery(wctx, log, msg, time.Now().Add(time.Second))
+			return res
+		}
+		w.cfg.Metrics.Add(observe.Exhausted, 1)
+		res.Outcome = OutcomeExhausted
+	case errors.As(err, &te) && (te.From.Terminal() || te.From == kfstype.RunStateRetryWait):
+		// Terminal, or waiting for a retry the relay will publish anew.
+		res.Outcome = OutcomeStale
+	case errors.As(err, &te):
+		// Leased by another worker, or not yet published: try again once
+		// that lease could have lapsed.
+		notBefore := time.Now().Add(time.Second)
+		if a := te.Attempt; a != nil {
+			for _, t := range []*time.Time{a.RetryAt, a.LeaseExpiresAt} {
+				if t != nil && t.After(notBefore) {
+					notBefore = *t
+				}
+			}
+		}
+		w.cfg.Metrics.Add(observe.DeferredDelivery, 1)
+		res.Outcome = OutcomeDeferred
+		w.retryDelivery(wctx, log, msg, notBefore)
+		return res
+	default:
+		// Connection trouble and the like: the delivery is still good.
+		log.ErrorContext(ctx, "acquire lease failed", "err", err)
+		res.Outcome = OutcomeDeferred
+		w.retryDelivery(wctx, log, msg, time.Now().Add(time.Second))
+		return res
+	}
+	if res.Outcome == OutcomeStale {
+		w.cfg.Metrics.Add(observe.StaleDeliveries, 1)
+		log.DebugContext(ctx, "stale delivery acknowledged", "reason", err)
+	}
+	w.ack(wctx, log, msg)
+	return res
+}
+
+// runWithHeartbeat runs the handler while a goroutine extends the lease.
+// It reports whether the lease was lost; the handler's context is canceled
+// with cause repo.ErrLeaseLost the moment it is.
+func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, log *slog.Logger) (err error, lost bool) {
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var lostFlag atomic.Bool
+	beatCtx, stopBeat := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.heartbeat(beatCtx, job, log, func(cause error) {
+			lostFlag.Store(true)
+			cancel(cause)
+		})
+	}()
+	err = w.call(hctx, job)
+	stopBeat()
+	<-done
+	return err, lostFlag.Load()
+}
+
+// heartbeat extends the lease every HeartbeatInterval until ctx ends. A
+// refusal means the lease is lost; other errors are retried until the
+// lease would have expired.
+func (w *Worker) heartbeat(ctx context.Context, job *Job, log *slog.Logger, lose func(error)) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur := job.Lease()
+		renewed, err := w.cfg.Repo.Heartbeat(ctx, w.pool, &repo.HeartbeatParams{Lease: cur, LeaseDuration: w.cfg.LeaseDuration})
+		switch {
+		case err == nil:
+			job.lease.Store(renewed)
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, repo.ErrLeaseLost), errors.Is(err, repo.ErrNotFound):
+			lose(fmt.Errorf("%w: %w", repo.ErrLeaseLost, err))
+			return
+		case !time.Now().Before(cur.ExpiresAt):
+			lose(fmt.Errorf("%w: could not heartbeat before expiry: %w", repo.ErrLeaseLost, err))
+			return
+		default:
+			log.WarnContext(ctx, "heartbeat failed; retrying", "err", err)
+		}
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (w *Worker) call(ctx context.Context, job *Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.cfg.Metrics.Add(observe.Panicked, 1)
+			w.log.ErrorContext(ctx, "handler panicked", "attempt_id", job.Attempt.ID, "panic", p, "stack", string(debug.Stack()))
+			err = Fatal(kfstype.ErrorCodeHandlerPanic, fmt.Errorf("panic: %v", p))
+		}
+	}()
+	return w.handler.Work(ctx, job)
+}
+
+func (w *Worker) retry(ctx context.Context, lease *repo.Lease, a *kfstype.Attempt, herr error, delay time.Duration, res *Result) error {
+	if a.ExecutionAttempts >= a.MaxExecutionAttempts {
+		w.cfg.Metrics.Add(observe.Exhausted, 1)
+		_, err := w.cfg.Repo.Fail(ctx, w.pool, &repo.FailParams{
+			Lease: lease, ErrorCode: kfstype.ErrorCodeExecutionAttemptsExhausted,
+			ErrorMessage: fmt.Sprintf("execution attempts exhausted (%d of %d); last error: %v", a.ExecutionAttempts, a.MaxExecutionAttempts, herr),
+		})
+		res.Outcome = OutcomeExhausted
+		return err
+	}
+	code := kfstype.ErrorCodeCompilationRetryable
+	var e *Error
+	if errors.As(herr, &e) && e.Code != "" {
+		code = e.Code
+	}
+	_, err := w.cfg.Repo.ScheduleRetry(ctx, w.pool, &repo.ScheduleRetryParams{
+		Lease: lease, RetryDelay: delay, ErrorCode: code, ErrorMessage: herr.Error(),
+	})
+	if err == nil {
+		w.cfg.Metrics.Add(observe.Retried, 1)
+	}
+	res.Outcome = OutcomeRetried
+	return err
+}
+
+func (w *Worker) fail(ctx context.Context, lease *repo.Lease, herr error, res *Result) error {
+	code := kfstype.ErrorCodeCompilationFailed
+	var e *Error
+	if errors.As(herr, &e) && e.Code != "" {
+		code = e.Code
+	}
+	if len(code) > repo.MaxErrorCodeLength {
+		code = code[:repo.MaxErrorCodeLength]
+	}
+	_, err := w.cfg.Repo.Fail(ctx, w.pool, &repo.FailParams{Lease: lease, ErrorCode: code, ErrorMessage: herr.Error()})
+	if err == nil {
+		w.cfg.Metrics.Add(observe.Failed, 1)
+	}
+	res.Outcome = OutcomeFailed
+	return err
+}
+
+func isRetryable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Retryable
+}
+
+func (w *Worker) ack(ctx context.Context, log *slog.Logger, msg Message) {
+	if err := msg.Ack(ctx); err != nil {
+		log.ErrorContext(ctx, "ack failed; the queue will redeliver", "err", err)
+	}
+}
+
+func (w *Worker) retryDelivery(ctx context.Context, log *slog.Logger, msg Message, notBefore time.Time) {
+	if err := msg.Retry(ctx, notBefore); err != nil {
+		log.ErrorContext(ctx, "handing the delivery back failed", "err", err)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
