@@ -1,0 +1,99 @@
+# kfsdb development tasks. Run `make help` for the list.
+#
+# Three modules: the library (.), the test harness and integration tests
+# (tests/), and the command (cmd/kfsdb/). Every target runs each module with
+# GOWORK=off, so it checks that module's own go.mod exactly as CI and
+# importers see it; go.work is only a convenience for editors and ad-hoc runs.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+MODULES := . tests cmd/kfsdb
+# Code generators pinned in tools/go.mod (a separate module, not in go.work).
+SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
+
+# PostgreSQL major version for postgres-image.
+PG_MAJOR ?= 17
+# Image the tests and the demo run when KFS_TEST_DATABASE_URL is unset.
+KFS_TEST_POSTGRES_IMAGE ?= kfsdb-postgres:17
+export KFS_TEST_POSTGRES_IMAGE
+# The Ryuk reaper image cannot be pulled here; pgtest removes its containers.
+TESTCONTAINERS_RYUK_DISABLED ?= true
+export TESTCONTAINERS_RYUK_DISABLED
+
+GO_TEST_FLAGS ?= -race -count=1
+
+.PHONY: help
+help: ## Show this list.
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 24
+
+.PHONY: generate
+generate: ## Regenerate db/gen from db/queries and db/migrations with the pinned sqlc.
+	$(SQLC) generate
+
+.PHONY: check-generate
+check-generate: ## Fail if db/gen differs from what sqlc generates (hand edits, stale or untracked files).
+	@echo "== sqlc diff (generated code vs files on disk)"
+	$(SQLC) diff
+	@echo "== sqlc generate, then compare db/gen with git"
+	$(SQLC) generate
+	git diff --exit-code -- db/gen
+	@untracked=$$(git ls-files --others --exclude-standard -- db/gen); \
+	if [ -n "$$untracked" ]; then echo "untracked files in db/gen (commit or delete them):"; echo "$$untracked"; exit 1; fi
+	@echo "check-generate: db/gen is up to date"
+
+.PHONY: postgres-image
+postgres-image: ## Build the local image kfsdb-postgres:$(PG_MAJOR) from Debian packages (PG_MAJOR=17|15; needs root).
+	scripts/postgres-image/build.sh $(PG_MAJOR)
+
+# Builds the image named by $(1) if it is a missing kfsdb-postgres:N image,
+# unless KFS_TEST_DATABASE_URL points the tests at an existing server.
+define ensure-image
+	@if [ -n "$${KFS_TEST_DATABASE_URL:-}" ]; then \
+		echo "tests use the server in KFS_TEST_DATABASE_URL"; \
+	else case "$(1)" in \
+		kfsdb-postgres:*) docker image inspect "$(1)" >/dev/null 2>&1 || \
+			$(MAKE) --no-print-directory postgres-image PG_MAJOR="$$(echo '$(1)' | sed 's/^kfsdb-postgres://')";; \
+		*) echo "tests use image $(1)";; \
+	esac; fi
+endef
+
+.PHONY: test
+test: ## Run every test of the three modules (-race), building kfsdb-postgres:17 if needed.
+	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
+	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; failed=; \
+	for m in $(MODULES); do \
+		echo "== go test $(GO_TEST_FLAGS) ./... in module $$m"; \
+		(cd $$m && GOWORK=off go test $(GO_TEST_FLAGS) ./...) 2>&1 | tee -a "$$log" || failed="$$failed $$m"; \
+	done; \
+	echo "== make test summary: $$(grep -c '^ok ' "$$log") packages passed, $$(grep -c '^FAIL[[:space:]]' "$$log") failed, $$(grep -c 'no test files' "$$log") without tests"; \
+	grep -E '^(ok |FAIL[[:space:]])' "$$log"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED in module(s):$$failed"; exit 1; fi
+
+.PHONY: test-migrations-pg15
+test-migrations-pg15: ## Run the migration tests on PostgreSQL 15 (kfsdb-postgres:15, never KFS_TEST_DATABASE_URL).
+	$(call ensure-image,kfsdb-postgres:15)
+	cd tests && env -u KFS_TEST_DATABASE_URL KFS_TEST_POSTGRES_IMAGE=kfsdb-postgres:15 \
+		GOWORK=off go test $(GO_TEST_FLAGS) -v ./migrations/... 2>&1 | \
+		grep -vE '^([0-9]{4}[-/][0-9]{2}[-/][0-9]{2} |=== (PAUSE|CONT))'
+
+.PHONY: demo
+demo: ## Migrate a throwaway database and print its status (on DATABASE_URL's server if set).
+	$(if $(DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	cd cmd/kfsdb && GOWORK=off go run . demo
+
+.PHONY: vet
+vet: ## go vet every module, and check gofmt.
+	@for m in $(MODULES); do echo "== go vet ./... in module $$m"; (cd $$m && GOWORK=off go vet ./...); done
+	@unformatted=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	@echo "vet: OK"
+
+.PHONY: check-deps
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers or docker.
+	scripts/check-deps.sh
+
+.PHONY: tidy
+tidy: ## go mod tidy in every module.
+	@for m in $(MODULES); do echo "== go mod tidy in module $$m"; (cd $$m && GOWORK=off go mod tidy); done

@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	pgtest.Main(m)
+}
+
+func noEnv(string) string { return "" }
+
+func TestMigrateOptsValidate(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	for name, tc := range map[string]struct {
+		opts    MigrateOpts
+		wantErr string
+	}{
+		"MissingCommand": {MigrateOpts{DatabaseURL: "postgres://u@h/db", Out: &out}, "Command is required"},
+		"UnknownCommand": {MigrateOpts{Command: "sideways", DatabaseURL: "postgres://u@h/db", Out: &out}, `Command "sideways"`},
+		"MissingURL":     {MigrateOpts{Command: MigrateUp, Out: &out}, "DatabaseURL is required"},
+		"MissingOut":     {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db"}, "Out is required"},
+		"Valid":          {MigrateOpts{Command: MigrateStatus, DatabaseURL: "postgres://u@h/db", Out: &out}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.opts.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestMainUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{nil, {"frobnicate"}, {"migrate"}, {"migrate", "up"}, {"migrate", "--bogus", "up"}, {"demo", "extra"}} {
+		var stdout, stderr bytes.Buffer
+		code := Main(t.Context(), args, &stdout, &stderr, noEnv)
+		require.Equal(t, 2, code, "args %q: %s", args, stderr.String())
+	}
+}
+
+func TestMigrateCommandsOnFreshDatabase(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmptyDB(t)
+	run := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		env := func(k string) string {
+			if k == EnvDatabaseURL {
+				return db.URL
+			}
+			return ""
+		}
+		code := Main(t.Context(), append([]string{"migrate"}, args...), &stdout, &stderr, env)
+		require.Equal(t, 0, code, "stderr: %s", stderr.String())
+		return stdout.String()
+	}
+
+	require.Contains(t, run("version"), "version: 0")
+	up := run("up")
+	require.Contains(t, up, "00006_document_compilation_attempts.sql")
+	require.Contains(t, up, "version: 6")
+	require.Contains(t, run("up"), "no migrations to apply")
+	status := run("status")
+	require.Contains(t, status, "applied")
+	require.NotContains(t, status, "pending")
+	require.Contains(t, run("down"), "version: 4")
+	require.Contains(t, run("status"), "pending")
+}
+
+func TestErrorsNeverShowPassword(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-pa55word"
+	var stdout, stderr bytes.Buffer
+	// Nothing listens on port 1, so the connection fails and is reported.
+	url := "postgres://kfs:" + secret + "@127.0.0.1:1/kfs?connect_timeout=2&sslmode=disable"
+	code := Main(t.Context(), []string{"migrate", "--database-url", url, "status"}, &stdout, &stderr, noEnv)
+	require.Equal(t, 1, code)
+	require.NotContains(t, stderr.String()+stdout.String(), secret)
+	require.Contains(t, stderr.String(), "xxxxx")
+}
+
+func TestDemoOnExistingServer(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	require.NoError(t, Demo(t.Context(), &DemoOpts{DatabaseURL: pgtest.AdminURL(t), Out: &out}))
+	s := out.String()
+	require.Contains(t, s, "created database kfsdb_demo_")
+	require.Contains(t, s, "00006_document_compilation_attempts.sql")
+	require.Contains(t, s, "dropped database kfsdb_demo_")
+	require.NotContains(t, s, "kfsdb-test-password")
+	require.True(t, strings.Count(s, "applied") >= 5, s)
+}
+
+func TestRedactURL(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://u:pw@h:5432/db?sslmode=disable": "postgres://u:xxxxx@h:5432/db?sslmode=disable",
+		"postgresql://u@h/db?password=pw&x=1":       "postgresql://u@h/db?password=xxxxx&x=1",
+		"host=h user=u password=pw dbname=d":        "host=h user=u password=xxxxx dbname=d",
+		"host=h password='p w' dbname=d":            "host=h password=xxxxx dbname=d",
+		"connect postgres://u:pw@h/db: refused":     "connect postgres://u:xxxxx@h/db: refused",
+		"postgres://u@h/db":                         "postgres://u@h/db",
+	} {
+		require.Equal(t, want, pgtest.RedactURL(in))
+	}
+}

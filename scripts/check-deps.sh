@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Check that importers of the root module github.com/knowledgefs/kfsdb never
+# get the development-only dependencies (sqlc, goose, testcontainers, the
+# Docker client) in their package or module graph.
+#
+#   (a) `go list -deps` over every package of the root module (GOWORK=off)
+#       must not contain a forbidden package path;
+#   (b) a throwaway consumer module that requires kfsdb (replaced by this
+#       checkout) and imports its public packages must, after `go mod tidy`,
+#       have no forbidden module in `go list -m all`.
+#
+# Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
+set -euo pipefail
+
+# Packages the consumer imports; add one line per new public package.
+consumer_imports=(
+	github.com/knowledgefs/kfsdb/kfstype
+	github.com/knowledgefs/kfsdb/db/gen
+)
+
+forbidden='sqlc|goose|testcontainers|docker|moby'
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export GOWORK=off
+fail=0
+
+echo "== (a) package graph of github.com/knowledgefs/kfsdb/..."
+deps=$(cd "$repo" && go list -deps github.com/knowledgefs/kfsdb/...)
+echo "root module packages and dependencies: $(wc -l <<<"$deps") packages"
+if bad=$(grep -E "$forbidden" <<<"$deps"); then
+	echo "FORBIDDEN packages in the root module's dependencies:" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
+
+echo "== (b) throwaway consumer module"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kfsdb-consumer.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+go_version=$(cd "$repo" && go list -m -f '{{.GoVersion}}')
+cat >"$tmp/go.mod" <<GOMOD
+module example.com/kfsdbconsumer
+
+go $go_version
+
+require github.com/knowledgefs/kfsdb v0.0.0
+
+replace github.com/knowledgefs/kfsdb => $repo
+GOMOD
+{
+	echo "// Package main imports kfsdb's public packages, nothing else."
+	echo "package main"
+	echo
+	echo "import ("
+	for p in "${consumer_imports[@]}"; do
+		echo "	_ \"$p\""
+	done
+	echo ")"
+	echo
+	echo "func main() {}"
+} >"$tmp/main.go"
+
+(cd "$tmp" && GOFLAGS=-mod=mod go mod tidy)
+(cd "$tmp" && go build ./...)
+mods=$(cd "$tmp" && go list -m all)
+echo "consumer module graph: $(wc -l <<<"$mods") modules"
+if bad=$(grep -E "$forbidden" <<<"$mods"); then
+	echo "FORBIDDEN modules in the consumer's module graph:" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
+pkgs=$(cd "$tmp" && go list -deps ./...)
+if bad=$(grep -E "$forbidden" <<<"$pkgs"); then
+	echo "FORBIDDEN packages in the consumer's package graph:" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
+
+if [ "$fail" -ne 0 ]; then
+	echo "check-deps: FAILED" >&2
+	exit 1
+fi
+echo "check-deps: OK (no sqlc, goose, testcontainers or docker for importers)"

@@ -1,0 +1,11 @@
+package migrations
+
+import (
+	"testing"
+
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	pgtest.Main(m)
+}

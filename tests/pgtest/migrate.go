@@ -1,0 +1,73 @@
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/knowledgefs/kfsdb/db/migrations"
+)
+
+// NewMigrationProvider returns a goose Provider over [migrations.FS] for db.
+//
+// The Provider takes PostgreSQL's session-level lock (goose's
+// lock.NewPostgresSessionLocker, polled every second for up to five minutes)
+// around every run, so concurrent `up` runs against one database serialize
+// and each migration is applied once. It does not use goose's global
+// registry. extra options are appended. Closing the Provider closes db.
+func NewMigrationProvider(db *sql.DB, extra ...goose.ProviderOption) (*goose.Provider, error) {
+	if db == nil {
+		return nil, errors.New("could not create migration provider: db is nil")
+	}
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
+	if err != nil {
+		return nil, fmt.Errorf("could not create migration session locker: %w", err)
+	}
+	opts := append([]goose.ProviderOption{
+		goose.WithDisableGlobalRegistry(true),
+		goose.WithSessionLocker(locker),
+	}, extra...)
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("could not create migration provider: %w", err)
+	}
+	return p, nil
+}
+
+// OpenSQL opens a database/sql handle on url with the pgx stdlib driver and
+// checks that the server answers. The caller closes it.
+func OpenSQL(ctx context.Context, url string) (*sql.DB, error) {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return nil, fmt.Errorf("could not open %s: %w", RedactURL(url), err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("could not connect to %s: %w", RedactURL(url), err)
+	}
+	return db, nil
+}
+
+// MigrateUp applies every pending migration to the database at url and
+// closes its connections before returning.
+func MigrateUp(ctx context.Context, url string) ([]*goose.MigrationResult, error) {
+	db, err := OpenSQL(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewMigrationProvider(db)
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	res, err := p.Up(ctx)
+	if cerr := p.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("could not close migration provider: %w", cerr)
+	}
+	return res, err
+}

@@ -1,0 +1,408 @@
+// Package pgtest provides PostgreSQL servers and throwaway databases for
+// kfsdb's integration tests and for `kfsdb demo`.
+//
+// A server is acquired in this order:
+//
+//  1. KFS_TEST_DATABASE_URL: an existing server. pgtest connects to the
+//     database in the URL only to create and drop its own databases
+//     (named kfstest_*), and never touches anything else there.
+//  2. Docker, through testcontainers-go's postgres module, running the image
+//     named by KFS_TEST_POSTGRES_IMAGE (default [DefaultImage]). On machines
+//     without registry access, build a local image first with
+//     `make postgres-image` and set KFS_TEST_POSTGRES_IMAGE=kfsdb-postgres:17.
+//
+// If neither works, [StartServer] returns an error that explains both
+// options. With a local Docker engine, container ports are published on
+// 127.0.0.1 only, and TESTCONTAINERS_HOST_OVERRIDE defaults to 127.0.0.1. Set TESTCONTAINERS_RYUK_DISABLED=true where the Ryuk reaper image
+// cannot be pulled; pgtest terminates its containers itself.
+//
+// Test packages call [Main] from TestMain: it starts one server per package
+// and migrates one template database. Each test then calls [NewDB] for its
+// own database, cloned from the template, so tests can run with t.Parallel().
+// [NewEmptyDB] gives a database without migrations, for migration tests.
+//
+// The non-testing API ([StartServer], [ConnectServer], [Server]) serves
+// programs such as `kfsdb demo` with the same environment variables.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/testcontainers/testcontainers-go"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+)
+
+const (
+	// DefaultImage is the Docker image started when KFS_TEST_POSTGRES_IMAGE
+	// is unset: the official PostgreSQL 17 image.
+	DefaultImage = "postgres:17-alpine"
+
+	// EnvDatabaseURL names the environment variable holding the URL of an
+	// existing server to use instead of a container.
+	EnvDatabaseURL = "KFS_TEST_DATABASE_URL"
+
+	// EnvImage names the environment variable holding the Docker image to run
+	// when EnvDatabaseURL is unset. Defaults to [DefaultImage].
+	EnvImage = "KFS_TEST_POSTGRES_IMAGE"
+)
+
+// Credentials of the containers pgtest starts. They are throwaway and only
+// reachable on the loopback interface, but are still redacted from output.
+const (
+	containerDatabase = "kfsdb"
+	containerPassword = "kfsdb-test-password"
+	containerUser     = "kfsdb"
+)
+
+// identifierRe is what pgtest accepts as a database name: names are
+// interpolated into CREATE/DROP DATABASE, so they are checked first.
+var identifierRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Server is a PostgreSQL server on which pgtest creates and drops databases:
+// either a container it started or an existing server it connected to.
+//
+// A Server is safe for concurrent use. CreateDatabase calls are serialized,
+// because PostgreSQL refuses to copy a template that another CREATE DATABASE
+// is using.
+type Server struct {
+	admin      *pgxpool.Pool
+	adminURL   string
+	closeErr   error
+	closeOnce  sync.Once
+	container  *tcpostgres.PostgresContainer
+	createMu   sync.Mutex
+	desc       string
+	image      string
+	serverVers string
+}
+
+// StartServer acquires a server as the package documentation describes:
+// KFS_TEST_DATABASE_URL if set, otherwise a container running
+// KFS_TEST_POSTGRES_IMAGE (default [DefaultImage]). The caller must Close it.
+func StartServer(ctx context.Context) (*Server, error) {
+	if u := os.Getenv(EnvDatabaseURL); u != "" {
+		s, err := ConnectServer(ctx, u)
+		if err != nil {
+			return nil, fmt.Errorf("could not use %s=%s: %w", EnvDatabaseURL, RedactURL(u), err)
+		}
+		return s, nil
+	}
+	image := os.Getenv(EnvImage)
+	if image == "" {
+		image = DefaultImage
+	}
+	return startContainer(ctx, image)
+}
+
+// ConnectServer uses the existing server at adminURL. The database in
+// adminURL is used only to run CREATE DATABASE and DROP DATABASE. Close
+// closes the connections and leaves the server running.
+func ConnectServer(ctx context.Context, adminURL string) (*Server, error) {
+	s := &Server{adminURL: adminURL}
+	if err := s.connectAdmin(ctx); err != nil {
+		return nil, err
+	}
+	cfg := s.admin.Config().ConnConfig
+	s.desc = fmt.Sprintf("existing server %s:%d (PostgreSQL %s)", cfg.Host, cfg.Port, s.serverVers)
+	return s, nil
+}
+
+func startContainer(ctx context.Context, image string) (*Server, error) {
+	present, err := checkDocker(ctx, image)
+	if err != nil {
+		return nil, err
+	}
+
+	opts := []testcontainers.ContainerCustomizer{
+		tcpostgres.WithDatabase(containerDatabase),
+		tcpostgres.WithUsername(containerUser),
+		tcpostgres.WithPassword(containerPassword),
+		tcpostgres.BasicWaitStrategies(),
+		// fsync off: test data need not survive a crash, and it is faster.
+		testcontainers.WithCmd("postgres", "-c", "fsync=off", "-c", "max_connections=200"),
+	}
+	local := dockerIsLocal()
+	if local && os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
+		// testcontainers would otherwise guess the host (inside a container:
+		// the default gateway), where the loopback-only port is not reachable.
+		os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+	}
+	if local {
+		// Publish the port on the loopback interface only.
+		opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{
+				network.MustParsePort("5432/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: "0"}},
+			}
+		}))
+	}
+
+	ctr, err := tcpostgres.Run(ctx, image, opts...)
+	if err != nil {
+		if ctr != nil {
+			_ = testcontainers.TerminateContainer(ctr)
+		}
+		err = fmt.Errorf("could not start PostgreSQL container from image %q: %w", image, err)
+		if strings.Contains(strings.ToLower(err.Error()), "ryuk") {
+			return nil, fmt.Errorf("%w\n(the Ryuk reaper could not start: set TESTCONTAINERS_RYUK_DISABLED=true)", err)
+		}
+		if !present {
+			return nil, noServerError(fmt.Errorf("image %q is not present locally and could not be pulled: %w", image, err))
+		}
+		return nil, err
+	}
+
+	host := os.Getenv("TESTCONTAINERS_HOST_OVERRIDE")
+	if host == "" && local {
+		host = "127.0.0.1"
+	}
+	if host == "" {
+		if host, err = ctr.Host(ctx); err != nil {
+			_ = testcontainers.TerminateContainer(ctr)
+			return nil, fmt.Errorf("could not get host of PostgreSQL container: %w", err)
+		}
+	}
+	port, err := ctr.MappedPort(ctx, "5432/tcp")
+	if err != nil {
+		_ = testcontainers.TerminateContainer(ctr)
+		return nil, fmt.Errorf("could not get mapped port of PostgreSQL container: %w", err)
+	}
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(containerUser, containerPassword),
+		Host:     host + ":" + port.Port(),
+		Path:     "/" + containerDatabase,
+		RawQuery: "sslmode=disable",
+	}
+
+	s := &Server{adminURL: u.String(), container: ctr, image: image}
+	if err := s.connectAdmin(ctx); err != nil {
+		_ = testcontainers.TerminateContainer(ctr)
+		return nil, err
+	}
+	id := ctr.GetContainerID()
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	s.desc = fmt.Sprintf("container %s from image %s (PostgreSQL %s) on %s:%s", id, image, s.serverVers, host, port.Port())
+	return s, nil
+}
+
+// dockerIsLocal reports whether the Docker engine runs on this machine, so
+// that published ports can be bound to, and reached on, 127.0.0.1.
+func dockerIsLocal() bool {
+	h := os.Getenv("DOCKER_HOST")
+	return h == "" || strings.HasPrefix(h, "unix://") || strings.HasPrefix(h, "npipe://")
+}
+
+// checkDocker turns "no Docker" and "no image" into errors that say what to
+// do, instead of a pull timeout deep inside testcontainers. It reports
+// whether image is present locally; a missing image other than
+// kfsdb-postgres:N is left to testcontainers to pull.
+func checkDocker(ctx context.Context, image string) (present bool, err error) {
+	provider, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return false, noServerError(fmt.Errorf("docker is not reachable: %w", err))
+	}
+	defer provider.Close()
+	hctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := provider.Health(hctx); err != nil {
+		return false, noServerError(fmt.Errorf("docker is not reachable: %w", err))
+	}
+	if _, err := provider.Client().ImageInspect(hctx, image); err != nil {
+		if !cerrdefs.IsNotFound(err) {
+			return false, fmt.Errorf("could not inspect image %q: %w", image, err)
+		}
+		if strings.HasPrefix(image, "kfsdb-postgres:") {
+			// Locally built images cannot be pulled from anywhere.
+			return false, noServerError(fmt.Errorf("image %q is not present locally; build it with `make postgres-image PG_MAJOR=%s`",
+				image, strings.TrimPrefix(image, "kfsdb-postgres:")))
+		}
+		return false, nil
+	}
+	return true, nil
+}
+
+func noServerError(cause error) error {
+	return fmt.Errorf("pgtest: no PostgreSQL server available: %w\n"+
+		"Either:\n"+
+		"  - set %s to an existing server's URL (pgtest creates and drops its own kfstest_* databases there), or\n"+
+		"  - make Docker reachable and set %s to a local image (default %s); without registry access run `make postgres-image` and use kfsdb-postgres:17",
+		cause, EnvDatabaseURL, EnvImage, DefaultImage)
+}
+
+func (s *Server) connectAdmin(ctx context.Context) error {
+	cfg, err := pgxpool.ParseConfig(s.adminURL)
+	if err != nil {
+		return fmt.Errorf("could not parse server URL %s: %w", RedactURL(s.adminURL), err)
+	}
+	cfg.MaxConns = 4
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(cctx, cfg)
+	if err != nil {
+		return fmt.Errorf("could not connect to %s: %w", RedactURL(s.adminURL), err)
+	}
+	if err := pool.QueryRow(cctx, "SHOW server_version").Scan(&s.serverVers); err != nil {
+		pool.Close()
+		return fmt.Errorf("could not connect to %s: %w", RedactURL(s.adminURL), err)
+	}
+	s.admin = pool
+	return nil
+}
+
+// AdminURL returns the URL of the database used for administration (the one
+// in KFS_TEST_DATABASE_URL, or the container's default database). It holds
+// the password: pass it through [RedactURL] before printing it.
+func (s *Server) AdminURL() string { return s.adminURL }
+
+// Close drops nothing, closes the admin connections and, if the server is a
+// container pgtest started, terminates and removes it. It is safe to call
+// more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		if s.admin != nil {
+			s.admin.Close()
+		}
+		if s.container != nil {
+			s.closeErr = testcontainers.TerminateContainer(s.container)
+			if s.closeErr != nil {
+				s.closeErr = fmt.Errorf("could not terminate PostgreSQL container: %w", s.closeErr)
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// CreateDatabase creates database name, copied from template when template
+// is not empty, and returns its URL. Names must match ^[a-z_][a-z0-9_]*$ (at
+// most 63 characters). Calls are serialized: PostgreSQL refuses to copy a
+// template that another session, including another CREATE DATABASE, uses.
+func (s *Server) CreateDatabase(ctx context.Context, name, template string) (string, error) {
+	if !identifierRe.MatchString(name) {
+		return "", fmt.Errorf("could not create database %q: invalid name", name)
+	}
+	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	if template != "" {
+		if !identifierRe.MatchString(template) {
+			return "", fmt.Errorf("could not create database %q: invalid template name %q", name, template)
+		}
+		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if _, err := s.admin.Exec(ctx, sql); err != nil {
+		return "", fmt.Errorf("could not create database %q: %w", name, err)
+	}
+	return s.DatabaseURL(name), nil
+}
+
+// DatabaseURL returns the URL of database name on this server (the admin URL
+// with its database replaced). Like AdminURL it holds the password.
+func (s *Server) DatabaseURL(name string) string {
+	return withDatabase(s.adminURL, name)
+}
+
+// Description says which server this is (container and image, or host and
+// port) and its PostgreSQL version, without credentials.
+func (s *Server) Description() string { return s.desc }
+
+// DropDatabase drops database name if it exists, terminating its sessions
+// (DROP DATABASE ... WITH (FORCE)).
+func (s *Server) DropDatabase(ctx context.Context, name string) error {
+	if !identifierRe.MatchString(name) {
+		return fmt.Errorf("could not drop database %q: invalid name", name)
+	}
+	if _, err := s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("could not drop database %q: %w", name, err)
+	}
+	return nil
+}
+
+// Image returns the Docker image of a container server, or "" for an
+// existing server.
+func (s *Server) Image() string { return s.image }
+
+// CreateTemplate creates database name, applies every migration of
+// migrations.FS to it and then forbids connections to it, so that it can be
+// the template of any number of CREATE DATABASE calls.
+func (s *Server) CreateTemplate(ctx context.Context, name string) error {
+	u, err := s.CreateDatabase(ctx, name, "")
+	if err != nil {
+		return err
+	}
+	if _, err := MigrateUp(ctx, u); err != nil {
+		_ = s.DropDatabase(context.WithoutCancel(ctx), name)
+		return fmt.Errorf("could not migrate template database %q: %w", name, err)
+	}
+	// MigrateUp closed its connections. Forbidding new ones keeps the
+	// template free of sessions.
+	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH ALLOW_CONNECTIONS false"); err != nil {
+		_ = s.DropDatabase(context.WithoutCancel(ctx), name)
+		return fmt.Errorf("could not lock template database %q: %w", name, err)
+	}
+	return nil
+}
+
+// RandomName returns prefix followed by "_" and 16 random hex digits, a valid
+// database name when prefix is one.
+func RandomName(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// withDatabase returns dsn (URL or keyword/value form) with its database set
+// to name.
+func withDatabase(dsn, name string) string {
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path = "/" + name
+		u.RawPath = ""
+		q := u.Query()
+		if q.Has("dbname") {
+			q.Set("dbname", name)
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	// keyword/value form: a later keyword wins.
+	return strings.TrimSpace(dsn) + " dbname=" + name
+}
+
+var (
+	kvPasswordRe  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+	urlPasswordRe = regexp.MustCompile(`(?i)([?&]password=)[^&\s]*`)
+	urlUserinfoRe = regexp.MustCompile(`(?i)(postgres(?:ql)?://[^:@/\s]*:)[^@\s]*@`)
+)
+
+// RedactURL returns dsn with any password replaced by "xxxxx". It handles URLs
+// (postgres://user:secret@host/db, ?password=secret) and keyword/value
+// strings (password=secret), and also works on text that merely contains
+// such URLs, such as error messages.
+func RedactURL(dsn string) string {
+	s := urlUserinfoRe.ReplaceAllString(dsn, "${1}xxxxx@")
+	s = urlPasswordRe.ReplaceAllString(s, "${1}xxxxx")
+	if !strings.Contains(s, "://") {
+		s = kvPasswordRe.ReplaceAllString(s, "${1}xxxxx")
+	}
+	return s
+}
+
+// errNoServer is returned by package-level helpers used outside [Main].
+var errNoServer = errors.New("pgtest: no server; call pgtest.Main(m) from TestMain")
