@@ -74,9 +74,9 @@ const startRaceRetries = 3
 // your own writes (the outbox pattern).
 //
 // Errors: *InputError; ErrNotFound (space not in the tenant, or asset
-// version missing); *HeadConflictError; ErrLiveAttemptExists when a
-// concurrent Start holds the slot but its attempt is invisible to the
-// caller's transaction (REPEATABLE READ): retry in a new transaction.
+// version missing); *HeadConflictError; ErrRetryTransaction when the
+// caller's REPEATABLE READ or SERIALIZABLE transaction raced a concurrent
+// Start of the same version (PostgreSQL aborts it: run it again).
 func (r *Repo) Start(ctx context.Context, db DBTX, p *StartParams) (*StartResult, error) {
 	if err := p.validate(); err != nil {
 		return nil, err

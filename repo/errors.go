@@ -66,6 +66,13 @@ var (
 	// Returned as an *InputError naming the field.
 	ErrInvalidInput = errors.New("kfsdb: invalid input")
 
+	// ErrRetryTransaction: PostgreSQL aborted the statement with a
+	// serialization failure or deadlock (SQLSTATE class 40), for example
+	// Start inside a REPEATABLE READ transaction racing another Start. The
+	// caller's transaction is aborted: run it again. The *pgconn.PgError is
+	// wrapped too.
+	ErrRetryTransaction = errors.New("kfsdb: transaction conflict; retry the transaction")
+
 	// ErrConstraint: a constraint violation reached the database anyway
 	// (for example a row deleted concurrently). Returned as a
 	// *ConstraintError naming the constraint.
@@ -150,7 +157,8 @@ const activeSlotIndex = "document_compilation_attempts_scope_version_active_uq"
 
 // mapError turns driver errors into the module's: pgx.ErrNoRows into
 // ErrNotFound, integrity violations (class 23) into *ConstraintError (the
-// active-slot index into ErrLiveAttemptExists). Anything else, such as
+// active-slot index into ErrLiveAttemptExists), serialization failures and
+// deadlocks (class 40) into ErrRetryTransaction. Anything else, such as
 // context and connection errors, passes through unchanged.
 func mapError(err error) error {
 	if err == nil {
@@ -160,6 +168,9 @@ func mapError(err error) error {
 		return ErrNotFound
 	}
 	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "40" {
+		return fmt.Errorf("%w: %w", ErrRetryTransaction, err)
+	}
 	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "23" {
 		if pgErr.Code == "23505" && pgErr.ConstraintName == activeSlotIndex {
 			return fmt.Errorf("%w (%s)", ErrLiveAttemptExists, pgErr.ConstraintName)
