@@ -372,6 +372,9 @@ func (r *Repo) ScheduleRetry(ctx context.Context, db DBTX, p *ScheduleRetryParam
 	if a == nil {
 		return nil, err
 	}
+	if a.ExecutionAttempts < a.MaxExecutionAttempts {
+		return nil, raced("schedule retry", a)
+	}
 	return nil, fmt.Errorf("schedule retry of attempt %s: %w (%d of %d used)", a.ID, ErrAttemptsExhausted, a.ExecutionAttempts, a.MaxExecutionAttempts)
 }
 

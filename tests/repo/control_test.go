@@ -761,11 +761,9 @@ func TestCrossTenant(t *testing.T) {
 	b.clock.Advance(time.Hour)
 
 	type ref struct {
-		name             string
-		tenant           string
-		space            uuid.UUID
-		listsNoAttempts  bool // the tenant has no attempts at all
-		countsNoAttempts bool
+		name   string
+		tenant string
+		space  uuid.UUID
 	}
 	refs := []ref{
 		{name: "OtherTenantOwnersSpace", tenant: stranger.TenantID, space: sDeferred.KnowledgeSpaceID},

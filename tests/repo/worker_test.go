@@ -1,0 +1,848 @@
+package repo_test
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+)
+
+// wantLeased is before with the attempt leased to workerID at now.
+func wantLeased(before *testfactory.Rows, lease *repo.Lease, now time.Time, d time.Duration) *testfactory.Rows {
+	want := *before
+	a := &want.Attempt
+	a.RunState = kfstype.RunStateRunning
+	a.ExecutionAttempts++
+	a.WorkerID = rwPtr(lease.WorkerID)
+	a.LeaseToken = rwPtr(lease.Token)
+	a.LeaseExpiresAt = rwPtr(now.Add(d))
+	a.HeartbeatAt = rwPtr(now)
+	if a.StartedAt == nil {
+		a.StartedAt = rwPtr(now)
+	}
+	a.RetryAt = nil
+	a.RowVersion++
+	a.UpdatedAt = now
+	want.Outbox.Status = kfstype.OutboxStatusLeased
+	want.Outbox.AvailableAt = now.Add(d)
+	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
+	want.Outbox.UpdatedAt = now
+	return &want
+}
+
+// wantEnded is before with the attempt ended in state at now (terminal
+// columns set, lease cleared) and its outbox row in status.
+func wantEnded(before *testfactory.Rows, state kfstype.RunState, status kfstype.OutboxStatus, now time.Time) *testfactory.Rows {
+	want := *before
+	a := &want.Attempt
+	a.RunState = state
+	a.Active = false
+	a.CompletedAt = rwPtr(now)
+	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
+	a.RetryAt = nil
+	a.RowVersion++
+	a.UpdatedAt = now
+	want.Outbox.Status = status
+	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
+	want.Outbox.UpdatedAt = now
+	return &want
+}
+
+// rwAdvanceTo advances a running attempt step by step to target, binding
+// a fresh candidate publication at projection_built, and checks the
+// invariants after every step.
+func (b *testBundle) rwAdvanceTo(t *testing.T, s *testfactory.Scope, lease *repo.Lease, target kfstype.Checkpoint) {
+	t.Helper()
+	cps := kfstype.Checkpoints()
+	for i := 1; i <= target.Rank(); i++ {
+		p := &repo.AdvanceParams{Lease: lease, Checkpoint: cps[i]}
+		if cps[i] == kfstype.CheckpointProjectionBuilt {
+			id, fp := s.Publication(b.ctx, t, b.db.Pool, "candidate")
+			p.CandidatePublicationID, p.CandidateFingerprint = &id, &fp
+		}
+		_, err := b.repo.Advance(b.ctx, b.db.Pool, p)
+		require.NoError(t, err)
+		b.rwRows(t, lease.AttemptID)
+	}
+}
+
+// rwExhausted runs an attempt with MaxExecutionAttempts 1 once, lets the
+// lease lapse and has the relay redeliver it. It returns the stale first
+// delivery and the current one.
+func (b *testBundle) rwExhausted(t *testing.T) (stale, current *repo.Delivery) {
+	t.Helper()
+	_, lease, del := b.rwRunning(t, func(p *repo.StartParams) { p.MaxExecutionAttempts = 1 })
+	b.clock.Advance(repo.DefaultLeaseDuration)
+	return del, b.rwDispatch(t, lease.AttemptID, "job-redelivered", nil)
+}
+
+func TestAcquireLease(t *testing.T) {
+	t.Parallel()
+
+	t.Run("LeasesQueuedAttempt", func(t *testing.T) {
+		b := setup(t)
+		_, a := b.rwStart(t, nil)
+		del := b.rwDispatch(t, a.ID, "job-1", rwPtr("ext-1"))
+		b.clock.Advance(3 * time.Second)
+		before := b.rwRows(t, a.ID)
+		got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-a", LeaseDuration: 45 * time.Second})
+		require.NoError(t, err)
+		require.NotEqual(t, uuid.Nil, lease.Token)
+		now := b.clock.Now()
+		require.Equal(t, &repo.Lease{AttemptID: a.ID, WorkerID: "worker-a", Token: lease.Token, ExpiresAt: now.Add(45 * time.Second)}, lease)
+		want := wantLeased(before, lease, now, 45*time.Second)
+		require.Equal(t, want, b.rwRows(t, a.ID))
+		require.Equal(t, want.Attempt, *got)
+	})
+
+	t.Run("TakesOverExpiredLease", func(t *testing.T) {
+		b := setup(t)
+		_, old, del := b.rwRunning(t, nil)
+		startedAt := *b.rwRows(t, old.AttemptID).Attempt.StartedAt
+		b.clock.Advance(repo.DefaultLeaseDuration) // expires exactly now
+		before := b.rwRows(t, old.AttemptID)
+		got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
+		require.NoError(t, err)
+		require.NotEqual(t, old.Token, lease.Token)
+		want := wantLeased(before, lease, b.clock.Now(), repo.DefaultLeaseDuration)
+		require.EqualValues(t, 2, want.Attempt.ExecutionAttempts)
+		require.Equal(t, startedAt, *want.Attempt.StartedAt, "started_at is kept")
+		require.Equal(t, want, b.rwRows(t, old.AttemptID))
+		require.Equal(t, want.Attempt, *got)
+	})
+
+	t.Run("TakesOverExpiredLeaseAfterRedelivery", func(t *testing.T) {
+		b := setup(t)
+		_, old, _ := b.rwRunning(t, nil)
+		b.clock.Advance(repo.DefaultLeaseDuration)
+		del := b.rwDispatch(t, old.AttemptID, "job-2", rwPtr("ext-2"))
+		require.Equal(t, kfstype.RunStateRunning, b.rwRows(t, old.AttemptID).Attempt.RunState)
+		b.clock.Advance(time.Second)
+		before := b.rwRows(t, old.AttemptID)
+		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
+		require.NoError(t, err)
+		require.Equal(t, wantLeased(before, lease, b.clock.Now(), repo.DefaultLeaseDuration), b.rwRows(t, old.AttemptID))
+	})
+
+	t.Run("ResumesRetryWaitAttemptAfterRepublish", func(t *testing.T) {
+		b := setup(t)
+		_, first, _ := b.rwRunning(t, nil)
+		startedAt := *b.rwRows(t, first.AttemptID).Attempt.StartedAt
+		_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: first, RetryDelay: 10 * time.Second, ErrorCode: "RETRY", ErrorMessage: "flaky"})
+		require.NoError(t, err)
+		b.rwRows(t, first.AttemptID)
+		b.clock.Advance(10 * time.Second)
+		del := b.rwDispatch(t, first.AttemptID, "job-2", nil)
+		queued := b.rwRows(t, first.AttemptID)
+		require.Equal(t, kfstype.RunStateQueued, queued.Attempt.RunState)
+		require.Nil(t, queued.Attempt.RetryAt)
+		b.clock.Advance(time.Second)
+		before := b.rwRows(t, first.AttemptID)
+		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
+		require.NoError(t, err)
+		want := wantLeased(before, lease, b.clock.Now(), repo.DefaultLeaseDuration)
+		require.EqualValues(t, 2, want.Attempt.ExecutionAttempts)
+		require.Equal(t, startedAt, *want.Attempt.StartedAt)
+		require.Equal(t, want, b.rwRows(t, first.AttemptID))
+	})
+
+	// Each refusal leaves both rows as they were.
+	for _, tc := range []struct {
+		name  string
+		build func(t *testing.T, b *testBundle) *repo.Delivery
+		check func(t *testing.T, err error)
+	}{
+		{"RejectsStaleQueueJobID", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, a := b.rwStart(t, nil)
+			stale := b.rwDispatch(t, a.ID, "job-1", nil)
+			b.clock.Advance(repo.DefaultVisibilityTimeout)
+			b.rwDispatch(t, a.ID, "job-2", nil) // republished: job-1 is stale
+			return stale
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsForgedQueueJobID", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, a := b.rwStart(t, nil)
+			b.rwDispatch(t, a.ID, "job-1", nil)
+			return &repo.Delivery{AttemptID: a.ID, QueueJobID: "job-forged"}
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsDeliveryOfAnUnpublishedAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, a := b.rwStart(t, nil)
+			return &repo.Delivery{AttemptID: a.ID, QueueJobID: "job-1"}
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsExternalJobIDMismatch", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, a := b.rwStart(t, nil)
+			del := b.rwDispatch(t, a.ID, "job-1", rwPtr("ext-1"))
+			del.ExternalJobID = rwPtr("ext-2")
+			return del
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsExternalJobIDWhenNoneWasPublished", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, a := b.rwStart(t, nil)
+			del := b.rwDispatch(t, a.ID, "job-1", nil)
+			del.ExternalJobID = rwPtr("ext-1")
+			return del
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsLiveLeaseOfAnotherWorker", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, _, del := b.rwRunning(t, nil)
+			b.clock.Advance(repo.DefaultLeaseDuration - time.Microsecond)
+			return del
+		}, func(t *testing.T, err error) {
+			var te *repo.TransitionError
+			require.ErrorAs(t, err, &te)
+			require.ErrorIs(t, err, repo.ErrInvalidTransition)
+			require.Equal(t, kfstype.RunStateRunning, te.From)
+			require.NotNil(t, te.Attempt)
+			require.Equal(t, "worker-test", *te.Attempt.WorkerID)
+		}},
+		{"RejectsCanceledAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
+			s, a := b.rwStart(t, nil)
+			del := b.rwDispatch(t, a.ID, "job-1", nil)
+			_, err := b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
+			require.NoError(t, err)
+			return del
+		}, func(t *testing.T, err error) {
+			var te *repo.TransitionError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, kfstype.RunStateCanceled, te.From)
+		}},
+		{"RejectsSucceededAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
+			s, lease, del := b.rwRunning(t, nil)
+			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+			_, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+			require.NoError(t, err)
+			return del
+		}, func(t *testing.T, err error) {
+			var te *repo.TransitionError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, kfstype.RunStateSucceeded, te.From)
+		}},
+		{"RejectsExhaustedAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, current := b.rwExhausted(t)
+			return current
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrAttemptsExhausted) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			del := tc.build(t, b)
+			before := b.rwRows(t, del.AttemptID)
+			got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
+			require.Error(t, err)
+			tc.check(t, err)
+			require.Nil(t, got)
+			require.Nil(t, lease)
+			b.rwUnchanged(t, before)
+		})
+	}
+
+	t.Run("RejectsUnknownAttempt", func(t *testing.T) {
+		b := setup(t)
+		_, _, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: repo.Delivery{AttemptID: uuid.New(), QueueJobID: "job-1"}, WorkerID: "w"})
+		require.ErrorIs(t, err, repo.ErrNotFound)
+	})
+
+	t.Run("RejectsInvalidInput", func(t *testing.T) {
+		b := setup(t)
+		_, a := b.rwStart(t, nil)
+		del := b.rwDispatch(t, a.ID, "job-1", nil)
+		before := b.rwRows(t, a.ID)
+		good := repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-a"}
+		for _, tc := range []struct {
+			field string
+			edit  func(*repo.AcquireLeaseParams)
+		}{
+			{"AttemptID", func(p *repo.AcquireLeaseParams) { p.AttemptID = uuid.Nil }},
+			{"QueueJobID", func(p *repo.AcquireLeaseParams) { p.QueueJobID = "" }},
+			{"QueueJobID", func(p *repo.AcquireLeaseParams) { p.QueueJobID = strings.Repeat("j", 256) }},
+			{"ExternalJobID", func(p *repo.AcquireLeaseParams) { p.ExternalJobID = rwPtr("") }},
+			{"WorkerID", func(p *repo.AcquireLeaseParams) { p.WorkerID = "" }},
+			{"LeaseDuration", func(p *repo.AcquireLeaseParams) { p.LeaseDuration = -time.Second }},
+		} {
+			p := good
+			tc.edit(&p)
+			_, _, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &p)
+			requireInputError(t, err, tc.field)
+			b.rwUnchanged(t, before)
+		}
+	})
+}
+
+func TestFailExhausted(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FailsAttemptWithNoExecutionsLeft", func(t *testing.T) {
+		b := setup(t)
+		_, current := b.rwExhausted(t)
+		before := b.rwRows(t, current.AttemptID)
+		_, _, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *current, WorkerID: "worker-b"})
+		require.ErrorIs(t, err, repo.ErrAttemptsExhausted)
+		b.rwUnchanged(t, before)
+
+		b.clock.Advance(time.Second)
+		got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, current)
+		require.NoError(t, err)
+		want := wantEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
+		want.Attempt.LastErrorCode = rwPtr(kfstype.ErrorCodeExecutionAttemptsExhausted)
+		want.Attempt.LastErrorMessage = rwPtr("execution attempts exhausted (1 of 1)")
+		require.Equal(t, want, b.rwRows(t, current.AttemptID))
+		require.Equal(t, want.Attempt, *got)
+	})
+
+	for _, tc := range []struct {
+		name  string
+		build func(t *testing.T, b *testBundle) *repo.Delivery
+		check func(t *testing.T, err error)
+	}{
+		{"RejectsAttemptWithExecutionsLeft", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, a := b.rwStart(t, nil)
+			return b.rwDispatch(t, a.ID, "job-1", nil)
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrInvalidTransition) }},
+		{"RejectsAttemptWithLiveLease", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, _, del := b.rwRunning(t, func(p *repo.StartParams) { p.MaxExecutionAttempts = 1 })
+			b.clock.Advance(repo.DefaultLeaseDuration - time.Microsecond)
+			return del
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrInvalidTransition) }},
+		{"RejectsStaleDelivery", func(t *testing.T, b *testBundle) *repo.Delivery {
+			stale, _ := b.rwExhausted(t)
+			return stale
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsExternalJobIDMismatch", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, current := b.rwExhausted(t)
+			current.ExternalJobID = rwPtr("ext-forged")
+			return current
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsTerminalAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
+			_, current := b.rwExhausted(t)
+			_, err := b.repo.FailExhausted(b.ctx, b.db.Pool, current)
+			require.NoError(t, err)
+			return current
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrInvalidTransition) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			del := tc.build(t, b)
+			before := b.rwRows(t, del.AttemptID)
+			got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, del)
+			tc.check(t, err)
+			require.Nil(t, got)
+			b.rwUnchanged(t, before)
+		})
+	}
+}
+
+// leaseFaults each lose a running attempt's lease (at smoke_eval_passed,
+// so Complete would otherwise succeed) and return the lease to present.
+var leaseFaults = []struct {
+	name  string
+	apply func(t *testing.T, b *testBundle, s *testfactory.Scope, lease *repo.Lease, del *repo.Delivery) *repo.Lease
+}{
+	{"OtherOwner", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
+		l := *lease
+		l.WorkerID = "worker-intruder"
+		return &l
+	}},
+	{"ForgedToken", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
+		l := *lease
+		l.Token = uuid.New()
+		return &l
+	}},
+	{"StaleTokenAfterTakeover", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, del *repo.Delivery) *repo.Lease {
+		b.clock.Advance(repo.DefaultLeaseDuration)
+		b.rwAcquire(t, del, "worker-b")
+		return lease
+	}},
+	{"StaleTokenOfSameWorker", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, del *repo.Delivery) *repo.Lease {
+		b.clock.Advance(repo.DefaultLeaseDuration)
+		b.rwAcquire(t, del, lease.WorkerID)
+		return lease
+	}},
+	{"ExpiredLease", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
+		b.clock.Advance(lease.ExpiresAt.Sub(b.clock.Now())) // lease_expires_at = now
+		return lease
+	}},
+	{"ExpiredLeaseRedelivered", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
+		b.clock.Advance(repo.DefaultLeaseDuration + time.Second)
+		b.rwDispatch(t, lease.AttemptID, "job-redelivered", nil)
+		return lease
+	}},
+	{"TerminalAttempt", func(t *testing.T, b *testBundle, s *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
+		_, err := b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: s.Ref(lease.AttemptID)})
+		require.NoError(t, err)
+		return lease
+	}},
+}
+
+// leaseOps are the lease-fenced transitions, each called with a lease that
+// would let it succeed.
+var leaseOps = []struct {
+	name string
+	call func(b *testBundle, lease *repo.Lease) error
+}{
+	{"Heartbeat", func(b *testBundle, lease *repo.Lease) error {
+		_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
+		return err
+	}},
+	{"Advance", func(b *testBundle, lease *repo.Lease) error {
+		_, err := b.repo.Advance(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed})
+		return err
+	}},
+	{"Complete", func(b *testBundle, lease *repo.Lease) error {
+		_, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+		return err
+	}},
+	{"Fail", func(b *testBundle, lease *repo.Lease) error {
+		_, err := b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: lease, ErrorCode: "E", ErrorMessage: "e"})
+		return err
+	}},
+	{"ScheduleRetry", func(b *testBundle, lease *repo.Lease) error {
+		_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "e"})
+		return err
+	}},
+}
+
+// TestLeaseFence proves that every lease-fenced transition refuses a lease
+// that is lost (another owner, a stale or forged token, an expired lease, a
+// terminal attempt) with ErrLeaseLost and changes nothing, and that the
+// same call succeeds with the lease intact.
+func TestLeaseFence(t *testing.T) {
+	t.Parallel()
+	for _, op := range leaseOps {
+		t.Run(op.name+"AcceptsOwnLease", func(t *testing.T) {
+			b := setup(t)
+			s, lease, _ := b.rwRunning(t, nil)
+			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+			b.clock.Advance(repo.DefaultLeaseDuration - time.Microsecond)
+			require.NoError(t, op.call(b, lease))
+			b.rwRows(t, lease.AttemptID)
+		})
+		for _, fault := range leaseFaults {
+			t.Run(op.name+"Rejects"+fault.name, func(t *testing.T) {
+				b := setup(t)
+				s, lease, del := b.rwRunning(t, nil)
+				b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+				presented := fault.apply(t, b, s, lease, del)
+				before := b.rwRows(t, lease.AttemptID)
+				err := op.call(b, presented)
+				require.ErrorIs(t, err, repo.ErrLeaseLost)
+				b.rwUnchanged(t, before)
+			})
+		}
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+
+	t.Run("HeartbeatExtendsOwnLease", func(t *testing.T) {
+		b := setup(t)
+		_, lease, _ := b.rwRunning(t, nil)
+		b.clock.Advance(20 * time.Second)
+		before := b.rwRows(t, lease.AttemptID)
+		renewed, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease, LeaseDuration: 90 * time.Second})
+		require.NoError(t, err)
+		now := b.clock.Now()
+		require.Equal(t, &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID, Token: lease.Token, ExpiresAt: now.Add(90 * time.Second)}, renewed)
+		want := *before
+		want.Attempt.LeaseExpiresAt = rwPtr(now.Add(90 * time.Second))
+		want.Attempt.HeartbeatAt = rwPtr(now)
+		want.Attempt.RowVersion++
+		want.Attempt.UpdatedAt = now
+		want.Outbox.AvailableAt = now.Add(90 * time.Second)
+		want.Outbox.UpdatedAt = now
+		require.Equal(t, &want, b.rwRows(t, lease.AttemptID))
+
+		// The old lease value keeps working (same token), past its own
+		// expiry, and the default duration applies.
+		b.clock.Advance(70 * time.Second)
+		before = b.rwRows(t, lease.AttemptID)
+		renewed, err = b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
+		require.NoError(t, err)
+		now = b.clock.Now()
+		require.Equal(t, now.Add(repo.DefaultLeaseDuration), renewed.ExpiresAt)
+		want = *before
+		want.Attempt.LeaseExpiresAt = rwPtr(now.Add(repo.DefaultLeaseDuration))
+		want.Attempt.HeartbeatAt = rwPtr(now)
+		want.Attempt.RowVersion++
+		want.Attempt.UpdatedAt = now
+		want.Outbox.AvailableAt = now.Add(repo.DefaultLeaseDuration)
+		want.Outbox.UpdatedAt = now
+		require.Equal(t, &want, b.rwRows(t, lease.AttemptID))
+	})
+
+	t.Run("HeartbeatBesideAdvanceOfTheSameLease", func(t *testing.T) {
+		b := setup(t)
+		s, lease, _ := b.rwRunning(t, nil)
+		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointParsed)
+		before := b.rwRows(t, lease.AttemptID)
+		const n = 150
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*n)
+		wg.Go(func() {
+			for range n {
+				if _, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease}); err != nil {
+					errs <- err
+				}
+			}
+		})
+		wg.Go(func() {
+			for range n {
+				if _, err := b.repo.Advance(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed}); err != nil {
+					errs <- err
+				}
+			}
+		})
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		after := b.rwRows(t, lease.AttemptID)
+		require.Equal(t, before.Attempt.RowVersion+2*n, after.Attempt.RowVersion, "every write landed")
+		require.Equal(t, kfstype.CheckpointParsed, after.Attempt.Checkpoint)
+		require.Equal(t, lease.Token, *after.Attempt.LeaseToken)
+	})
+
+	t.Run("RejectsInvalidInput", func(t *testing.T) {
+		b := setup(t)
+		_, lease, _ := b.rwRunning(t, nil)
+		before := b.rwRows(t, lease.AttemptID)
+		for _, tc := range []struct {
+			field string
+			p     repo.HeartbeatParams
+		}{
+			{"Lease", repo.HeartbeatParams{}},
+			{"Lease.Token", repo.HeartbeatParams{Lease: &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID}}},
+			{"Lease.WorkerID", repo.HeartbeatParams{Lease: &repo.Lease{AttemptID: lease.AttemptID, Token: lease.Token}}},
+			{"LeaseDuration", repo.HeartbeatParams{Lease: lease, LeaseDuration: -time.Second}},
+		} {
+			_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &tc.p)
+			requireInputError(t, err, tc.field)
+			b.rwUnchanged(t, before)
+		}
+	})
+}
+
+func TestAdvance(t *testing.T) {
+	t.Parallel()
+
+	type candidate struct {
+		id *uuid.UUID
+		fp *string
+	}
+	// pub returns a publication of the given status in scope s.
+	pub := func(t *testing.T, b *testBundle, s *testfactory.Scope, status string) candidate {
+		id, fp := s.Publication(b.ctx, t, b.db.Pool, status)
+		return candidate{&id, &fp}
+	}
+	isTransitionError := func(t *testing.T, err error) {
+		var te *repo.TransitionError
+		require.ErrorAs(t, err, &te)
+		require.ErrorIs(t, err, repo.ErrInvalidTransition)
+	}
+	isRejected := func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrCandidateRejected) }
+	isInput := func(field string) func(*testing.T, error) {
+		return func(t *testing.T, err error) { requireInputError(t, err, field) }
+	}
+	upperFP := "projection-set-sha256:" + strings.Repeat("A", 64)
+
+	for _, tc := range []struct {
+		name  string
+		from  kfstype.Checkpoint
+		to    kfstype.Checkpoint
+		cand  func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate
+		check func(t *testing.T, err error) // nil: succeeds
+		binds bool                          // success binds cand
+	}{
+		{name: "StaysAtSameCheckpoint", from: kfstype.CheckpointParsed, to: kfstype.CheckpointParsed},
+		{name: "MovesOneStep", from: kfstype.CheckpointParsed, to: kfstype.CheckpointOutlineBuilt},
+		{name: "MovesFromQueued", from: kfstype.CheckpointQueued, to: kfstype.CheckpointParsed},
+		{name: "RejectsSkip", from: kfstype.CheckpointQueued, to: kfstype.CheckpointOutlineBuilt, check: isTransitionError},
+		{name: "RejectsBackwards", from: kfstype.CheckpointOutlineBuilt, to: kfstype.CheckpointParsed, check: isTransitionError},
+		{name: "RejectsPublished", from: kfstype.CheckpointSmokeEvalPassed, to: kfstype.CheckpointPublished, check: isInput("Checkpoint")},
+		{name: "RejectsUnknownCheckpoint", from: kfstype.CheckpointParsed, to: "compiled", check: isInput("Checkpoint")},
+		{name: "BindsCandidateAtProjectionBuilt", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, binds: true,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return pub(t, b, s, "candidate")
+			}},
+		{name: "BindsCandidateBeforeProjectionBuilt", from: kfstype.CheckpointParsed, to: kfstype.CheckpointOutlineBuilt, binds: true,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return pub(t, b, s, "candidate")
+			}},
+		{name: "AcceptsSameCandidateAgain", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointSmokeEvalPassed,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate { return bound }},
+		{name: "AcceptsSameCandidateAtSameCheckpoint", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointProjectionBuilt,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate { return bound }},
+		{name: "RejectsDifferentCandidate", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointSmokeEvalPassed, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return pub(t, b, s, "candidate")
+			}},
+		{name: "RejectsCandidateOfAnotherTenant", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, _ *testfactory.Scope, _ candidate) candidate {
+				return pub(t, b, b.scope(t), "candidate")
+			}},
+		{name: "RejectsCandidateOfAnotherSpace", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				other := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID})
+				return pub(t, b, other, "candidate")
+			}},
+		{name: "RejectsValidatingPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return pub(t, b, s, "validating")
+			}},
+		{name: "RejectsPublishedPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return pub(t, b, s, "published")
+			}},
+		{name: "RejectsFingerprintOfAnotherPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				c, other := pub(t, b, s, "candidate"), pub(t, b, s, "candidate")
+				return candidate{c.id, other.fp}
+			}},
+		{name: "RejectsUnknownPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return candidate{rwPtr(uuid.New()), rwPtr(testfactory.Fingerprint("nowhere"))}
+			}},
+		{name: "RejectsProjectionBuiltWithoutCandidate", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected},
+		{name: "RejectsUppercaseFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return candidate{pub(t, b, s, "candidate").id, &upperFP}
+			}},
+		{name: "RejectsShortFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				c := pub(t, b, s, "candidate")
+				return candidate{c.id, rwPtr((*c.fp)[:85])}
+			}},
+		{name: "RejectsLongFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				c := pub(t, b, s, "candidate")
+				return candidate{c.id, rwPtr(*c.fp + "0")}
+			}},
+		{name: "RejectsWrongPrefix", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				c := pub(t, b, s, "candidate")
+				return candidate{c.id, rwPtr(strings.Replace(*c.fp, "sha256", "sha512", 1))}
+			}},
+		{name: "RejectsIDWithoutFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return candidate{pub(t, b, s, "candidate").id, nil}
+			}},
+		{name: "RejectsFingerprintWithoutID", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return candidate{nil, pub(t, b, s, "candidate").fp}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			s, lease, _ := b.rwRunning(t, nil)
+			if tc.from != kfstype.CheckpointQueued {
+				b.rwAdvanceTo(t, s, lease, tc.from)
+			}
+			b.clock.Advance(time.Second)
+			before := b.rwRows(t, lease.AttemptID)
+			var c candidate
+			if tc.cand != nil {
+				c = tc.cand(t, b, s, candidate{before.Attempt.CandidatePublicationID, before.Attempt.CandidateFingerprint})
+			}
+			got, err := b.repo.Advance(b.ctx, b.db.Pool, &repo.AdvanceParams{
+				Lease: lease, Checkpoint: tc.to, CandidatePublicationID: c.id, CandidateFingerprint: c.fp,
+			})
+			if tc.check != nil {
+				tc.check(t, err)
+				require.Nil(t, got)
+				b.rwUnchanged(t, before)
+				return
+			}
+			require.NoError(t, err)
+			now := b.clock.Now()
+			want := *before
+			want.Attempt.Checkpoint = tc.to
+			if tc.binds {
+				require.Nil(t, before.Attempt.CandidatePublicationID)
+				want.Attempt.CandidatePublicationID, want.Attempt.CandidateFingerprint = c.id, c.fp
+			}
+			want.Attempt.RowVersion++
+			want.Attempt.UpdatedAt = now
+			require.Equal(t, &want, b.rwRows(t, lease.AttemptID), "only the checkpoint (and candidate) change; the outbox row is untouched")
+			require.Equal(t, want.Attempt, *got)
+		})
+	}
+}
+
+func TestComplete(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CompletesAtSmokeEvalPassed", func(t *testing.T) {
+		b := setup(t)
+		s, lease, _ := b.rwRunning(t, nil)
+		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+		b.clock.Advance(5 * time.Second)
+		before := b.rwRows(t, lease.AttemptID)
+		got, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+		require.NoError(t, err)
+		want := wantEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+		want.Attempt.Checkpoint = kfstype.CheckpointPublished
+		require.Equal(t, want, b.rwRows(t, lease.AttemptID))
+		require.Equal(t, want.Attempt, *got)
+	})
+
+	for _, cp := range []kfstype.Checkpoint{kfstype.CheckpointQueued, kfstype.CheckpointNodesGenerated, kfstype.CheckpointProjectionBuilt} {
+		t.Run("RejectsCheckpoint_"+string(cp), func(t *testing.T) {
+			b := setup(t)
+			s, lease, _ := b.rwRunning(t, nil)
+			if cp != kfstype.CheckpointQueued {
+				b.rwAdvanceTo(t, s, lease, cp)
+			}
+			before := b.rwRows(t, lease.AttemptID)
+			got, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+			var te *repo.TransitionError
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, cp, te.Checkpoint)
+			require.Equal(t, kfstype.RunStateSucceeded, te.To)
+			require.Nil(t, got)
+			b.rwUnchanged(t, before)
+		})
+	}
+
+	t.Run("RejectsInvalidLease", func(t *testing.T) {
+		b := setup(t)
+		_, lease, _ := b.rwRunning(t, nil)
+		before := b.rwRows(t, lease.AttemptID)
+		_, err := b.repo.Complete(b.ctx, b.db.Pool, nil)
+		requireInputError(t, err, "Lease")
+		_, err = b.repo.Complete(b.ctx, b.db.Pool, &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID})
+		requireInputError(t, err, "Lease.Token")
+		b.rwUnchanged(t, before)
+	})
+}
+
+func TestFail(t *testing.T) {
+	t.Parallel()
+
+	long := strings.Repeat("é界🙂x", 1250) // 5,000 runes of 1 to 4 bytes
+	require.Equal(t, 5000, utf8.RuneCountInString(long))
+	for _, tc := range []struct {
+		name   string
+		code   string
+		msg    string
+		stored string
+	}{
+		{"FailsWithCodeAndMessage", kfstype.ErrorCodeCompilationFailed, "parser crashed", "parser crashed"},
+		{"AcceptsCodeOf64Characters", strings.Repeat("C", 64), "m", "m"},
+		{"CutsLongMessageAtRuneBoundary", "E", long, string([]rune(long)[:repo.MaxErrorMessageRunes])},
+		{"StoresInvalidUTF8AsValidText", "E", "bad \xff\xfe bytes and a \x00", "bad \uFFFD bytes and a \uFFFD"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			_, lease, _ := b.rwRunning(t, nil)
+			b.clock.Advance(3 * time.Second)
+			before := b.rwRows(t, lease.AttemptID)
+			got, err := b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: lease, ErrorCode: tc.code, ErrorMessage: tc.msg})
+			require.NoError(t, err)
+			want := wantEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
+			want.Attempt.LastErrorCode = rwPtr(tc.code)
+			want.Attempt.LastErrorMessage = rwPtr(tc.stored)
+			after := b.rwRows(t, lease.AttemptID)
+			require.Equal(t, want, after)
+			require.Equal(t, want.Attempt, *got)
+			require.True(t, utf8.ValidString(*after.Attempt.LastErrorMessage))
+			require.LessOrEqual(t, utf8.RuneCountInString(*after.Attempt.LastErrorMessage), repo.MaxErrorMessageRunes)
+		})
+	}
+
+	t.Run("RejectsInvalidInput", func(t *testing.T) {
+		b := setup(t)
+		_, lease, _ := b.rwRunning(t, nil)
+		before := b.rwRows(t, lease.AttemptID)
+		for _, tc := range []struct {
+			field string
+			p     repo.FailParams
+		}{
+			{"ErrorCode", repo.FailParams{Lease: lease, ErrorCode: strings.Repeat("C", 65), ErrorMessage: "m"}},
+			{"ErrorCode", repo.FailParams{Lease: lease, ErrorCode: "", ErrorMessage: "m"}},
+			{"ErrorMessage", repo.FailParams{Lease: lease, ErrorCode: "E", ErrorMessage: ""}},
+			{"Lease", repo.FailParams{ErrorCode: "E", ErrorMessage: "m"}},
+		} {
+			_, err := b.repo.Fail(b.ctx, b.db.Pool, &tc.p)
+			requireInputError(t, err, tc.field)
+			b.rwUnchanged(t, before)
+		}
+	})
+}
+
+func TestScheduleRetry(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ParksAttemptUntilRetryAt", func(t *testing.T) {
+		b := setup(t)
+		s, a := b.rwStart(t, nil)
+		del := b.rwDispatch(t, a.ID, "job-1", rwPtr("ext-1"))
+		lease := b.rwAcquire(t, del, "worker-a")
+		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointOutlineBuilt)
+		b.clock.Advance(4 * time.Second)
+		before := b.rwRows(t, a.ID)
+		got, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{
+			Lease: lease, RetryDelay: 15 * time.Second, ErrorCode: kfstype.ErrorCodeCompilationRetryable, ErrorMessage: "model timeout",
+		})
+		require.NoError(t, err)
+		now := b.clock.Now()
+		retryAt := now.Add(15 * time.Second)
+		want := *before
+		wa := &want.Attempt
+		wa.RunState = kfstype.RunStateRetryWait
+		wa.RetryAt = rwPtr(retryAt)
+		wa.LastErrorCode = rwPtr(kfstype.ErrorCodeCompilationRetryable)
+		wa.LastErrorMessage = rwPtr("model timeout")
+		wa.WorkerID, wa.LeaseToken, wa.LeaseExpiresAt, wa.HeartbeatAt = nil, nil, nil, nil
+		wa.QueueJobID, wa.ExternalJobID = nil, nil
+		wa.RowVersion++
+		wa.UpdatedAt = now
+		wo := &want.Outbox
+		wo.Status = kfstype.OutboxStatusPending
+		wo.AvailableAt = retryAt
+		wo.DispatchAttempts = 0
+		wo.DeliveredAt, wo.QueueJobID, wo.ExternalJobID = nil, nil, nil
+		wo.UpdatedAt = now
+		require.Equal(t, &want, b.rwRows(t, a.ID), "checkpoint, execution attempts and started_at are kept")
+		require.Equal(t, want.Attempt, *got)
+
+		// The old delivery is stale now.
+		_, _, err = b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-a"})
+		require.ErrorIs(t, err, repo.ErrDeliveryMismatch)
+		b.rwUnchanged(t, &want)
+	})
+
+	t.Run("RejectsWhenNoExecutionsLeft", func(t *testing.T) {
+		b := setup(t)
+		_, lease, _ := b.rwRunning(t, func(p *repo.StartParams) { p.MaxExecutionAttempts = 1 })
+		before := b.rwRows(t, lease.AttemptID)
+		got, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "e"})
+		require.ErrorIs(t, err, repo.ErrAttemptsExhausted)
+		require.Nil(t, got)
+		b.rwUnchanged(t, before)
+	})
+
+	t.Run("RejectsInvalidInput", func(t *testing.T) {
+		b := setup(t)
+		_, lease, _ := b.rwRunning(t, nil)
+		before := b.rwRows(t, lease.AttemptID)
+		for _, tc := range []struct {
+			field string
+			p     repo.ScheduleRetryParams
+		}{
+			{"RetryDelay", repo.ScheduleRetryParams{Lease: lease, RetryDelay: 0, ErrorCode: "E", ErrorMessage: "e"}},
+			{"RetryDelay", repo.ScheduleRetryParams{Lease: lease, RetryDelay: -time.Second, ErrorCode: "E", ErrorMessage: "e"}},
+			{"ErrorCode", repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: strings.Repeat("C", 65), ErrorMessage: "e"}},
+			{"ErrorCode", repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorMessage: "e"}},
+			{"ErrorMessage", repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "E"}},
+		} {
+			_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &tc.p)
+			requireInputError(t, err, tc.field)
+			b.rwUnchanged(t, before)
+		}
+	})
+}
