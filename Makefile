@@ -90,6 +90,12 @@ vet: ## go vet every module, and check gofmt.
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	@echo "vet: OK"
 
+.PHONY: lint
+lint: ## staticcheck (pinned in tools/go.mod) every module.
+	@for m in $(MODULES); do echo "== staticcheck ./... in module $$m"; \
+		(cd $$m && GOWORK=off go tool -modfile=$(CURDIR)/tools/go.mod staticcheck ./...); done
+	@echo "lint: OK"
+
 .PHONY: check-deps
 check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers or docker.
 	scripts/check-deps.sh
