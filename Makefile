@@ -79,7 +79,7 @@ test-migrations-pg15: ## Run the migration tests on PostgreSQL 15 (kfsdb-postgre
 		grep -vE '^([0-9]{4}[-/][0-9]{2}[-/][0-9]{2} |=== (PAUSE|CONT))'
 
 .PHONY: demo
-demo: ## Migrate a throwaway database and print its status (on DATABASE_URL's server if set).
+demo: ## The main job: throwaway PostgreSQL (or DATABASE_URL), migrations, a mixed workload through relay and workers, outcome table.
 	$(if $(DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	cd cmd/kfsdb && GOWORK=off go run . demo
 

@@ -75,6 +75,7 @@ const (
 	PollIntervalDefault        = time.Second
 	PublishTimeoutDefault      = 10 * time.Second
 	VisibilityTimeoutDefault   = 60 * time.Second
+	WriteTimeoutDefault        = 10 * time.Second
 )
 
 // Config configures a Relay. Zero values take the defaults.
@@ -113,6 +114,9 @@ type Config struct {
 	// VisibilityTimeout is how long a published message may wait for a
 	// worker before it is republished. Defaults to 60 s.
 	VisibilityTimeout time.Duration
+	// WriteTimeout bounds recording a batch's results (MarkDispatched,
+	// ReleaseOutbox), which runs even while the relay stops. Defaults to 10 s.
+	WriteTimeout time.Duration
 
 	// TestSignals are for tests; they do nothing until initialized.
 	TestSignals TestSignals
@@ -138,6 +142,7 @@ func (c *Config) withDefaults() *Config {
 	out.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	out.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	out.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, VisibilityTimeoutDefault)
+	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
 	if out.ID == "" {
 		host, _ := os.Hostname()
 		out.ID = fmt.Sprintf("relay-%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
@@ -166,7 +171,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: Concurrency must be > 0, got %d", c.Concurrency)
 	case len(c.ID) > repo.MaxWorkerIDLength:
 		return fmt.Errorf("relay: ID must be at most %d characters", repo.MaxWorkerIDLength)
-	case c.LockDuration < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.VisibilityTimeout < 0:
+	case c.LockDuration < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.VisibilityTimeout < 0 || c.WriteTimeout < 0:
 		return errors.New("relay: durations must not be negative")
 	case c.MaxDispatchAttempts < 1:
 		return fmt.Errorf("relay: MaxDispatchAttempts must be > 0, got %d", c.MaxDispatchAttempts)
@@ -356,7 +361,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 
 	// Record what happened even if ctx ended: what was published must be
 	// marked, or it is published again after the lock expires.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 	defer cancel()
 	var errs []error
 	if err := r.markPublished(wctx, outcomes); err != nil {

@@ -35,8 +35,8 @@ var (
 
 	// ErrDeliveryPending: a delivery's job id is not the attempt's yet, but
 	// its outbox row is being published right now (a relay published it and
-	// has not recorded the job id yet). Deliver it again shortly
-	// (AcquireLease, FailExhausted).
+	// has not recorded the job id yet, or recorded it while AcquireLease
+	// ran). Deliver it again shortly (AcquireLease, FailExhausted).
 	ErrDeliveryPending = errors.New("kfsdb: delivery not recorded yet (publication in flight)")
 
 	// ErrInvalidTransition: the row is in a state the transition does not

@@ -70,7 +70,8 @@ type AcquireLeaseParams struct {
 //
 // Errors: *InputError, ErrNotFound, ErrDeliveryMismatch (stale or forged
 // delivery: acknowledge it), ErrDeliveryPending (the publication is not
-// recorded yet: deliver again shortly), ErrAttemptsExhausted (call FailExhausted),
+// recorded yet, or its record committed while the lease was being taken:
+// deliver again shortly), ErrAttemptsExhausted (call FailExhausted),
 // *TransitionError (terminal, not yet due, or leased by another worker:
 // its Attempt says until when).
 func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams) (*kfstype.Attempt, *Lease, error) {
@@ -151,6 +152,11 @@ func (r *Repo) explainDelivery(ctx context.Context, db DBTX, verb string, d *Del
 		te.Reason = fmt.Sprintf("execution attempts left (%d of %d used)", a.ExecutionAttempts, a.MaxExecutionAttempts)
 	case a.RunState == kfstype.RunStateRetryWait:
 		te.Reason = "retry not due until " + a.RetryAt.Format(time.RFC3339Nano)
+	case !exhausting && (a.RunState == kfstype.RunStateQueued || a.RunState == kfstype.RunStateRunning):
+		// The ids match and the attempt is claimable now (queued, or
+		// running with an expired lease): the statement's snapshot predates
+		// the relay's MarkDispatched, which committed before this read.
+		return fmt.Errorf("%s for attempt %s: %w: the relay recorded job %q while it was being delivered", verb, d.AttemptID, ErrDeliveryPending, d.QueueJobID)
 	default:
 		te.Reason = "the attempt is not waiting for a worker"
 	}

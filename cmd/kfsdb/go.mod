@@ -1,4 +1,4 @@
-// Module kfsdb is the kfsdb command (migrate, demo). It is a separate module
+// Module kfsdb is the kfsdb command (migrate, demo, relay, purge). It is a separate module
 // so that importers of the library never get goose or the test harness in
 // their module graph.
 module github.com/knowledgefs/kfsdb/cmd/kfsdb
@@ -6,7 +6,9 @@ module github.com/knowledgefs/kfsdb/cmd/kfsdb
 go 1.26.0
 
 require (
+	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/knowledgefs/kfsdb v0.0.0
 	github.com/knowledgefs/kfsdb/tests v0.0.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/stretchr/testify v1.12.1
@@ -31,12 +33,10 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/knowledgefs/kfsdb v0.0.0 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect

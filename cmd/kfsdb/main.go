@@ -1,5 +1,6 @@
-// Command kfsdb manages kfsdb's PostgreSQL schema (kfsdb migrate) and runs a
-// throwaway demonstration (kfsdb demo). See `kfsdb -h`.
+// Command kfsdb manages kfsdb's PostgreSQL schema (kfsdb migrate), runs the
+// compilation lifecycle end to end on a throwaway database (kfsdb demo), and
+// offers operator commands (kfsdb relay, kfsdb purge). See `kfsdb -h`.
 package main
 
 import (

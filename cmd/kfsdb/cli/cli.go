@@ -1,5 +1,5 @@
 // Package cli implements the kfsdb command: argument parsing, and one
-// function per command (Migrate, Demo) that takes an options struct with a
+// function per command (Migrate, Demo, Relay, Purge) that takes an options struct with a
 // Validate method and writes its output to an injected io.Writer, so tests can
 // call the commands directly.
 package cli
@@ -12,6 +12,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -27,7 +28,9 @@ const usage = `Usage: kfsdb <command> [flags]
 
 Commands:
   migrate up|down|status|version   apply, roll back one, list or show migrations
-  demo                             migrate a throwaway database and show its status
+  demo                             run a mixed workload through the relay and workers on a throwaway database
+  relay                            publish the outbox, printing each message (until Ctrl-C)
+  purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
 
 Run 'kfsdb <command> -h' for a command's flags.
 `
@@ -62,6 +65,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runMigrate(ctx, rest, stdout, stderr, getenv)
 	case "demo":
 		return runDemo(ctx, rest, stdout, stderr, getenv)
+	case "relay":
+		return runRelayCmd(ctx, rest, stdout, stderr, getenv)
+	case "purge":
+		return runPurge(ctx, rest, stdout, stderr, getenv)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -103,8 +110,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	opts := &DemoOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "",
 		"server to create the demo database on; defaults to $"+EnvDatabaseURL+", else a throwaway server (see pgtest: KFS_TEST_DATABASE_URL, KFS_TEST_POSTGRES_IMAGE)")
+	fs.IntVar(&opts.Attempts, "attempts", DefaultDemoAttempts, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
+	fs.Uint64Var(&opts.Seed, "seed", DefaultDemoSeed, "shuffles which attempt follows which scenario")
+	fs.DurationVar(&opts.Timeout, "timeout", DefaultDemoTimeout, "fail if the workload has not settled by then")
+	fs.BoolVar(&opts.Verbose, "verbose", false, "log the relay's and workers' INFO records too (default: WARN and above)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb demo [--database-url URL]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb demo [--database-url URL] [--attempts N] [--seed N] [--timeout D] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
@@ -121,6 +132,70 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	return Demo(ctx, opts)
+}
+
+func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("kfsdb relay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := &RelayOpts{Out: stdout}
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
+	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
+	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--poll-only] [--verbose]")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: relay takes no arguments", ErrUsage)
+	}
+	if opts.DatabaseURL == "" {
+		opts.DatabaseURL = getenv(EnvDatabaseURL)
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return Relay(ctx, opts)
+}
+
+func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("kfsdb purge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := &PurgeOpts{Out: stdout}
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
+	fs.StringVar(&opts.TenantID, "tenant", "", "tenant whose attempts to purge (required)")
+	fs.DurationVar(&opts.OlderThan, "older-than", -1, "retention: purge terminal attempts completed longer ago than this, e.g. 720h (required)")
+	batch := fs.Int("batch", 0, fmt.Sprintf("attempts per delete, 1..%d (default %d)", repo.MaxPurgeBatch, repo.DefaultPurgeBatch))
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb purge --tenant T --older-than DURATION [--batch N] [--database-url URL]")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: purge takes no arguments", ErrUsage)
+	}
+	if opts.OlderThan == -1 {
+		fs.Usage()
+		return fmt.Errorf("%w: --older-than is required (0 purges every terminal attempt)", ErrUsage)
+	}
+	if *batch < 0 || *batch > repo.MaxPurgeBatch {
+		return fmt.Errorf("%w: --batch must be 1..%d", ErrUsage, repo.MaxPurgeBatch)
+	}
+	opts.BatchSize = int32(*batch)
+	if opts.DatabaseURL == "" {
+		opts.DatabaseURL = getenv(EnvDatabaseURL)
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	_, err := Purge(ctx, opts)
+	return err
 }
 
 func parse(fs *flag.FlagSet, args []string) error {

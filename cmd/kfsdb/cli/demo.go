@@ -1,15 +1,26 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
+)
+
+// Demo defaults and bounds.
+const (
+	DefaultDemoAttempts = 400
+	MaxDemoAttempts     = 5000
+	DefaultDemoSeed     = 1
+	DefaultDemoTimeout  = 45 * time.Second
 )
 
 // DemoOpts are the options of Demo.
@@ -20,26 +31,49 @@ type DemoOpts struct {
 	// (KFS_TEST_DATABASE_URL, else a container of KFS_TEST_POSTGRES_IMAGE).
 	// The command line defaults it to $DATABASE_URL.
 	DatabaseURL string
+	// Attempts is how many compilation attempts the workload runs
+	// (26..5,000). Defaults to 400.
+	Attempts int
 	// Out receives the command's output. Required.
 	Out io.Writer
+	// Seed shuffles which attempt follows which scenario. Defaults to 1.
+	Seed uint64
+	// Timeout bounds the workload: if the attempts are not all terminal by
+	// then, Demo fails. Defaults to 45 s.
+	Timeout time.Duration
+	// Verbose logs the relay's and the workers' INFO records too. Defaults
+	// to false: WARN and above.
+	Verbose bool
 }
 
 // Validate reports the first missing or invalid field.
 func (o *DemoOpts) Validate() error {
 	if o.DatabaseURL != "" {
 		if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-			return fmt.Errorf("DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
+			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
 		}
 	}
+	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
+		return fmt.Errorf("invalid options: Attempts must be %d..%d (or 0 for %d), got %d", minDemoAttempts, MaxDemoAttempts, DefaultDemoAttempts, o.Attempts)
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("invalid options: Timeout must not be negative, got %s", o.Timeout)
+	}
 	if o.Out == nil {
-		return errors.New("Out is required")
+		return errors.New("invalid options: Out is required")
 	}
 	return nil
 }
 
 // Demo creates a fresh database kfsdb_demo_<random>, applies every
-// migration, prints `migrate status`, and then drops the database (and stops
-// the throwaway server, if it started one), also when ctx is canceled.
+// migration, runs a mixed workload of compilation attempts through a real
+// relay and real workers over an in-process queue (successes, retries,
+// failures, panics, exhausted attempts, a worker that dies holding a lease,
+// a broker outage, dead letters, cancels, supersedes and manual retries),
+// prints live progress, an outcome table, counters and latencies, checks
+// the end state, and then drops the database (and stops the throwaway
+// server, if it started one), also when ctx is canceled. It fails if any
+// check fails or the workload does not settle within Timeout.
 func Demo(ctx context.Context, opts *DemoOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
@@ -51,7 +85,7 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 }
 
 func demo(ctx context.Context, opts *DemoOpts) (retErr error) {
-	out := opts.Out
+	out := &syncWriter{w: opts.Out}
 	var (
 		srv *pgtest.Server
 		err error
@@ -97,5 +131,69 @@ func demo(ctx context.Context, opts *DemoOpts) (retErr error) {
 		return err
 	}
 	fmt.Fprintln(out, "== kfsdb migrate status")
-	return Migrate(ctx, &MigrateOpts{Command: MigrateStatus, DatabaseURL: url, Out: out})
+	if err := Migrate(ctx, &MigrateOpts{Command: MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
+		return err
+	}
+	return runWorkload(ctx, opts, out, url)
+}
+
+func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string) error {
+	n := cmp.Or(opts.Attempts, DefaultDemoAttempts)
+	seed := cmp.Or(opts.Seed, DefaultDemoSeed)
+	timeout := cmp.Or(opts.Timeout, DefaultDemoTimeout)
+
+	lat := newLatencies()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("could not parse the demo database URL: %w", err)
+	}
+	cfg.MaxConns = demoPoolMaxConns
+	cfg.ConnConfig.Tracer = statementTracer{lat: lat}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("could not connect to the demo database: %w", err)
+	}
+	defer pool.Close()
+
+	w := newWorkload(out, newLogger(out, opts.Verbose), pool, lat, n, seed)
+	counts := map[string]int{}
+	for _, e := range w.entries {
+		counts[e.sc.name]++
+	}
+	fmt.Fprintf(out, "== workload: %d attempts (seed %d) in %d tenants × %d spaces; %d producers; relay + %d workers × %d over memqueue\n",
+		n, seed, len(demoTenants), demoSpacesPerTenant, demoProducers, demoWorkers, demoWorkerConcurrency)
+	fmt.Fprintf(out, "   scenarios: %s\n", formatCounts(counts))
+	fmt.Fprintf(out, "   timings: lease %s (heartbeat %s), retry backoff %s..%s, relay poll %s, dispatch backoff %s..%s ×%d, visibility %s, claim lock %s\n",
+		demoLease, (demoLease / 3).Round(time.Millisecond), demoRetryBase, demoRetryCap, demoPollInterval, demoDispatchBase, demoDispatchCap, demoMaxDispatch, demoVisibility, demoLockDuration)
+	if err := w.run(ctx, timeout); err != nil {
+		return err
+	}
+	failed, err := w.report(ctx)
+	if err != nil {
+		return err
+	}
+	if failed > 0 {
+		fmt.Fprintf(out, "\ndemo: FAIL (%d of the checks failed)\n", failed)
+		return fmt.Errorf("demo: %d checks failed", failed)
+	}
+	fmt.Fprintf(out, "\ndemo: PASS (%d attempts)\n", n)
+	return nil
+}
+
+// newLogger logs WARN and above (INFO and above when verbose) to out as
+// one text line per record, without times or stack traces.
+func newLogger(out io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "stack") {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
 }

@@ -48,23 +48,23 @@ type MigrateOpts struct {
 // Validate reports the first missing or invalid field.
 func (o *MigrateOpts) Validate() error {
 	if o.Command == "" {
-		return errors.New("Command is required (up, down, status or version)")
+		return errors.New("invalid options: Command is required (up, down, status or version)")
 	}
 	valid := false
 	for _, c := range MigrateCommands() {
 		valid = valid || c == o.Command
 	}
 	if !valid {
-		return fmt.Errorf("Command %q is not one of up, down, status, version", o.Command)
+		return fmt.Errorf("invalid options: Command %q is not one of up, down, status, version", o.Command)
 	}
 	if o.DatabaseURL == "" {
-		return fmt.Errorf("DatabaseURL is required: pass --database-url or set $%s", EnvDatabaseURL)
+		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s", EnvDatabaseURL)
 	}
 	if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-		return fmt.Errorf("DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
+		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
 	}
 	if o.Out == nil {
-		return errors.New("Out is required")
+		return errors.New("invalid options: Out is required")
 	}
 	return nil
 }

@@ -1,0 +1,201 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+)
+
+func TestDemoOptsValidate(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	for name, tc := range map[string]struct {
+		opts    DemoOpts
+		wantErr string
+	}{
+		"BadURL":          {DemoOpts{DatabaseURL: "postgres://u@h:notaport/db", Out: &out}, "DatabaseURL is not a valid"},
+		"TooFewAttempts":  {DemoOpts{Attempts: 5, Out: &out}, "Attempts must be 26..5000"},
+		"TooManyAttempts": {DemoOpts{Attempts: 5001, Out: &out}, "Attempts must be"},
+		"NegativeTimeout": {DemoOpts{Timeout: -time.Second, Out: &out}, "Timeout must not be negative"},
+		"MissingOut":      {DemoOpts{}, "Out is required"},
+		"Defaults":        {DemoOpts{Out: &out}, ""},
+		"Valid":           {DemoOpts{DatabaseURL: "postgres://u@h/db", Attempts: 60, Seed: 3, Timeout: time.Minute, Out: &out}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.opts.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestRelayOptsValidate(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	for name, tc := range map[string]struct {
+		opts    RelayOpts
+		wantErr string
+	}{
+		"MissingURL": {RelayOpts{Out: &out}, "DatabaseURL is required"},
+		"BadURL":     {RelayOpts{DatabaseURL: "postgres://u@h:notaport/db", Out: &out}, "DatabaseURL is not a valid"},
+		"MissingOut": {RelayOpts{DatabaseURL: "postgres://u@h/db"}, "Out is required"},
+		"Valid":      {RelayOpts{DatabaseURL: "postgres://u@h/db", Out: &out, PollOnly: true}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.opts.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestPurgeOptsValidate(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	const url = "postgres://u@h/db"
+	long := string(bytes.Repeat([]byte("t"), repo.MaxTenantIDLength+1))
+	for name, tc := range map[string]struct {
+		opts    PurgeOpts
+		wantErr string
+	}{
+		"MissingURL":        {PurgeOpts{TenantID: "t", Out: &out}, "DatabaseURL is required"},
+		"MissingTenant":     {PurgeOpts{DatabaseURL: url, Out: &out}, "TenantID is required"},
+		"LongTenant":        {PurgeOpts{DatabaseURL: url, TenantID: long, Out: &out}, "TenantID must be at most 255"},
+		"NegativeOlderThan": {PurgeOpts{DatabaseURL: url, TenantID: "t", OlderThan: -time.Hour, Out: &out}, "OlderThan must be >= 0"},
+		"BatchTooLarge":     {PurgeOpts{DatabaseURL: url, TenantID: "t", BatchSize: repo.MaxPurgeBatch + 1, Out: &out}, "BatchSize must be 1..10000"},
+		"NegativeBatch":     {PurgeOpts{DatabaseURL: url, TenantID: "t", BatchSize: -1, Out: &out}, "BatchSize must be"},
+		"MissingOut":        {PurgeOpts{DatabaseURL: url, TenantID: "t"}, "Out is required"},
+		"Valid":             {PurgeOpts{DatabaseURL: url, TenantID: "t", OlderThan: 24 * time.Hour, BatchSize: 10, Out: &out}, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			err := tc.opts.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func envWith(url string) func(string) string {
+	return func(k string) string {
+		if k == EnvDatabaseURL {
+			return url
+		}
+		return ""
+	}
+}
+
+func TestPurgeDeletesOnlyTheTenantsOldTerminalAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewDB(t)
+	r := repo.New(nil)
+	tenant, other := "tenant-purge", "tenant-keep"
+	start := func(tenantID string, cancel bool) {
+		t.Helper()
+		s := testfactory.NewScope(ctx, t, db.Pool, &testfactory.ScopeOpts{TenantID: &tenantID})
+		res, err := r.Start(ctx, db.Pool, s.StartParams())
+		require.NoError(t, err)
+		if cancel {
+			_, err = r.Cancel(ctx, db.Pool, &repo.CancelParams{AttemptRef: s.Ref(res.Attempt.ID)})
+			require.NoError(t, err)
+		}
+	}
+	for range 5 {
+		start(tenant, true)
+	}
+	start(tenant, false)
+	start(tenant, false)
+	start(other, true)
+	count := func(tenantID string) (n int) {
+		t.Helper()
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE tenant_id = $1`, tenantID).Scan(&n))
+		return n
+	}
+	purge := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		code := Main(ctx, append([]string{"purge", "--tenant", tenant}, args...), &stdout, &stderr, envWith(db.URL))
+		require.Equal(t, 0, code, "stderr: %s", stderr.String())
+		return stdout.String()
+	}
+
+	require.Contains(t, purge("--older-than", "1h"), "purged 0 terminal attempts")
+	require.Equal(t, 7, count(tenant))
+
+	out := purge("--older-than", "0s", "--batch", "2")
+	require.Contains(t, out, `purged 5 terminal attempts of tenant "tenant-purge"`)
+	require.Contains(t, out, "(3 batches of up to 2)")
+	require.Equal(t, 2, count(tenant), "live attempts stay")
+	require.Equal(t, 1, count(other), "other tenants stay")
+	var outbox int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_outbox`).Scan(&outbox))
+	require.Equal(t, 3, outbox, "outbox rows go with their attempts")
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while another goroutine
+// writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestRelayCommandPublishesUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	for name, args := range map[string][]string{"ListenAndPoll": nil, "PollOnly": {"--poll-only"}} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewDB(t)
+			s := testfactory.NewScope(t.Context(), t, db.Pool, nil)
+			res, err := repo.New(nil).Start(t.Context(), db.Pool, s.StartParams())
+			require.NoError(t, err)
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var stdout, stderr lockedBuffer
+			done := make(chan int, 1)
+			go func() { done <- Main(ctx, append([]string{"relay"}, args...), &stdout, &stderr, envWith(db.URL)) }()
+			want := "published document.compile attempt=" + res.Attempt.ID.String() + " key=document.compile:" + res.Attempt.ID.String()
+			require.Eventually(t, func() bool { return bytes.Contains([]byte(stdout.String()), []byte(want)) }, 15*time.Second, 20*time.Millisecond)
+			require.Eventually(t, func() bool {
+				a, err := repo.New(nil).GetAttempt(t.Context(), db.Pool, s.TenantID, res.Attempt.ID)
+				require.NoError(t, err)
+				return a.RunState == "queued" && a.QueueJobID != nil && len(*a.QueueJobID) > 4 && (*a.QueueJobID)[:4] == "log-"
+			}, 15*time.Second, 20*time.Millisecond)
+			cancel()
+			require.Equal(t, 0, <-done, "stderr: %s", stderr.String())
+			require.Contains(t, stdout.String(), "stopped")
+		})
+	}
+}
