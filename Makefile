@@ -103,3 +103,52 @@ check-deps: ## Check that importers of the root module never get sqlc, goose, te
 .PHONY: tidy
 tidy: ## go mod tidy in every module.
 	@for m in $(MODULES); do echo "== go mod tidy in module $$m"; (cd $$m && GOWORK=off go mod tidy); done
+
+# Benchmarks (tests/bench). KFS_BENCH_DATABASE_URL picks the server (use an
+# fsync-on one for production-like figures); without it pgtest starts one.
+BENCH_TIME ?= 2000x
+BENCH_COUNT ?= 5
+BENCH_OUT ?= bench/out
+
+.PHONY: bench
+bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; writes bench/out and prints ratios.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	@# BENCH_COUNT separate -count=1 runs, so repo and raw (and every
+	@# operation) interleave and drift hits both alike.
+	cd tests && GOWORK=off go test -c -o $(CURDIR)/$(BENCH_OUT)/bench.test ./bench/
+	cd tests/bench && for i in $$(seq $(BENCH_COUNT)); do \
+		$(CURDIR)/$(BENCH_OUT)/bench.test -test.run '^$$' -test.bench . -test.benchtime=$(BENCH_TIME) -test.count=1 -test.timeout 60m; \
+	done | tee $(CURDIR)/$(BENCH_OUT)/bench.txt
+	@echo "== repo/raw summary (medians of $(BENCH_COUNT) runs; benchstat: benchstat -col /impl $(BENCH_OUT)/bench.txt)"
+	cd tests && GOWORK=off go run ./bench/benchsummary $(CURDIR)/$(BENCH_OUT)/bench.txt | tee $(CURDIR)/$(BENCH_OUT)/summary.md
+
+.PHONY: loadgen
+loadgen: ## Lifecycle load driver (tests/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLoadgen$$' -v -timeout 30m ./bench/ \
+		| tee $(CURDIR)/$(BENCH_OUT)/loadgen.txt
+
+# Fuzz targets of package repo (repo/fuzz_test.go), run one after another;
+# `go test` alone replays their committed corpus in repo/testdata/fuzz.
+FUZZ_TARGETS := FuzzStartParams FuzzAttemptRef FuzzReads FuzzAcquireLeaseParams FuzzLeaseCalls \
+	FuzzFailParams FuzzTruncateMessage FuzzClaimParams FuzzMarkDispatchedParams \
+	FuzzReleaseOutboxParams FuzzPurgeParams FuzzDecodePayload
+FUZZTIME ?= 10s
+# Go also minimizes every new interesting input, for up to 60s by default;
+# on kilobyte-sized inputs that stalls a short run, so bound it.
+FUZZMINIMIZETIME ?= 100x
+
+.PHONY: fuzz
+fuzz: ## Fuzz every input validator and DecodePayload for FUZZTIME each (default 10s).
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== go test -fuzz $$t -fuzztime $(FUZZTIME) ./repo"; \
+		out=$$(GOWORK=off go test ./repo -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) 2>&1) || \
+			{ echo "$$out"; echo "make fuzz: $$t FAILED (the failing input is saved under repo/testdata/fuzz/$$t)"; exit 1; }; \
+		echo "$$out" | grep '^fuzz: elapsed' | tail -n 1; \
+	done
+
+.PHONY: fuzz-short
+fuzz-short: ## CI-sized fuzzing: every target for 3s.
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s

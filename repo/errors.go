@@ -1,8 +1,11 @@
 package repo
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -12,7 +15,8 @@ import (
 )
 
 // Sentinel errors. Every error a transition returns matches exactly one of
-// them with errors.Is, or is a context or connection error from pgx.
+// them with errors.Is, or is a context or connection error from pgx, which
+// matches none of them ([IsRetryable] tells the transient ones).
 var (
 	// ErrNotFound: the row does not exist or belongs to another tenant or
 	// space. Every control-plane function returns it for another tenant's ids;
@@ -178,4 +182,50 @@ func mapError(err error) error {
 		return &ConstraintError{Constraint: pgErr.ConstraintName, Table: pgErr.TableName, Code: pgErr.Code, Err: pgErr}
 	}
 	return err
+}
+
+// IsRetryable reports whether err is transient: the database could not be
+// reached or answered with a connection or conflict error, so the same call
+// may succeed when made again. It is true for ErrRetryTransaction (SQLSTATE
+// class 40), a connection that failed, broke or was closed (dial and
+// network errors, EOF, pgconn.ErrConnClosed, SQLSTATE class 08), a server
+// shutting down or starting up (57P01 admin_shutdown, e.g.
+// pg_terminate_backend; 57P02 crash_shutdown; 57P03 cannot_connect_now),
+// too many connections (53300), a timeout (context.DeadlineExceeded,
+// pgconn.Timeout) and anything pgconn.SafeToRetry accepts. It is false for
+// nil, context.Canceled (the caller gave up) and every state sentinel
+// (ErrNotFound, ErrLeaseLost, ErrInvalidTransition, …): those are answers,
+// not failures.
+//
+// A transient error says nothing about whether the statement was applied:
+// a write whose reply was lost may have committed. Every transition is safe
+// to call again: the retry either applies it or reports the state it found
+// (for example ErrInvalidTransition for a Complete that had committed).
+func IsRetryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if errors.Is(err, ErrRetryTransaction) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	if pgconn.Timeout(err) || pgconn.SafeToRetry(err) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch code := pgErr.Code; {
+		case len(code) == 5 && (code[:2] == "08" || code[:2] == "40"):
+			return true
+		case code == "57P01", code == "57P02", code == "57P03", code == "53300":
+			return true
+		}
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr)
 }

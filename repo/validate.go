@@ -101,17 +101,21 @@ func ValidateFingerprint(s string) error {
 // TruncateMessage cuts s to at most MaxErrorMessageRunes runes, never in
 // the middle of a rune, and replaces what PostgreSQL's text type refuses
 // (invalid UTF-8 and NUL bytes) with U+FFFD.
-func TruncateMessage(s string) string {
+func TruncateMessage(s string) string { return truncateText(s, MaxErrorMessageRunes) }
+
+// truncateText is TruncateMessage with the limit as a parameter, so that
+// fuzzing reaches the cut with short inputs.
+func truncateText(s string, max int) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if utf8.RuneCountInString(s) <= MaxErrorMessageRunes {
+	if utf8.RuneCountInString(s) <= max {
 		return s
 	}
 	n := 0
 	for i := range s {
-		if n == MaxErrorMessageRunes {
+		if n == max {
 			return s[:i]
 		}
 		n++

@@ -75,7 +75,9 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Retryable marks err as transient: the attempt is retried after a
 // backoff while execution attempts remain (code
-// DOCUMENT_COMPILATION_RETRYABLE).
+// DOCUMENT_COMPILATION_RETRYABLE). Handler errors for which
+// repo.IsRetryable is true (a lost database connection, a serialization
+// failure, a timeout) are retried the same way without being marked.
 func Retryable(err error) error {
 	return &Error{Code: kfstype.ErrorCodeCompilationRetryable, Retryable: true, Err: err}
 }
@@ -320,7 +322,9 @@ func (w *Worker) process(ctx context.Context, msg Message) Result {
 		if res.Outcome == OutcomeRetried {
 			res.Outcome = OutcomeReleased
 		}
-	case isRetryable(herr):
+	case isRetryable(herr) || repo.IsRetryable(herr):
+		// Marked retryable, or transient (the database connection failed,
+		// a conflict, a timeout): not the document's fault.
 		n := job.Attempt.ExecutionAttempts
 		werr = w.retry(wctx, lease, job.Attempt, herr, backoff.Exponential(w.cfg.RetryBackoffBase, w.cfg.RetryBackoffCap, n), &res)
 	default:
@@ -423,7 +427,8 @@ func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, log *slog.Logge
 
 // heartbeat extends the lease every HeartbeatInterval until ctx ends. A
 // refusal means the lease is lost; other errors are retried until the
-// lease would have expired.
+// lease would have expired. Each call is bounded by the lease's expiry, so
+// a call stuck on an unresponsive server ends the lease on time.
 func (w *Worker) heartbeat(ctx context.Context, job *Job, log *slog.Logger, lose func(error)) {
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -434,7 +439,12 @@ func (w *Worker) heartbeat(ctx context.Context, job *Job, log *slog.Logger, lose
 		case <-t.C:
 		}
 		cur := job.Lease()
-		renewed, err := w.cfg.Repo.Heartbeat(ctx, w.pool, &repo.HeartbeatParams{Lease: cur, LeaseDuration: w.cfg.LeaseDuration})
+		// A heartbeat that has not returned by the lease's expiry is too
+		// late (a frozen server or a hung connection): giving up then stops
+		// the handler when the lease ends instead of whenever the call does.
+		callCtx, cancelCall := context.WithDeadline(ctx, cur.ExpiresAt)
+		renewed, err := w.cfg.Repo.Heartbeat(callCtx, w.pool, &repo.HeartbeatParams{Lease: cur, LeaseDuration: w.cfg.LeaseDuration})
+		cancelCall()
 		switch {
 		case err == nil:
 			job.lease.Store(renewed)

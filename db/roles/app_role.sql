@@ -1,0 +1,47 @@
+-- kfsdb application role: least privilege.
+--
+-- Not a migration. Run it once per database, as the owner of kfsdb's
+-- tables (the role that ran the migrations), after `migrate up`:
+--
+--   psql "$OWNER_DATABASE_URL" -v ON_ERROR_STOP=1 -f db/roles/app_role.sql
+--   psql "$OWNER_DATABASE_URL" -c "\password kfsdb_app"
+--
+-- Creating the role needs CREATEROLE (or a superuser); the grants need the
+-- table owner. The application then connects as kfsdb_app. It can read and
+-- write attempts and outbox rows, read the four tables kfsdb only reads,
+-- and nothing else: it owns nothing, so it cannot ALTER, DROP, TRUNCATE or
+-- index anything, and cannot create objects in schema public or new
+-- schemas. tests/privilege runs every transition, the relay and a worker as
+-- this role and proves the DDL is refused. Running the file again is
+-- harmless.
+
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'kfsdb_app') THEN
+    CREATE ROLE kfsdb_app LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS;
+  END IF;
+END
+$$;
+
+-- PostgreSQL 15 and later already deny CREATE on schema public to PUBLIC;
+-- older servers grant it, so say it explicitly.
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+GRANT USAGE ON SCHEMA public TO kfsdb_app;
+
+-- The module's own tables: every transition, the relay, the worker, purge.
+GRANT SELECT, INSERT, UPDATE, DELETE
+  ON TABLE document_compilation_attempts, document_compilation_outbox
+  TO kfsdb_app;
+
+-- Tables kfsdb reads but never writes (Start checks the space, asset
+-- version and publication head; Advance checks the candidate publication).
+-- The platform's own role writes them.
+GRANT SELECT
+  ON TABLE knowledge_spaces, document_assets, projection_set_publications, projection_set_publication_heads
+  TO kfsdb_app;
+
+-- Optional: temporary tables are not schema changes, but the application
+-- never needs one. PUBLIC holds TEMPORARY on every database by default;
+-- revoking it affects every role without an explicit grant, so it is left
+-- to the deployment:
+--   REVOKE TEMPORARY ON DATABASE <dbname> FROM PUBLIC;
