@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -415,4 +416,94 @@ func (r *Repo) Purge(ctx context.Context, db DBTX, p *PurgeParams) (int, error) 
 		return 0, fmt.Errorf("purge attempts of tenant %q: %w", p.TenantID, mapError(err))
 	}
 	return len(ids), nil
+}
+
+// StartManyResult is one entry of StartMany's result, in input order.
+type StartManyResult struct {
+	Attempt *kfstype.Attempt
+	Created bool
+	// Err is the entry's own refusal (ErrNotFound, *HeadConflictError, …);
+	// the other entries are unaffected.
+	Err error
+}
+
+// StartMany starts up to 100 document versions in one statement: each
+// entry is created with its outbox row, or its live attempt is returned.
+// Entries that fail a precondition are explained one by one (a second
+// statement each) and reported in their Err. Deferred and AvailableAt are
+// not supported in a batch.
+//
+// Errors: *InputError for the batch (it names the entry); a database error
+// fails the whole batch.
+func (r *Repo) StartMany(ctx context.Context, db DBTX, ps []*StartParams) ([]StartManyResult, error) {
+	if len(ps) == 0 || len(ps) > MaxClaimBatch {
+		return nil, &InputError{Field: "StartParams", Reason: fmt.Sprintf("must hold 1..%d entries", MaxClaimBatch)}
+	}
+	n := len(ps)
+	arg := &gen.StartAttemptsParams{
+		IDs: make([]uuid.UUID, n), OutboxIDs: make([]uuid.UUID, n), TenantIDs: make([]string, n),
+		KnowledgeSpaceIDs: make([]uuid.UUID, n), DocumentAssetIDs: make([]uuid.UUID, n),
+		DocumentVersions: make([]int32, n), PublicationGenerationIDs: make([]uuid.UUID, n),
+		BaseHeadRevisions: make([]int32, n), MaxExecutionAttempts: make([]int32, n), Now: r.now(),
+	}
+	type versionKey struct {
+		tenant       string
+		space, asset uuid.UUID
+		version      int32
+	}
+	index := make(map[versionKey]int, n)
+	for i, p := range ps {
+		if p == nil {
+			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d]", i), Reason: "must not be nil"}
+		}
+		if err := p.validate(); err != nil {
+			ie := err.(*InputError)
+			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d].%s", i, ie.Field), Reason: ie.Reason}
+		}
+		if p.Deferred || p.AvailableAt != nil {
+			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d].Deferred", i), Reason: "deferred or delayed starts are not supported in a batch"}
+		}
+		k := versionKey{p.TenantID, p.KnowledgeSpaceID, p.DocumentAssetID, p.DocumentVersion}
+		if _, dup := index[k]; dup {
+			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d]", i), Reason: "names a document version twice in the batch"}
+		}
+		index[k] = i
+		var err error
+		if arg.IDs[i], err = uuid.NewV7(); err != nil {
+			return nil, fmt.Errorf("start attempts: new id: %w", err)
+		}
+		if arg.OutboxIDs[i], err = uuid.NewV7(); err != nil {
+			return nil, fmt.Errorf("start attempts: new outbox id: %w", err)
+		}
+		arg.TenantIDs[i], arg.KnowledgeSpaceIDs[i], arg.DocumentAssetIDs[i] = p.TenantID, p.KnowledgeSpaceID, p.DocumentAssetID
+		arg.DocumentVersions[i], arg.PublicationGenerationIDs[i], arg.BaseHeadRevisions[i] = p.DocumentVersion, p.PublicationGenerationID, p.BaseHeadRevision
+		arg.MaxExecutionAttempts[i] = cmp.Or(p.MaxExecutionAttempts, DefaultMaxExecutionAttempts)
+	}
+	rows, err := r.q.StartAttempts(ctx, db, arg)
+	if err != nil {
+		return nil, fmt.Errorf("start %d attempts: %w", n, mapError(err))
+	}
+	out := make([]StartManyResult, n)
+	done := make([]bool, n)
+	for _, row := range rows {
+		single := gen.StartAttemptRow(*row)
+		i, ok := index[versionKey{row.TenantID, row.KnowledgeSpaceID, row.DocumentAssetID, row.DocumentVersion}]
+		if !ok || done[i] {
+			continue
+		}
+		out[i] = StartManyResult{Attempt: attemptFromStartRow(&single), Created: row.ID == arg.IDs[i]}
+		done[i] = true
+	}
+	for i, p := range ps {
+		if done[i] {
+			continue
+		}
+		res, err := r.Start(ctx, db, p)
+		if err != nil {
+			out[i] = StartManyResult{Err: err}
+			continue
+		}
+		out[i] = StartManyResult{Attempt: res.Attempt, Created: res.Created}
+	}
+	return out, nil
 }

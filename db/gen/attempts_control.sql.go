@@ -578,6 +578,191 @@ func (q *Queries) StartAttemptPreconditions(ctx context.Context, db DBTX, arg *S
 	return &i, err
 }
 
+const startAttempts = `-- name: StartAttempts :many
+WITH input AS (
+  -- Set-returning functions in one SELECT list advance in lockstep.
+  SELECT unnest($1::uuid[]) AS id,
+         unnest($2::uuid[]) AS outbox_id,
+         unnest($3::text[]) AS tenant_id,
+         unnest($4::uuid[]) AS knowledge_space_id,
+         unnest($5::uuid[]) AS document_asset_id,
+         unnest($6::integer[]) AS document_version,
+         unnest($7::uuid[]) AS publication_generation_id,
+         unnest($8::integer[]) AS base_head_revision,
+         unnest($9::integer[]) AS max_execution_attempts
+),
+existing AS (
+  SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
+    FROM document_compilation_attempts a
+    JOIN input i
+      ON a.tenant_id = i.tenant_id
+     AND a.knowledge_space_id = i.knowledge_space_id
+     AND a.document_asset_id = i.document_asset_id
+     AND a.document_version = i.document_version
+     AND a.active_slot = 1
+),
+eligible AS (
+  SELECT i.id, i.outbox_id, i.tenant_id, i.knowledge_space_id, i.document_asset_id, i.document_version, i.publication_generation_id, i.base_head_revision, i.max_execution_attempts
+    FROM input i
+    JOIN knowledge_spaces ks
+      ON ks.id = i.knowledge_space_id AND ks.tenant_id = i.tenant_id
+    JOIN document_assets da
+      ON da.knowledge_space_id = ks.id AND da.id = i.document_asset_id AND da.version = i.document_version
+   WHERE NOT EXISTS (
+           SELECT 1 FROM existing e
+            WHERE e.document_asset_id = i.document_asset_id
+              AND e.document_version = i.document_version
+              AND e.knowledge_space_id = i.knowledge_space_id)
+     AND coalesce((
+           SELECT h.head_revision
+             FROM projection_set_publication_heads h
+            WHERE h.tenant_id = i.tenant_id
+              AND h.knowledge_space_id = i.knowledge_space_id
+         ), 0) = i.base_head_revision
+),
+inserted AS (
+  INSERT INTO document_compilation_attempts (
+    id, tenant_id, knowledge_space_id, document_asset_id, document_version,
+    publication_generation_id, base_head_revision, checkpoint, run_state,
+    active_slot, execution_attempts, max_execution_attempts, row_version,
+    created_at, updated_at
+  )
+  SELECT e.id, e.tenant_id, e.knowledge_space_id, e.document_asset_id, e.document_version,
+         e.publication_generation_id, e.base_head_revision, 'queued', 'dispatch_pending',
+         1, 0, e.max_execution_attempts, 0,
+         coalesce($10::timestamptz, now()),
+         coalesce($10::timestamptz, now())
+    FROM eligible e
+  ON CONFLICT (tenant_id, knowledge_space_id, document_asset_id, document_version, active_slot)
+    DO NOTHING
+  RETURNING id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at
+),
+outbox AS (
+  INSERT INTO document_compilation_outbox (
+    id, attempt_id, event_type, schema_version, payload, idempotency_key,
+    status, dispatch_attempts, available_at, created_at, updated_at
+  )
+  SELECT i.outbox_id, ins.id, 'document.compile', 1,
+         jsonb_build_object('attemptId', ins.id),
+         'document.compile:' || ins.id::text,
+         'pending', 0, ins.created_at, ins.created_at, ins.created_at
+    FROM inserted ins
+    JOIN input i ON i.id = ins.id
+  RETURNING pg_notify('kfsdb_outbox', available_at::text)
+)
+SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
+UNION ALL
+SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM existing
+`
+
+type StartAttemptsParams struct {
+	IDs                      []uuid.UUID
+	OutboxIDs                []uuid.UUID
+	TenantIDs                []string
+	KnowledgeSpaceIDs        []uuid.UUID
+	DocumentAssetIDs         []uuid.UUID
+	DocumentVersions         []int32
+	PublicationGenerationIDs []uuid.UUID
+	BaseHeadRevisions        []int32
+	MaxExecutionAttempts     []int32
+	Now                      *time.Time
+}
+
+type StartAttemptsRow struct {
+	ID                      uuid.UUID
+	TenantID                string
+	KnowledgeSpaceID        uuid.UUID
+	DocumentAssetID         uuid.UUID
+	DocumentVersion         int32
+	PublicationGenerationID uuid.UUID
+	BaseHeadRevision        int32
+	CandidatePublicationID  *uuid.UUID
+	CandidateFingerprint    *string
+	Checkpoint              string
+	RunState                string
+	ActiveSlot              *int32
+	ExecutionAttempts       int32
+	MaxExecutionAttempts    int32
+	QueueJobID              *string
+	ExternalJobID           *string
+	WorkerID                *string
+	LeaseToken              *uuid.UUID
+	LeaseExpiresAt          *time.Time
+	HeartbeatAt             *time.Time
+	RetryAt                 *time.Time
+	LastErrorCode           *string
+	LastErrorMessage        *string
+	RowVersion              int32
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+	StartedAt               *time.Time
+	CompletedAt             *time.Time
+}
+
+// Start for a batch of document versions in one statement (parallel
+// arrays, distinct versions). Returns the created attempts and the live
+// attempts that already existed; a version missing from the result failed
+// a precondition and the caller explains it with StartAttempt.
+func (q *Queries) StartAttempts(ctx context.Context, db DBTX, arg *StartAttemptsParams) ([]*StartAttemptsRow, error) {
+	rows, err := db.Query(ctx, startAttempts,
+		arg.IDs,
+		arg.OutboxIDs,
+		arg.TenantIDs,
+		arg.KnowledgeSpaceIDs,
+		arg.DocumentAssetIDs,
+		arg.DocumentVersions,
+		arg.PublicationGenerationIDs,
+		arg.BaseHeadRevisions,
+		arg.MaxExecutionAttempts,
+		arg.Now,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*StartAttemptsRow
+	for rows.Next() {
+		var i StartAttemptsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.KnowledgeSpaceID,
+			&i.DocumentAssetID,
+			&i.DocumentVersion,
+			&i.PublicationGenerationID,
+			&i.BaseHeadRevision,
+			&i.CandidatePublicationID,
+			&i.CandidateFingerprint,
+			&i.Checkpoint,
+			&i.RunState,
+			&i.ActiveSlot,
+			&i.ExecutionAttempts,
+			&i.MaxExecutionAttempts,
+			&i.QueueJobID,
+			&i.ExternalJobID,
+			&i.WorkerID,
+			&i.LeaseToken,
+			&i.LeaseExpiresAt,
+			&i.HeartbeatAt,
+			&i.RetryAt,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.RowVersion,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.CompletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const supersedeAttempt = `-- name: SupersedeAttempt :one
 WITH attempt AS (
   SELECT a.id

@@ -289,3 +289,83 @@ DELETE FROM document_compilation_attempts a
  USING doomed
  WHERE a.id = doomed.id
 RETURNING a.id;
+
+-- name: StartAttempts :many
+-- Start for a batch of document versions in one statement (parallel
+-- arrays, distinct versions). Returns the created attempts and the live
+-- attempts that already existed; a version missing from the result failed
+-- a precondition and the caller explains it with StartAttempt.
+WITH input AS (
+  -- Set-returning functions in one SELECT list advance in lockstep.
+  SELECT unnest(@ids::uuid[]) AS id,
+         unnest(@outbox_ids::uuid[]) AS outbox_id,
+         unnest(@tenant_ids::text[]) AS tenant_id,
+         unnest(@knowledge_space_ids::uuid[]) AS knowledge_space_id,
+         unnest(@document_asset_ids::uuid[]) AS document_asset_id,
+         unnest(@document_versions::integer[]) AS document_version,
+         unnest(@publication_generation_ids::uuid[]) AS publication_generation_id,
+         unnest(@base_head_revisions::integer[]) AS base_head_revision,
+         unnest(@max_execution_attempts::integer[]) AS max_execution_attempts
+),
+existing AS (
+  SELECT a.*
+    FROM document_compilation_attempts a
+    JOIN input i
+      ON a.tenant_id = i.tenant_id
+     AND a.knowledge_space_id = i.knowledge_space_id
+     AND a.document_asset_id = i.document_asset_id
+     AND a.document_version = i.document_version
+     AND a.active_slot = 1
+),
+eligible AS (
+  SELECT i.*
+    FROM input i
+    JOIN knowledge_spaces ks
+      ON ks.id = i.knowledge_space_id AND ks.tenant_id = i.tenant_id
+    JOIN document_assets da
+      ON da.knowledge_space_id = ks.id AND da.id = i.document_asset_id AND da.version = i.document_version
+   WHERE NOT EXISTS (
+           SELECT 1 FROM existing e
+            WHERE e.document_asset_id = i.document_asset_id
+              AND e.document_version = i.document_version
+              AND e.knowledge_space_id = i.knowledge_space_id)
+     AND coalesce((
+           SELECT h.head_revision
+             FROM projection_set_publication_heads h
+            WHERE h.tenant_id = i.tenant_id
+              AND h.knowledge_space_id = i.knowledge_space_id
+         ), 0) = i.base_head_revision
+),
+inserted AS (
+  INSERT INTO document_compilation_attempts (
+    id, tenant_id, knowledge_space_id, document_asset_id, document_version,
+    publication_generation_id, base_head_revision, checkpoint, run_state,
+    active_slot, execution_attempts, max_execution_attempts, row_version,
+    created_at, updated_at
+  )
+  SELECT e.id, e.tenant_id, e.knowledge_space_id, e.document_asset_id, e.document_version,
+         e.publication_generation_id, e.base_head_revision, 'queued', 'dispatch_pending',
+         1, 0, e.max_execution_attempts, 0,
+         coalesce(sqlc.narg('now')::timestamptz, now()),
+         coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM eligible e
+  ON CONFLICT (tenant_id, knowledge_space_id, document_asset_id, document_version, active_slot)
+    DO NOTHING
+  RETURNING *
+),
+outbox AS (
+  INSERT INTO document_compilation_outbox (
+    id, attempt_id, event_type, schema_version, payload, idempotency_key,
+    status, dispatch_attempts, available_at, created_at, updated_at
+  )
+  SELECT i.outbox_id, ins.id, 'document.compile', 1,
+         jsonb_build_object('attemptId', ins.id),
+         'document.compile:' || ins.id::text,
+         'pending', 0, ins.created_at, ins.created_at, ins.created_at
+    FROM inserted ins
+    JOIN input i ON i.id = ins.id
+  RETURNING pg_notify('kfsdb_outbox', available_at::text)
+)
+SELECT * FROM inserted
+UNION ALL
+SELECT * FROM existing;
