@@ -107,7 +107,7 @@ tidy: ## go mod tidy in every module.
 # Benchmarks (tests/bench). KFS_BENCH_DATABASE_URL picks the server (use an
 # fsync-on one for production-like figures); without it pgtest starts one.
 BENCH_TIME ?= 2000x
-BENCH_COUNT ?= 5
+BENCH_COUNT ?= 6
 BENCH_OUT ?= bench/out
 
 .PHONY: bench
