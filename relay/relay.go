@@ -73,6 +73,7 @@ const (
 	LockDurationDefault        = 30 * time.Second
 	MaxDispatchAttemptsDefault = 10
 	PollIntervalDefault        = time.Second
+	FollowUpIntervalDefault    = 20 * time.Millisecond
 	PublishTimeoutDefault      = 10 * time.Second
 	VisibilityTimeoutDefault   = 60 * time.Second
 	WriteTimeoutDefault        = 10 * time.Second
@@ -104,6 +105,11 @@ type Config struct {
 	// PollInterval is the longest wait between claims when nothing wakes
 	// the relay. Defaults to 1 s.
 	PollInterval time.Duration
+	// FollowUpInterval is the wait before claiming again after a batch
+	// that found rows but was not full. Start notifies only when no other
+	// row is due, so while rows keep arriving the relay must look again
+	// soon on its own. Defaults to 20 ms.
+	FollowUpInterval time.Duration
 	// PollOnly disables LISTEN/NOTIFY, for PgBouncer in transaction pooling
 	// mode, where a session's LISTEN does not survive. Defaults to false.
 	PollOnly bool
@@ -140,6 +146,7 @@ func (c *Config) withDefaults() *Config {
 	out.LockDuration = cmp.Or(c.LockDuration, LockDurationDefault)
 	out.MaxDispatchAttempts = cmp.Or(c.MaxDispatchAttempts, MaxDispatchAttemptsDefault)
 	out.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	out.FollowUpInterval = cmp.Or(c.FollowUpInterval, min(FollowUpIntervalDefault, out.PollInterval))
 	out.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
 	out.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, VisibilityTimeoutDefault)
 	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
@@ -171,7 +178,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: Concurrency must be > 0, got %d", c.Concurrency)
 	case len(c.ID) > repo.MaxWorkerIDLength:
 		return fmt.Errorf("relay: ID must be at most %d characters", repo.MaxWorkerIDLength)
-	case c.LockDuration < 0 || c.PollInterval < 0 || c.PublishTimeout < 0 || c.VisibilityTimeout < 0 || c.WriteTimeout < 0:
+	case c.FollowUpInterval > c.PollInterval:
+		return fmt.Errorf("relay: FollowUpInterval %s is longer than PollInterval %s", c.FollowUpInterval, c.PollInterval)
+	case c.LockDuration < 0 || c.PollInterval < 0 || c.FollowUpInterval < 0 || c.PublishTimeout < 0 || c.VisibilityTimeout < 0 || c.WriteTimeout < 0:
 		return errors.New("relay: durations must not be negative")
 	case c.MaxDispatchAttempts < 1:
 		return fmt.Errorf("relay: MaxDispatchAttempts must be > 0, got %d", c.MaxDispatchAttempts)
@@ -215,8 +224,9 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg *Config) (*Relay, error) {
 func (r *Relay) ID() string { return r.cfg.ID }
 
 // Run claims and publishes until ctx ends, then returns ctx.Err(). It
-// claims again at once after a full batch, otherwise after PollInterval or
-// as soon as a notification says a row is due. On shutdown it stops
+// claims again at once after a full batch, after FollowUpInterval after a
+// batch that found rows, otherwise after PollInterval or as soon as a
+// notification says a row is due. On shutdown it stops
 // claiming; rows of an interrupted batch that were published are still
 // marked, the rest stay claimed until their lock deadline and are then
 // reclaimed.
@@ -243,21 +253,34 @@ func (r *Relay) Run(ctx context.Context) error {
 		if n == int(r.cfg.BatchSize) && err == nil {
 			continue // a full batch: more rows are likely due
 		}
-		timer.Reset(r.cfg.PollInterval)
-	wait:
+		wait := r.cfg.PollInterval
+		if n > 0 {
+			wait = r.cfg.FollowUpInterval // rows are arriving; their Starts may not have notified
+		}
+		if err := r.sleep(ctx, timer, time.Now().Add(wait)); err != nil {
+			return err
+		}
+	}
+}
+
+// sleep waits until deadline, or until a notification says a row is due
+// (now, or before the deadline: then until that time).
+func (r *Relay) sleep(ctx context.Context, timer *time.Timer, deadline time.Time) error {
+	for {
+		timer.Reset(time.Until(deadline))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
+			return nil
 		case due := <-r.wake:
-			if d := time.Until(due); d > 0 {
-				if d < r.cfg.PollInterval {
-					timer.Stop()
-					timer.Reset(d)
-				}
-				goto wait
+			if !due.After(time.Now()) {
+				timer.Stop()
+				return nil
 			}
-			timer.Stop()
+			if due.Before(deadline) {
+				deadline = due
+			}
 		}
 	}
 }

@@ -98,7 +98,7 @@ const (
 
 // pendingDeliveryDelay is how soon a delivery that beat its relay's
 // MarkDispatched is tried again.
-const pendingDeliveryDelay = 100 * time.Millisecond
+const pendingDeliveryDelay = 25 * time.Millisecond
 
 // ErrorCodeWorkerShutdown is stored when a stopping worker hands an
 // attempt back for another execution.

@@ -400,9 +400,17 @@ outbox AS (
          END,
          i.created_at, i.created_at
     FROM inserted i
-  -- Wake relays listening on kfsdb_outbox (delivered at commit); the
-  -- payload is when the row is due. A deferred row wakes nobody.
+  -- Wake relays listening on kfsdb_outbox (delivered at commit; the
+  -- payload is when the row is due), but only when no other row is due:
+  -- then a relay is already busy and claims this one too (it claims again
+  -- right after any non-empty batch). A notifying commit holds PostgreSQL's
+  -- global notify lock through its WAL flush, so notifying on every Start
+  -- would serialize all Start commits. A deferred row wakes nobody.
   RETURNING CASE WHEN NOT $11::boolean
+                  AND NOT EXISTS (
+                    SELECT 1 FROM document_compilation_outbox due
+                     WHERE due.status = 'pending'
+                       AND due.available_at <= coalesce($9::timestamptz, now()))
                  THEN pg_notify('kfsdb_outbox', available_at::text) END AS notified
 )
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
@@ -648,7 +656,12 @@ outbox AS (
          'pending', 0, ins.created_at, ins.created_at, ins.created_at
     FROM inserted ins
     JOIN input i ON i.id = ins.id
-  RETURNING pg_notify('kfsdb_outbox', available_at::text)
+  -- As StartAttempt: notify only when no other row is due.
+  RETURNING CASE WHEN NOT EXISTS (
+                   SELECT 1 FROM document_compilation_outbox due
+                    WHERE due.status = 'pending'
+                      AND due.available_at <= coalesce($10::timestamptz, now()))
+                 THEN pg_notify('kfsdb_outbox', available_at::text) END
 )
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
 UNION ALL

@@ -70,9 +70,17 @@ outbox AS (
          END,
          i.created_at, i.created_at
     FROM inserted i
-  -- Wake relays listening on kfsdb_outbox (delivered at commit); the
-  -- payload is when the row is due. A deferred row wakes nobody.
+  -- Wake relays listening on kfsdb_outbox (delivered at commit; the
+  -- payload is when the row is due), but only when no other row is due:
+  -- then a relay is already busy and claims this one too (it claims again
+  -- right after any non-empty batch). A notifying commit holds PostgreSQL's
+  -- global notify lock through its WAL flush, so notifying on every Start
+  -- would serialize all Start commits. A deferred row wakes nobody.
   RETURNING CASE WHEN NOT @deferred::boolean
+                  AND NOT EXISTS (
+                    SELECT 1 FROM document_compilation_outbox due
+                     WHERE due.status = 'pending'
+                       AND due.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
                  THEN pg_notify('kfsdb_outbox', available_at::text) END AS notified
 )
 SELECT * FROM inserted
@@ -364,7 +372,12 @@ outbox AS (
          'pending', 0, ins.created_at, ins.created_at, ins.created_at
     FROM inserted ins
     JOIN input i ON i.id = ins.id
-  RETURNING pg_notify('kfsdb_outbox', available_at::text)
+  -- As StartAttempt: notify only when no other row is due.
+  RETURNING CASE WHEN NOT EXISTS (
+                   SELECT 1 FROM document_compilation_outbox due
+                    WHERE due.status = 'pending'
+                      AND due.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+                 THEN pg_notify('kfsdb_outbox', available_at::text) END
 )
 SELECT * FROM inserted
 UNION ALL
