@@ -1,4 +1,4 @@
-// Module kfsdb is the kfsdb command (migrate, demo, relay, purge). It is a separate module
+// Module kfsdb is the kfsdb command (migrate, demo, relay, purge, work). It is a separate module
 // so that importers of the library never get goose or the test harness in
 // their module graph.
 module github.com/knowledgefs/kfsdb/cmd/kfsdb

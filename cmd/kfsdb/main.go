@@ -1,6 +1,6 @@
 // Command kfsdb manages kfsdb's PostgreSQL schema (kfsdb migrate), runs the
 // compilation lifecycle end to end on a throwaway database (kfsdb demo), and
-// offers operator commands (kfsdb relay, kfsdb purge). See `kfsdb -h`.
+// offers operator commands (kfsdb relay, kfsdb purge, kfsdb work). See `kfsdb -h`.
 package main
 
 import (

@@ -21,6 +21,13 @@
 // own database, cloned from the template, so tests can run with t.Parallel().
 // [NewEmptyDB] gives a database without migrations, for migration tests.
 //
+// Fault-injection tests call [MainWithOptions] with
+// Options{PersistentData: true}: the container keeps its data on disk and
+// a fixed loopback port, so [Server.Restart] loses nothing and pools
+// reconnect by themselves; [Server.Pause] and [Server.Unpause] freeze and
+// resume it. None of these work on a KFS_TEST_DATABASE_URL server
+// ([Server.IsContainer] is false there).
+//
 // The non-testing API ([StartServer], [ConnectServer], [Server]) serves
 // programs such as `kfsdb demo` with the same environment variables.
 package pgtest
@@ -31,10 +38,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +53,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 )
@@ -88,14 +98,34 @@ type Server struct {
 	container  *tcpostgres.PostgresContainer
 	createMu   sync.Mutex
 	desc       string
+	hostPort   string // the fixed host port of a PersistentData container
 	image      string
+	persistent bool
 	serverVers string
+}
+
+// Options tune the server [StartServerWithOptions] and [MainWithOptions]
+// acquire. The zero value is what [StartServer] and [Main] use.
+type Options struct {
+	// PersistentData keeps a container's data directory on the container's
+	// own filesystem instead of tmpfs, and publishes PostgreSQL on a free
+	// 127.0.0.1 port chosen up front instead of an ephemeral one, so that
+	// [Server.Restart] keeps both the data and the URL. CREATE DATABASE is
+	// slower there (about a second per test database on overlay storage).
+	// It has no effect on a KFS_TEST_DATABASE_URL server, which cannot be
+	// restarted or paused at all. Defaults to false: tmpfs, ephemeral port.
+	PersistentData bool
 }
 
 // StartServer acquires a server as the package documentation describes:
 // KFS_TEST_DATABASE_URL if set, otherwise a container running
 // KFS_TEST_POSTGRES_IMAGE (default [DefaultImage]). The caller must Close it.
 func StartServer(ctx context.Context) (*Server, error) {
+	return StartServerWithOptions(ctx, Options{})
+}
+
+// StartServerWithOptions is [StartServer] with options.
+func StartServerWithOptions(ctx context.Context, opts Options) (*Server, error) {
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		s, err := ConnectServer(ctx, u)
 		if err != nil {
@@ -107,7 +137,7 @@ func StartServer(ctx context.Context) (*Server, error) {
 	if image == "" {
 		image = DefaultImage
 	}
-	return startContainer(ctx, image)
+	return startContainer(ctx, image, opts)
 }
 
 // ConnectServer uses the existing server at adminURL. The database in
@@ -123,10 +153,20 @@ func ConnectServer(ctx context.Context, adminURL string) (*Server, error) {
 	return s, nil
 }
 
-func startContainer(ctx context.Context, image string) (*Server, error) {
+func startContainer(ctx context.Context, image string, sopts Options) (*Server, error) {
 	present, err := checkDocker(ctx, image)
 	if err != nil {
 		return nil, err
+	}
+	local := dockerIsLocal()
+	hostPort := "0"
+	if sopts.PersistentData {
+		if !local {
+			return nil, errors.New("pgtest: PersistentData needs a local Docker engine (a fixed loopback port is chosen on this machine)")
+		}
+		if hostPort, err = freeLoopbackPort(); err != nil {
+			return nil, fmt.Errorf("pgtest: could not choose a port for the container: %w", err)
+		}
 	}
 
 	opts := []testcontainers.ContainerCustomizer{
@@ -137,7 +177,6 @@ func startContainer(ctx context.Context, image string) (*Server, error) {
 		// fsync off: test data need not survive a crash, and it is faster.
 		testcontainers.WithCmd("postgres", "-c", "fsync=off", "-c", "max_connections=200"),
 	}
-	local := dockerIsLocal()
 	if local && os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" {
 		// testcontainers would otherwise guess the host (inside a container:
 		// the default gateway), where the loopback-only port is not reachable.
@@ -147,12 +186,16 @@ func startContainer(ctx context.Context, image string) (*Server, error) {
 	opts = append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 		// The data directory in memory: on overlay storage drivers every
 		// CREATE DATABASE ... TEMPLATE (one per test) costs over a second;
-		// on tmpfs it is under 0.1 s.
-		hc.Tmpfs = map[string]string{"/var/lib/postgresql/data": "rw"}
+		// on tmpfs it is under 0.1 s. A tmpfs is emptied when the container
+		// stops, so servers that are restarted keep their data on disk.
+		if !sopts.PersistentData {
+			hc.Tmpfs = map[string]string{"/var/lib/postgresql/data": "rw"}
+		}
 		if local {
-			// Publish the port on the loopback interface only.
+			// Publish the port on the loopback interface only; a fixed one
+			// for PersistentData, so a restart keeps the URL.
 			hc.PortBindings = network.PortMap{
-				network.MustParsePort("5432/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: "0"}},
+				network.MustParsePort("5432/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: hostPort}},
 			}
 		}
 	}))
@@ -195,7 +238,10 @@ func startContainer(ctx context.Context, image string) (*Server, error) {
 		RawQuery: "sslmode=disable",
 	}
 
-	s := &Server{adminURL: u.String(), container: ctr, image: image}
+	s := &Server{adminURL: u.String(), container: ctr, image: image, persistent: sopts.PersistentData}
+	if sopts.PersistentData {
+		s.hostPort = port.Port()
+	}
 	if err := s.connectAdmin(ctx); err != nil {
 		_ = testcontainers.TerminateContainer(ctr)
 		return nil, err
@@ -206,6 +252,16 @@ func startContainer(ctx context.Context, image string) (*Server, error) {
 	}
 	s.desc = fmt.Sprintf("container %s from image %s (PostgreSQL %s) on %s:%s", id, image, s.serverVers, host, port.Port())
 	return s, nil
+}
+
+// freeLoopbackPort returns a TCP port that is free on 127.0.0.1 right now.
+func freeLoopbackPort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
 }
 
 // dockerIsLocal reports whether the Docker engine runs on this machine, so
@@ -407,6 +463,98 @@ func RedactURL(dsn string) string {
 		s = kvPasswordRe.ReplaceAllString(s, "${1}xxxxx")
 	}
 	return s
+}
+
+// ErrNotControllable is returned by [Server.Restart], [Server.Pause] and
+// [Server.Unpause] for a server pgtest did not start (KFS_TEST_DATABASE_URL),
+// and by Restart for a container whose data is on tmpfs (see
+// [Options.PersistentData]).
+var ErrNotControllable = errors.New("pgtest: server cannot be restarted or paused")
+
+// IsContainer reports whether the server is a container pgtest started, so
+// that [Server.Pause] works, and [Server.Restart] too when it was started
+// with [Options.PersistentData].
+func (s *Server) IsContainer() bool { return s.container != nil }
+
+// Restart stops the container (PostgreSQL's fast shutdown, killed after
+// 10 s), starts it again and waits until it accepts connections. The data
+// directory and the host port survive, so URLs and pools stay valid: pools
+// replace their broken connections by themselves. It needs a container
+// started with [Options.PersistentData]; otherwise it returns
+// [ErrNotControllable].
+func (s *Server) Restart(ctx context.Context) error {
+	if s.container == nil || !s.persistent {
+		return fmt.Errorf("%w: Restart needs a container started with PersistentData", ErrNotControllable)
+	}
+	timeout := 10 * time.Second
+	if err := s.container.Stop(ctx, &timeout); err != nil {
+		return fmt.Errorf("pgtest: could not stop the container: %w", err)
+	}
+	if err := s.container.Start(ctx); err != nil {
+		return fmt.Errorf("pgtest: could not start the container again: %w", err)
+	}
+	port, err := s.container.MappedPort(ctx, "5432/tcp")
+	if err != nil {
+		return fmt.Errorf("pgtest: could not get the mapped port after restart: %w", err)
+	}
+	if port.Port() != s.hostPort {
+		return fmt.Errorf("pgtest: the container came back on port %s, not %s", port.Port(), s.hostPort)
+	}
+	return s.WaitReady(ctx, time.Minute)
+}
+
+// WaitReady polls the server with SELECT 1 until it answers or timeout
+// passes (the container's readiness check may pass on a restarted
+// container's old log lines before PostgreSQL accepts connections).
+func (s *Server) WaitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := s.admin.Exec(qctx, "SELECT 1")
+		qcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pgtest: server not ready after %s: %w", timeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Pause freezes every process of the container (docker pause): connections
+// stay open but nothing answers until [Server.Unpause]. It returns
+// [ErrNotControllable] for a server pgtest did not start.
+func (s *Server) Pause(ctx context.Context) error {
+	return s.dockerDo(ctx, "pause", func(c client.APIClient, id string) error {
+		_, err := c.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+		return err
+	})
+}
+
+// Unpause resumes a container frozen by [Server.Pause].
+func (s *Server) Unpause(ctx context.Context) error {
+	return s.dockerDo(ctx, "unpause", func(c client.APIClient, id string) error {
+		_, err := c.ContainerUnpause(ctx, id, client.ContainerUnpauseOptions{})
+		return err
+	})
+}
+
+func (s *Server) dockerDo(ctx context.Context, verb string, do func(client.APIClient, string) error) error {
+	if s.container == nil {
+		return fmt.Errorf("%w: %s needs a container", ErrNotControllable, verb)
+	}
+	provider, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return fmt.Errorf("pgtest: could not %s the container: %w", verb, err)
+	}
+	defer provider.Close()
+	if err := do(provider.Client(), s.container.GetContainerID()); err != nil {
+		return fmt.Errorf("pgtest: could not %s the container: %w", verb, err)
+	}
+	return nil
 }
 
 // errNoServer is returned by package-level helpers used outside [Main].

@@ -37,16 +37,23 @@ type DB struct {
 // terminates the server and exits with the tests' exit code. If no server can
 // be started it prints why and exits with status 1.
 func Main(m *testing.M) {
-	os.Exit(runMain(m))
+	os.Exit(runMain(m, Options{}))
 }
 
-func runMain(m *testing.M) int {
+// MainWithOptions is [Main] with a server acquired with opts (see
+// [StartServerWithOptions]); for example Options{PersistentData: true} for
+// packages that restart the server.
+func MainWithOptions(m *testing.M, opts Options) {
+	os.Exit(runMain(m, opts))
+}
+
+func runMain(m *testing.M, opts Options) int {
 	if !flag.Parsed() {
 		flag.Parse() // testing's flags are registered by now
 	}
 	ctx := context.Background()
 	start := time.Now()
-	srv, err := StartServer(ctx)
+	srv, err := StartServerWithOptions(ctx, opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s\n", RedactURL(err.Error()))
 		return 1

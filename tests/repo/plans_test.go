@@ -88,38 +88,8 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	t.Cleanup(pool.Close)
 	ctx := b.ctx
 
-	// History: one space and asset per 100 attempts, all terminal.
 	start := time.Now()
-	_, err = pool.Exec(ctx, `
-		WITH spaces AS (
-		  INSERT INTO knowledge_spaces (id, tenant_id, slug, name)
-		  SELECT gen_random_uuid(), 'history-' || (g % 50), 'h-' || g, 'History'
-		    FROM generate_series(1, $1::int / 100) g
-		  RETURNING id, tenant_id
-		), assets AS (
-		  INSERT INTO document_assets (id, knowledge_space_id, filename, mime_type, object_key, sha256, size_bytes, version)
-		  SELECT gen_random_uuid(), s.id, 'h.pdf', 'application/pdf', 'k', repeat('0', 64), 1, 1 FROM spaces s
-		  RETURNING id, knowledge_space_id
-		), attempts AS (
-		  INSERT INTO document_compilation_attempts (id, tenant_id, knowledge_space_id, document_asset_id,
-		    document_version, publication_generation_id, base_head_revision, checkpoint, run_state,
-		    active_slot, execution_attempts, max_execution_attempts, last_error_code, row_version,
-		    created_at, updated_at, completed_at)
-		  SELECT gen_random_uuid(), s.tenant_id, a.knowledge_space_id, a.id, 1, gen_random_uuid(), 0,
-		         'queued', CASE WHEN g % 3 = 0 THEN 'failed' ELSE 'canceled' END, NULL, 1, 5, 'X', 3,
-		         now() - interval '30 days', now() - interval '29 days', now() - interval '29 days' + g * interval '1 ms'
-		    FROM assets a JOIN spaces s ON s.id = a.knowledge_space_id, generate_series(1, 100) g
-		  RETURNING id, run_state, created_at
-		)
-		INSERT INTO document_compilation_outbox (id, attempt_id, event_type, schema_version, payload,
-		  idempotency_key, status, dispatch_attempts, available_at, created_at, updated_at)
-		SELECT gen_random_uuid(), id, 'document.compile', 1, jsonb_build_object('attemptId', id),
-		       'document.compile:' || id, CASE WHEN run_state = 'failed' THEN 'dead' ELSE 'canceled' END,
-		       1, created_at, created_at, created_at
-		  FROM attempts`, rows)
-	require.NoError(t, err)
-	_, err = pool.Exec(ctx, "ANALYZE")
-	require.NoError(t, err)
+	require.NoError(t, testfactory.InsertHistory(ctx, pool, rows))
 	t.Logf("%d historical attempts inserted and analyzed in %s", rows, time.Since(start).Round(time.Millisecond))
 
 	// Run each hot transition once, recording its statement.
@@ -150,14 +120,14 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	// picks pkey, or a composite index that ends in id), but never a
 	// sequential scan.
 	want := map[string][]string{
-		"StartAttempt":                 {"document_compilation_attempts_scope_version_active_uq"},
-		"ClaimOutbox":                  {"document_compilation_outbox_delivery_due_idx"},
-		"MarkDispatched":               nil,
-		"AcquireLease":                 nil,
-		"Heartbeat":                    nil,
-		"Advance":                      nil,
-		"CancelAttempt":                nil,
-		"PurgeAttempts":                {"document_compilation_attempts_tenant_completed_idx"},
+		"StartAttempt":   {"document_compilation_attempts_scope_version_active_uq"},
+		"ClaimOutbox":    {"document_compilation_outbox_delivery_due_idx"},
+		"MarkDispatched": nil,
+		"AcquireLease":   nil,
+		"Heartbeat":      nil,
+		"Advance":        nil,
+		"CancelAttempt":  nil,
+		"PurgeAttempts":  {"document_compilation_attempts_tenant_completed_idx"},
 		// Both indexes lead with the full document version.
 		"AttemptListByDocumentVersion": {"document_compilation_attempts_document_version_idx|document_compilation_attempts_scope_version_active_uq"},
 	}

@@ -31,6 +31,7 @@ Commands:
   demo                             run a mixed workload through the relay and workers on a throwaway database
   relay                            publish the outbox, printing each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
+  work                             run a relay and workers on a database's attempts for a while, then print counters
 
 Run 'kfsdb <command> -h' for a command's flags.
 `
@@ -69,6 +70,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runRelayCmd(ctx, rest, stdout, stderr, getenv)
 	case "purge":
 		return runPurge(ctx, rest, stdout, stderr, getenv)
+	case "work":
+		return runWork(ctx, rest, stdout, stderr, getenv)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -195,6 +198,42 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	_, err := Purge(ctx, opts)
+	return err
+}
+
+func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("kfsdb work", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := &WorkOpts{Out: stdout}
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
+	fs.DurationVar(&opts.Duration, "duration", DefaultWorkDuration, "how long to run (Ctrl-C stops earlier)")
+	fs.IntVar(&opts.Workers, "workers", DefaultWorkWorkers, "workers to run (1..64)")
+	fs.IntVar(&opts.Concurrency, "concurrency", DefaultWorkConcurrency, "deliveries each worker runs at once (1..64)")
+	fs.DurationVar(&opts.LeaseDuration, "lease", 0, "worker lease (default: the worker's, 60s)")
+	fs.DurationVar(&opts.VisibilityTimeout, "visibility", 0, "republish a message no worker took within this (default: the relay's, 60s)")
+	fs.DurationVar(&opts.StepDelay, "step-delay", DefaultWorkStepDelay, "time the handler spends on each checkpoint")
+	fs.Float64Var(&opts.FailRate, "fail-rate", 0, "fraction (0..1) of executions that fail on purpose ("+ErrorCodeInjectedFailure+")")
+	fs.StringVar(&opts.ID, "id", "", "prefix of the relay's and workers' ids (default work-<host>-<pid>)")
+	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
+	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--verbose]")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: work takes no arguments", ErrUsage)
+	}
+	if opts.DatabaseURL == "" {
+		opts.DatabaseURL = getenv(EnvDatabaseURL)
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	_, err := Work(ctx, opts)
 	return err
 }
 

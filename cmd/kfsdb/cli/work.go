@@ -1,0 +1,273 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/relay"
+	"github.com/knowledgefs/kfsdb/worker"
+)
+
+// Work defaults.
+const (
+	DefaultWorkConcurrency = 2
+	DefaultWorkDuration    = 30 * time.Second
+	DefaultWorkStepDelay   = 10 * time.Millisecond
+	DefaultWorkWorkers     = 4
+)
+
+// ErrorCodeInjectedFailure is the error code of the executions `kfsdb work`
+// fails on purpose (WorkOpts.FailRate).
+const ErrorCodeInjectedFailure = "WORK_INJECTED_FAILURE"
+
+// ErrorCodeNoCandidate is the error code of an attempt whose space has no
+// candidate publication to bind at projection_built.
+const ErrorCodeNoCandidate = "NO_CANDIDATE_PUBLICATION"
+
+// WorkOpts are the options of Work.
+type WorkOpts struct {
+	// Concurrency is how many deliveries each worker runs at once
+	// (1..64). Defaults to 2.
+	Concurrency int
+	// DatabaseURL is the database whose attempts to run. Required; the
+	// command line defaults it to $DATABASE_URL.
+	DatabaseURL string
+	// Duration is how long to run; Ctrl-C stops earlier. Required (> 0);
+	// the command line defaults it to 30 s.
+	Duration time.Duration
+	// FailRate is the fraction (0..1) of executions that fail on purpose
+	// with ErrorCodeInjectedFailure, to give operators failed attempts to
+	// retry. Defaults to 0.
+	FailRate float64
+	// ID prefixes the relay's and the workers' ids. Defaults to
+	// work-<host>-<pid>.
+	ID string
+	// LeaseDuration is the workers' lease. Defaults to the worker's
+	// default (60 s).
+	LeaseDuration time.Duration
+	// Out receives the counters at the end, and the logs. Required.
+	Out io.Writer
+	// PollOnly disables the relay's LISTEN/NOTIFY. Defaults to false.
+	PollOnly bool
+	// StepDelay is how long the handler works on each checkpoint.
+	// Defaults to 10 ms.
+	StepDelay time.Duration
+	// Verbose logs INFO records too. Defaults to false: WARN and above.
+	Verbose bool
+	// VisibilityTimeout is how long a published message may wait for a
+	// worker before the relay publishes it again. Defaults to the relay's
+	// default (60 s).
+	VisibilityTimeout time.Duration
+	// Workers is how many workers run (1..64), each with Concurrency
+	// handler slots. Defaults to 4.
+	Workers int
+}
+
+// Validate reports the first missing or invalid field.
+func (o *WorkOpts) Validate() error {
+	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
+		return err
+	}
+	switch {
+	case o.Out == nil:
+		return errors.New("invalid options: Out is required")
+	case o.Duration <= 0:
+		return fmt.Errorf("invalid options: Duration must be > 0, got %s", o.Duration)
+	case o.Workers < 0 || o.Workers > 64:
+		return fmt.Errorf("invalid options: Workers must be 1..64 (or 0 for %d), got %d", DefaultWorkWorkers, o.Workers)
+	case o.Concurrency < 0 || o.Concurrency > 64:
+		return fmt.Errorf("invalid options: Concurrency must be 1..64 (or 0 for %d), got %d", DefaultWorkConcurrency, o.Concurrency)
+	case o.FailRate < 0 || o.FailRate > 1:
+		return fmt.Errorf("invalid options: FailRate must be 0..1, got %g", o.FailRate)
+	case o.LeaseDuration < 0 || o.StepDelay < 0 || o.VisibilityTimeout < 0:
+		return errors.New("invalid options: LeaseDuration, StepDelay and VisibilityTimeout must not be negative")
+	case len(o.ID) > 200:
+		return errors.New("invalid options: ID must be at most 200 characters")
+	}
+	return nil
+}
+
+func (o *WorkOpts) withDefaults() *WorkOpts {
+	out := *o
+	if out.Workers == 0 {
+		out.Workers = DefaultWorkWorkers
+	}
+	if out.Concurrency == 0 {
+		out.Concurrency = DefaultWorkConcurrency
+	}
+	if out.StepDelay == 0 {
+		out.StepDelay = DefaultWorkStepDelay
+	}
+	if out.ID == "" {
+		host, _ := os.Hostname()
+		out.ID = fmt.Sprintf("work-%s-%d", host, os.Getpid())
+	}
+	return &out
+}
+
+// WorkResult is what Work did.
+type WorkResult struct {
+	// Counts are the relay's and the workers' counters (observe).
+	Counts []observe.Count
+	// HandlerRuns counts handler calls, InjectedFailures those failed on
+	// purpose.
+	HandlerRuns, InjectedFailures int64
+	// Published, Acked and Retried are the in-process queue's counts.
+	Published, Acked, Retried int64
+}
+
+// Work runs a relay and opts.Workers workers over an in-process queue
+// against opts.DatabaseURL for opts.Duration (or until ctx ends), then
+// prints the counters. The handler walks each attempt's checkpoints,
+// binding the space's oldest candidate publication at projection_built,
+// and the worker completes it. Several `kfsdb work` processes on one
+// database share the outbox through SKIP LOCKED claims and the attempts
+// through leases. It returns nil when the duration is over or ctx ends.
+func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	res, err := work(ctx, opts.withDefaults())
+	if err != nil {
+		return nil, errors.New(redactWith(err.Error(), opts.DatabaseURL))
+	}
+	return res, nil
+}
+
+func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
+	out := &syncWriter{w: opts.Out}
+	log := newLogger(out, opts.Verbose)
+	cfg, err := pgxpool.ParseConfig(opts.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("could not parse database URL: %w", err)
+	}
+	// A connection per handler and per heartbeat, the relay's claims and
+	// its listener.
+	cfg.MaxConns = int32(2*opts.Workers*opts.Concurrency + 4)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("could not connect: %w", err)
+	}
+	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("could not connect: %w", err)
+	}
+
+	metrics := &observe.Counts{}
+	q := memqueue.New()
+	rl, err := relay.New(pool, q, &relay.Config{
+		ID: opts.ID + "-relay", Logger: log, Metrics: metrics, PollOnly: opts.PollOnly,
+		PollInterval: 200 * time.Millisecond, VisibilityTimeout: opts.VisibilityTimeout,
+	})
+	if err != nil {
+		return nil, err
+	}
+	h := &workHandler{pool: pool, stepDelay: opts.StepDelay, failRate: opts.FailRate}
+	runs := []func(context.Context) error{rl.Run}
+	for i := range opts.Workers {
+		w, err := worker.New(pool, q, h, &worker.Config{
+			ID: fmt.Sprintf("%s-w%d", opts.ID, i), Concurrency: opts.Concurrency, LeaseDuration: opts.LeaseDuration,
+			Logger: log, Metrics: metrics, RetryBackoffBase: 200 * time.Millisecond, RetryBackoffCap: 2 * time.Second,
+		})
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, w.Run)
+	}
+
+	fmt.Fprintf(out, "work %s: relay and %d workers x %d running for %s; Ctrl-C stops earlier\n", opts.ID, opts.Workers, opts.Concurrency, opts.Duration)
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, opts.Duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(runs))
+	for i, run := range runs {
+		wg.Go(func() {
+			if err := run(rctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+
+	res := &WorkResult{Counts: metrics.Snapshot(), HandlerRuns: h.runs.Load(), InjectedFailures: h.injected.Load()}
+	res.Published, res.Acked, res.Retried = q.Stats()
+	fmt.Fprintf(out, "work %s: stopped after %s\n", opts.ID, time.Since(start).Round(time.Millisecond))
+	for _, c := range res.Counts {
+		fmt.Fprintf(out, "  %-28s %d\n", c.Counter, c.N)
+	}
+	fmt.Fprintf(out, "  %-28s %d\n  %-28s %d\n", "handler_runs", res.HandlerRuns, "handler_injected_failures", res.InjectedFailures)
+	fmt.Fprintf(out, "  %-28s %d\n  %-28s %d\n  %-28s %d\n", "queue_published", res.Published, "queue_acked", res.Acked, "queue_retried", res.Retried)
+	return res, errors.Join(errs...)
+}
+
+// workHandler compiles an attempt: one StepDelay per checkpoint, the
+// space's candidate publication bound at projection_built.
+type workHandler struct {
+	pool      *pgxpool.Pool
+	stepDelay time.Duration
+	failRate  float64
+	runs      atomic.Int64
+	injected  atomic.Int64
+}
+
+func (h *workHandler) Work(ctx context.Context, job *worker.Job) error {
+	h.runs.Add(1)
+	if h.failRate > 0 && rand.Float64() < h.failRate {
+		h.injected.Add(1)
+		return worker.Fatal(ErrorCodeInjectedFailure, errors.New("failed on purpose (--fail-rate)"))
+	}
+	cps := kfstype.Checkpoints()
+	for i := job.Attempt.Checkpoint.Rank() + 1; i <= kfstype.CheckpointSmokeEvalPassed.Rank(); i++ {
+		if err := sleepCtx(ctx, h.stepDelay); err != nil {
+			return err
+		}
+		cp := cps[i]
+		if cp != kfstype.CheckpointProjectionBuilt || job.Attempt.CandidatePublicationID != nil {
+			if err := job.Advance(ctx, cp); err != nil {
+				return err
+			}
+			continue
+		}
+		id, fp, err := h.candidate(ctx, job.Attempt)
+		if err != nil {
+			return err
+		}
+		if err := job.BindCandidate(ctx, cp, id, fp); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// candidate finds the oldest candidate publication of the attempt's
+// tenant and space.
+func (h *workHandler) candidate(ctx context.Context, a *kfstype.Attempt) (uuid.UUID, string, error) {
+	var id uuid.UUID
+	var fp string
+	err := h.pool.QueryRow(ctx, `
+		SELECT id, fingerprint FROM projection_set_publications
+		 WHERE tenant_id = $1 AND knowledge_space_id = $2 AND status = 'candidate'
+		 ORDER BY created_at, id LIMIT 1`, a.TenantID, a.KnowledgeSpaceID).Scan(&id, &fp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return uuid.Nil, "", worker.Fatal(ErrorCodeNoCandidate, fmt.Errorf("space %s of tenant %s has no candidate publication", a.KnowledgeSpaceID, a.TenantID))
+	}
+	if err != nil {
+		return uuid.Nil, "", fmt.Errorf("look up candidate publication: %w", err)
+	}
+	return id, fp, nil
+}

@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+)
+
+func TestWorkOptsValidate(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	valid := WorkOpts{DatabaseURL: "postgres://u@h/db", Out: &out, Duration: time.Second}
+	for name, tc := range map[string]struct {
+		edit    func(o *WorkOpts)
+		wantErr string
+	}{
+		"Valid":            {func(*WorkOpts) {}, ""},
+		"MissingURL":       {func(o *WorkOpts) { o.DatabaseURL = "" }, "DatabaseURL is required"},
+		"MissingOut":       {func(o *WorkOpts) { o.Out = nil }, "Out is required"},
+		"ZeroDuration":     {func(o *WorkOpts) { o.Duration = 0 }, "Duration must be > 0"},
+		"TooManyWorkers":   {func(o *WorkOpts) { o.Workers = 65 }, "Workers must be 1..64"},
+		"NegativeConc":     {func(o *WorkOpts) { o.Concurrency = -1 }, "Concurrency must be 1..64"},
+		"FailRateAboveOne": {func(o *WorkOpts) { o.FailRate = 1.5 }, "FailRate must be 0..1"},
+		"NegativeLease":    {func(o *WorkOpts) { o.LeaseDuration = -time.Second }, "must not be negative"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			o := valid
+			tc.edit(&o)
+			err := o.Validate()
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestWorkUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"work"}, {"work", "extra"}, {"work", "--database-url", "postgres://u@h/db", "--duration", "0s"},
+		{"work", "--database-url", "postgres://u@h/db", "--fail-rate", "2"}} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, noEnv), "args %q: %s", args, stderr.String())
+	}
+}
+
+// TestWorkCompletesAttempts runs `kfsdb work` on a database with started
+// attempts: each is compiled (its space's candidate bound) and succeeds.
+func TestWorkCompletesAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	docs := testfactory.SeedDocuments(ctx, t, db.Pool, 2, 10)
+	attempts := testfactory.StartAll(ctx, t, repo.New(nil), db.Pool, docs, 0)
+
+	var out bytes.Buffer
+	res, err := Work(ctx, &WorkOpts{DatabaseURL: db.URL, Out: &out, Duration: 3 * time.Second, Workers: 2, StepDelay: time.Millisecond, ID: "work-test"})
+	require.NoError(t, err, out.String())
+	require.Contains(t, out.String(), "worker_completed")
+	counts := map[observe.Counter]int64{}
+	for _, c := range res.Counts {
+		counts[c.Counter] = c.N
+	}
+	require.EqualValues(t, len(attempts), counts[observe.Completed], out.String())
+	for _, a := range attempts {
+		r := testfactory.RequireInvariants(ctx, t, db.Pool, a.ID)
+		require.Equal(t, "succeeded", string(r.Attempt.RunState))
+		require.Equal(t, testfactory.Candidates(docs)[r.Attempt.KnowledgeSpaceID].ID, *r.Attempt.CandidatePublicationID)
+	}
+}

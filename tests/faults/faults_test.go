@@ -1,0 +1,197 @@
+package faults_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+)
+
+// requireTransient requires that err is a connection error as callers see
+// it: not nil, retryable, and none of the state sentinels.
+func requireTransient(t testing.TB, err error, call string) {
+	t.Helper()
+	require.Error(t, err, "%s on a killed connection", call)
+	require.True(t, repo.IsRetryable(err), "%s: %v is not retryable", call, err)
+	for _, s := range stateSentinels {
+		require.False(t, errors.Is(err, s), "%s: connection error %v reads as %v", call, err, s)
+	}
+}
+
+// TestConnectionErrorsSurfaceAsRetryable calls transitions on a connection
+// whose backend was just killed with pg_terminate_backend: each returns an
+// error that repo.IsRetryable accepts and that matches no state sentinel,
+// and the same call on a healthy pool then succeeds.
+func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	r := repo.New(nil)
+	drv := &testfactory.Driver{Repo: r, DB: db.Pool}
+
+	// killed returns a connection whose backend has been terminated.
+	killed := func(t *testing.T) *pgx.Conn {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, db.URL)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		pid := conn.PgConn().PID()
+		var ok bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok))
+		require.True(t, ok)
+		return conn
+	}
+
+	scope := testfactory.NewScope(ctx, t, db.Pool, nil)
+	running := testfactory.NewScope(ctx, t, db.Pool, nil)
+	_, lease, _ := drv.Running(ctx, t, running)
+	var started *repo.StartResult
+
+	steps := []struct {
+		name string
+		call func(ctx context.Context, db repo.DBTX) error
+	}{
+		{"Start", func(ctx context.Context, db repo.DBTX) (err error) {
+			started, err = r.Start(ctx, db, scope.StartParams())
+			return err
+		}},
+		{"GetAttempt", func(ctx context.Context, db repo.DBTX) error {
+			_, err := r.GetAttempt(ctx, db, scope.TenantID, started.Attempt.ID)
+			return err
+		}},
+		{"ClaimOutbox", func(ctx context.Context, db repo.DBTX) error {
+			_, err := r.ClaimOutbox(ctx, db, &repo.ClaimParams{RelayID: "probe", BatchSize: 1})
+			return err
+		}},
+		{"Heartbeat", func(ctx context.Context, db repo.DBTX) error {
+			renewed, err := r.Heartbeat(ctx, db, &repo.HeartbeatParams{Lease: lease})
+			if err == nil {
+				lease = renewed
+			}
+			return err
+		}},
+		{"Advance", func(ctx context.Context, db repo.DBTX) error {
+			_, err := r.Advance(ctx, db, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
+			return err
+		}},
+		{"Cancel", func(ctx context.Context, db repo.DBTX) error {
+			_, err := r.Cancel(ctx, db, &repo.CancelParams{AttemptRef: scope.Ref(started.Attempt.ID)})
+			return err
+		}},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			requireTransient(t, s.call(ctx, killed(t)), s.name)
+			require.NoError(t, s.call(ctx, db.Pool), "%s retried on a healthy pool", s.name)
+		})
+	}
+	require.True(t, started.Created)
+	testfactory.RequireInvariants(ctx, t, db.Pool, started.Attempt.ID)
+	testfactory.RequireInvariants(ctx, t, db.Pool, lease.AttemptID)
+}
+
+// TestBackendKillsDuringLoad kills random backends of the test database
+// (each with probability 1/2) every 200 ms for 3 s (30 s with KFS_SOAK=1)
+// during a load run.
+func TestBackendKillsDuringLoad(t *testing.T) {
+	window := 3 * time.Second
+	if soak() {
+		window = 30 * time.Second
+	}
+	var rounds, killed int
+	rep := runLoad(t, func(ctx context.Context, lr *loadRun) {
+		killer := newPool(t, lr.db.URL, 1)
+		end := time.Now().Add(window)
+		for time.Now().Before(end) {
+			var n int
+			err := killer.QueryRow(ctx, `
+				SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+				  FROM pg_stat_activity
+				 WHERE datname = $1 AND pid <> pg_backend_pid() AND random() < 0.5`, lr.db.Name).Scan(&n)
+			require.NoError(t, err)
+			rounds++
+			killed += n
+			time.Sleep(200 * time.Millisecond)
+		}
+	})
+	require.Positive(t, killed)
+	require.Positive(t, rep.Transient, "the kills never reached a caller")
+	t.Logf("FIGURES backend kills: %d rounds over %s, %d backends killed; %s", rounds, window, killed, rep)
+}
+
+// TestServerRestartDuringLoad restarts the PostgreSQL server in the middle
+// of a load run (three times, 5 s apart, with KFS_SOAK=1).
+func TestServerRestartDuringLoad(t *testing.T) {
+	srv := requireContainer(t)
+	restarts := 1
+	if soak() {
+		restarts = 3
+	}
+	var downtimes []time.Duration
+	rep := runLoad(t, func(ctx context.Context, lr *loadRun) {
+		for i := range restarts {
+			if i > 0 {
+				time.Sleep(5 * time.Second)
+			}
+			start := time.Now()
+			require.NoError(t, srv.Restart(ctx))
+			downtimes = append(downtimes, time.Since(start).Round(100*time.Millisecond))
+		}
+	})
+	require.Positive(t, rep.Transient, "the restart never reached a caller")
+	t.Logf("FIGURES server restarts: %d (stop to accepting connections: %v); %s", restarts, downtimes, rep)
+}
+
+// TestServerPauseDuringLoad freezes the server (docker pause) for 3.5 s,
+// longer than the 2 s lease, in the middle of a load run (three times with
+// KFS_SOAK=1). While it is frozen every handler is stopped at its lease's
+// expiry (the heartbeat gives up then), a call with a deadline returns a
+// retryable error, and after it the relay redelivers the attempts whose
+// leases expired.
+func TestServerPauseDuringLoad(t *testing.T) {
+	srv := requireContainer(t)
+	const pause = 3500 * time.Millisecond
+	pauses := 1
+	if soak() {
+		pauses = 3
+	}
+	var stoppedWhilePaused []int64
+	var mu sync.Mutex
+	rep := runLoad(t, func(ctx context.Context, lr *loadRun) {
+		for i := range pauses {
+			if i > 0 {
+				time.Sleep(5 * time.Second)
+			}
+			before := lr.stopped.Load()
+			require.NoError(t, srv.Pause(ctx))
+			t.Cleanup(func() { _ = srv.Unpause(context.Background()) })
+			start := time.Now()
+
+			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			_, err := lr.repo.GetAttempt(cctx, lr.pool, "tenant", lr.ids[0])
+			cancel()
+			requireTransient(t, err, "GetAttempt on a frozen server")
+
+			time.Sleep(pause - time.Since(start))
+			mu.Lock()
+			stoppedWhilePaused = append(stoppedWhilePaused, lr.stopped.Load()-before)
+			mu.Unlock()
+			require.NoError(t, srv.Unpause(ctx))
+			require.NoError(t, srv.WaitReady(ctx, 30*time.Second))
+		}
+	})
+	for _, n := range stoppedWhilePaused {
+		require.Positive(t, n, "no handler was stopped while the server was frozen past the lease")
+	}
+	require.Positive(t, rep.LeasesLost)
+	t.Logf("FIGURES server pauses: %d x %s (lease %s); handlers stopped at lease expiry while frozen: %v; %s",
+		pauses, pause, leaseDuration, stoppedWhilePaused, rep)
+}

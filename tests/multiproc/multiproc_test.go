@@ -1,0 +1,435 @@
+package multiproc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/relay"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+	"github.com/knowledgefs/kfsdb/worker"
+)
+
+func soak() bool { return os.Getenv("KFS_SOAK") == "1" }
+
+// Shape of the run: CI-sized unless KFS_SOAK=1. A quarter of the attempts
+// start up front, the rest at a steady pace over the window, below the
+// actors' throughput: a backlog older than the visibility timeout would be
+// republished over and over (each copy a stale delivery to acknowledge).
+func shape() (attempts int, window time.Duration) {
+	if soak() {
+		return 2400, 60 * time.Second
+	}
+	return 400, 6 * time.Second
+}
+
+const (
+	processes   = 2
+	lease       = 2 * time.Second
+	visibility  = 3 * time.Second // short: republished messages race across processes
+	stepDelay   = 20 * time.Millisecond
+	failRate    = 0.1
+	maxAttempts = 10
+)
+
+// buildKfsdb builds cmd/kfsdb into a temporary directory (with -race when
+// the test has it) and returns the binary's path.
+func buildKfsdb(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kfsdb")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	cmd.Dir = filepath.Join("..", "..", "cmd", "kfsdb")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build cmd/kfsdb:\n%s", out)
+	return bin
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// process is one running `kfsdb work`.
+type process struct {
+	id   string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+func startWork(t *testing.T, bin, url, id string) *process {
+	t.Helper()
+	p := &process{id: id, out: &syncBuffer{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, "work", "--database-url", url, "--duration", "5m", "--workers", "2", "--concurrency", "2",
+		"--lease", lease.String(), "--visibility", visibility.String(), "--step-delay", stepDelay.String(),
+		"--fail-rate", strconv.FormatFloat(failRate, 'f', -1, 64), "--id", id)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	require.NoError(t, p.cmd.Start())
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+		}
+	})
+	return p
+}
+
+// stop interrupts the process (SIGINT, like Ctrl-C) and requires a clean
+// exit.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case err := <-p.done:
+		require.NoError(t, err, "kfsdb work %s:\n%s", p.id, p.out.String())
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		require.FailNow(t, "kfsdb work did not stop within 60 s", "%s:\n%s", p.id, p.out.String())
+	}
+}
+
+var counterRe = regexp.MustCompile(`(?m)^\s+([a-z_]+)\s+(\d+)$`)
+
+// counters parses the counters `kfsdb work` printed at the end.
+func (p *process) counters() map[string]int64 {
+	m := map[string]int64{}
+	for _, sub := range counterRe.FindAllStringSubmatch(p.out.String(), -1) {
+		n, _ := strconv.ParseInt(sub[2], 10, 64)
+		m[sub[1]] = n
+	}
+	return m
+}
+
+// tracker knows every attempt the test started and its document.
+type tracker struct {
+	mu    sync.Mutex
+	ids   []uuid.UUID
+	scope map[uuid.UUID]testfactory.Scope
+}
+
+func (tr *tracker) add(id uuid.UUID, s testfactory.Scope) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if _, ok := tr.scope[id]; !ok {
+		tr.ids = append(tr.ids, id)
+		tr.scope[id] = s
+	}
+}
+
+func (tr *tracker) random() (uuid.UUID, testfactory.Scope) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	id := tr.ids[rand.IntN(len(tr.ids))]
+	return id, tr.scope[id]
+}
+
+// opStats counts the racers' calls and their answers.
+type opStats struct {
+	mu         sync.Mutex
+	answers    map[string]int
+	unexpected []string
+	deadlocks  int
+}
+
+func (s *opStats) record(op string, err error, expected ...error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+		s.deadlocks++
+	}
+	answer := "ok"
+	if err != nil {
+		answer = "unexpected"
+		for _, e := range expected {
+			if errors.Is(err, e) {
+				answer = strings.TrimPrefix(e.Error(), "kfsdb: ")
+			}
+		}
+		if answer == "unexpected" {
+			s.unexpected = append(s.unexpected, fmt.Sprintf("%s: %v", op, err))
+		}
+	}
+	s.answers[op+": "+answer]++
+}
+
+// TestProcessesRaceOnTheSameRows runs two `kfsdb work` processes and a
+// relay and worker in the test process on the same attempts, while
+// goroutines cancel, supersede (and start a replacement) and manually
+// retry failed attempts.
+func TestProcessesRaceOnTheSameRows(t *testing.T) {
+	n, window := shape()
+	bin := buildKfsdb(t)
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns = 24
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	r := repo.New(nil)
+
+	testfactory.InstallLeaseAudit(ctx, t, db.Pool)
+	testfactory.InstallStateAudit(ctx, t, db.Pool)
+	docs := testfactory.SeedDocuments(ctx, t, db.Pool, 4, n/4)
+	cands := testfactory.Candidates(docs)
+	tr := &tracker{scope: map[uuid.UUID]testfactory.Scope{}}
+	upfront := n / 4
+	for i, a := range testfactory.StartAll(ctx, t, r, db.Pool, docs[:upfront], maxAttempts) {
+		tr.add(a.ID, docs[i].Scope)
+	}
+
+	start := time.Now()
+	procs := make([]*process, processes)
+	for i := range procs {
+		procs[i] = startWork(t, bin, db.URL, fmt.Sprintf("proc%d", i+1))
+	}
+
+	// The third relay and worker, in this process.
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	q := memqueue.New()
+	rl, err := relay.New(pool, q, &relay.Config{ID: "test-relay", Logger: log, PollInterval: 200 * time.Millisecond, VisibilityTimeout: visibility})
+	require.NoError(t, err)
+	w, err := worker.New(pool, q, worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
+		if rand.Float64() < failRate {
+			return worker.Fatal("TEST_INJECTED_FAILURE", errors.New("failed on purpose"))
+		}
+		return testfactory.CompileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID], func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(stepDelay):
+				return nil
+			}
+		})
+	}), &worker.Config{ID: "test-worker", Concurrency: 4, LeaseDuration: lease, Logger: log})
+	require.NoError(t, err)
+	runCtx, stopRuns := context.WithCancel(ctx)
+	var runs sync.WaitGroup
+	for _, run := range []func(context.Context) error{rl.Run, w.Run} {
+		runs.Go(func() { require.ErrorIs(t, run(runCtx), context.Canceled) })
+	}
+	defer func() { stopRuns(); runs.Wait() }()
+
+	// The racers.
+	stats := &opStats{answers: map[string]int{}}
+	raceCtx, stopRace := context.WithTimeout(ctx, window)
+	defer stopRace()
+	var racers sync.WaitGroup
+	pace := func(d time.Duration) bool {
+		select {
+		case <-raceCtx.Done():
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	var cancels, supersedes, replacements, retries atomic.Int64
+	racers.Go(func() { // the producer: the other attempts, at a steady pace
+		gap := window / time.Duration(n-upfront+1)
+		for _, d := range docs[upfront:] {
+			p := d.Scope.StartParams()
+			p.MaxExecutionAttempts = maxAttempts
+			res, err := r.Start(ctx, pool, p)
+			stats.record("start", err)
+			if err == nil {
+				tr.add(res.Attempt.ID, d.Scope)
+			}
+			time.Sleep(gap)
+		}
+	})
+	racers.Go(func() { // cancels, half of them with an expected row version
+		for pace(40 * time.Millisecond) {
+			id, s := tr.random()
+			ref := s.Ref(id)
+			if rand.IntN(2) == 0 {
+				if a, err := r.GetAttempt(ctx, pool, s.TenantID, id); err == nil {
+					ref.ExpectedRowVersion = &a.RowVersion
+				}
+			}
+			_, err := r.Cancel(ctx, pool, &repo.CancelParams{AttemptRef: ref, Reason: ptr("test cancel")})
+			if err == nil {
+				cancels.Add(1)
+			}
+			stats.record("cancel", err, repo.ErrInvalidTransition, repo.ErrStaleRowVersion)
+		}
+	})
+	racers.Go(func() { // supersedes, each followed by a replacement attempt
+		for pace(40 * time.Millisecond) {
+			id, s := tr.random()
+			_, err := r.Supersede(ctx, pool, &repo.SupersedeParams{AttemptRef: s.Ref(id), Reason: ptr("newer generation")})
+			stats.record("supersede", err, repo.ErrInvalidTransition)
+			if err != nil {
+				continue
+			}
+			supersedes.Add(1)
+			p := s.StartParams()
+			p.MaxExecutionAttempts = maxAttempts
+			res, err := r.Start(ctx, pool, p)
+			stats.record("start replacement", err)
+			if err == nil {
+				tr.add(res.Attempt.ID, s)
+				if res.Created {
+					replacements.Add(1)
+				}
+			}
+		}
+	})
+	racers.Go(func() { // manual retries of failed attempts
+		for pace(100 * time.Millisecond) {
+			rows, err := pool.Query(ctx, `SELECT id FROM document_compilation_attempts WHERE run_state = 'failed' ORDER BY random() LIMIT 5`)
+			require.NoError(t, err)
+			var failed []uuid.UUID
+			for rows.Next() {
+				var id uuid.UUID
+				require.NoError(t, rows.Scan(&id))
+				failed = append(failed, id)
+			}
+			require.NoError(t, rows.Err())
+			for _, id := range failed {
+				tr.mu.Lock()
+				s := tr.scope[id]
+				tr.mu.Unlock()
+				_, err := r.RetryFailed(ctx, pool, &repo.AttemptRef{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, AttemptID: id})
+				if err == nil {
+					retries.Add(1)
+				}
+				stats.record("retry failed", err, repo.ErrInvalidTransition, repo.ErrLiveAttemptExists)
+			}
+		}
+	})
+	racers.Wait()
+
+	// Let the runtime finish every live attempt.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var live int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE active_slot IS NOT NULL`).Scan(&live))
+		if live == 0 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "%d attempts still live after 90 s", live)
+		time.Sleep(100 * time.Millisecond)
+	}
+	duration := time.Since(start)
+	stopRuns()
+	runs.Wait()
+	pool.Close()
+	for _, p := range procs {
+		p.stop(t)
+	}
+
+	// Every attempt the test knows, and no other, is in the table.
+	tr.mu.Lock()
+	ids := append([]uuid.UUID(nil), tr.ids...)
+	tr.mu.Unlock()
+	var rowsTotal, outboxTotal int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts`).Scan(&rowsTotal))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_outbox`).Scan(&outboxTotal))
+	require.Equal(t, len(ids), rowsTotal, "attempts in the table vs attempts started")
+	require.Equal(t, len(ids), outboxTotal, "one outbox row per attempt")
+
+	// Each row terminal, active slot free, its one outbox row in the
+	// matching terminal status.
+	pairs := map[string]int{}
+	rows, err := db.Pool.Query(ctx, `SELECT a.run_state || '/' || o.status, count(*) FROM document_compilation_attempts a
+		JOIN document_compilation_outbox o ON o.attempt_id = a.id WHERE a.active_slot IS NULL AND a.completed_at IS NOT NULL GROUP BY 1`)
+	require.NoError(t, err)
+	terminal := 0
+	for rows.Next() {
+		var pair string
+		var c int
+		require.NoError(t, rows.Scan(&pair, &c))
+		pairs[pair] = c
+		terminal += c
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, len(ids), terminal, "terminal rows: %v", pairs)
+	for pair := range pairs {
+		require.Contains(t, []string{"succeeded/completed", "failed/dead", "canceled/canceled", "superseded/canceled"}, pair)
+	}
+	for _, id := range ids {
+		testfactory.RequireInvariants(ctx, t, db.Pool, id)
+	}
+	tc := testfactory.RequireTerminalOnce(ctx, t, db.Pool, ids)
+	leases := testfactory.RequireNoLeaseOverlap(ctx, t, db.Pool)
+	fw := testfactory.RequireFencedWrites(ctx, t, db.Pool)
+
+	// No deadlock: none reported to a caller, logged by a process, or
+	// counted by PostgreSQL (backends flush their counts when they exit;
+	// every connection but db.Pool's is closed by now).
+	stats.mu.Lock()
+	require.Empty(t, stats.unexpected, "unexpected answers to the racers")
+	require.Zero(t, stats.deadlocks)
+	answers := fmt.Sprint(stats.answers)
+	stats.mu.Unlock()
+	require.NotContains(t, logs.String(), "40P01")
+	for _, p := range procs {
+		require.NotContains(t, p.out.String(), "40P01", "kfsdb work %s", p.id)
+	}
+	var deadlocks int64
+	require.Eventually(t, func() bool {
+		var others int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()`).Scan(&others))
+		return others <= int(db.Pool.Stat().TotalConns())
+	}, 10*time.Second, 50*time.Millisecond, "the processes' and the runtime's sessions did not end")
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks))
+	require.Zero(t, deadlocks, "pg_stat_database.deadlocks")
+
+	var perProc []string
+	for _, p := range procs {
+		c := p.counters()
+		require.Positive(t, c["worker_leases_acquired"], "kfsdb work %s took no lease:\n%s", p.id, p.out.String())
+		perProc = append(perProc, fmt.Sprintf("%s: published %d, leases %d, completed %d, failed %d, stale %d",
+			p.id, c["relay_published"], c["worker_leases_acquired"], c["worker_completed"], c["worker_failed"], c["worker_stale_deliveries"]))
+	}
+	t.Logf("FIGURES multiproc: %d attempts (%d document versions + %d replacements) in %s; actors: %d kfsdb work processes (2 workers x 2 each) + in-process relay and worker (4) "+
+		"+ 3 racer goroutines for %s; cancels applied %d, supersedes %d, manual retries %d; outcomes %v, reactivations %d; end pairs %v; "+
+		"leases %d, 0 overlapping; fenced writes %d+%d, 0 after expiry; deadlocks 0 (pg_stat_database), 0 in output; racer answers %v; %s",
+		len(ids), n, replacements.Load(), duration.Round(100*time.Millisecond), processes, window, cancels.Load(), supersedes.Load(), retries.Load(),
+		tc.Outcomes, tc.Reactivations, pairs, leases, fw.KeptToken, fw.Outcomes, answers, strings.Join(perProc, "; "))
+}
+
+func ptr[T any](v T) *T { return &v }

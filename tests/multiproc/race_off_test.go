@@ -1,0 +1,6 @@
+//go:build !race
+
+package multiproc_test
+
+// raceEnabled builds the kfsdb binary with -race when the test runs with it.
+const raceEnabled = false
