@@ -118,7 +118,7 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 	@# operation) interleave and drift hits both alike.
 	cd tests && GOWORK=off go test -c -o $(CURDIR)/$(BENCH_OUT)/bench.test ./bench/
 	cd tests/bench && for i in $$(seq $(BENCH_COUNT)); do \
-		$(CURDIR)/$(BENCH_OUT)/bench.test -test.run '^$$' -test.bench . -test.benchtime=$(BENCH_TIME) -test.count=1 -test.timeout 60m; \
+		$(CURDIR)/$(BENCH_OUT)/bench.test -test.run '^$$' -test.bench 'Transition|Dispatch|Pgbench' -test.benchtime=$(BENCH_TIME) -test.count=1 -test.timeout 60m; \
 	done | tee $(CURDIR)/$(BENCH_OUT)/bench.txt
 	@echo "== repo/raw summary (medians of $(BENCH_COUNT) runs; benchstat: benchstat -col /impl $(BENCH_OUT)/bench.txt)"
 	cd tests && GOWORK=off go run ./bench/benchsummary $(CURDIR)/$(BENCH_OUT)/bench.txt | tee $(CURDIR)/$(BENCH_OUT)/summary.md
@@ -152,3 +152,14 @@ fuzz: ## Fuzz every input validator and DecodePayload for FUZZTIME each (default
 .PHONY: fuzz-short
 fuzz-short: ## CI-sized fuzzing: every target for 3s.
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+
+.PHONY: bench-scale
+bench-scale: ## Hot statements' p50/p99 at 0, 10^4, 10^5, 10^6 historical attempts (KFS_SCALE_LEVELS); writes bench/out/scale.txt.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkScale' -benchtime 200x -timeout 60m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/scale.txt
+
+.PHONY: soak
+soak: ## The long forms: model-based soak, fault injection and multi-process races (KFS_SOAK=1).
+	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
+	cd tests && KFS_SOAK=1 KFS_MODEL_CHECKS=$${KFS_MODEL_CHECKS:-20000} GOWORK=off go test -race -count=1 -timeout 60m ./model/ ./faults/ ./multiproc/

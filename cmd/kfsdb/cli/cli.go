@@ -32,6 +32,7 @@ Commands:
   relay                            publish the outbox, printing each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
   work                             run a relay and workers on a database's attempts for a while, then print counters
+  bench                            lifecycle load driver: producers, relay and workers on a fresh database, with a report
 
 Run 'kfsdb <command> -h' for a command's flags.
 `
@@ -70,6 +71,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runRelayCmd(ctx, rest, stdout, stderr, getenv)
 	case "purge":
 		return runPurge(ctx, rest, stdout, stderr, getenv)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr, getenv)
 	case "work":
 		return runWork(ctx, rest, stdout, stderr, getenv)
 	case "-h", "-help", "--help", "help":

@@ -84,15 +84,29 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 	return nil
 }
 
-func demo(ctx context.Context, opts *DemoOpts) (retErr error) {
+func demo(ctx context.Context, opts *DemoOpts) error {
 	out := &syncWriter{w: opts.Out}
+	return withScratchDatabase(ctx, opts.DatabaseURL, "kfsdb_demo", out, func(url string) error {
+		fmt.Fprintln(out, "== kfsdb migrate status")
+		if err := Migrate(ctx, &MigrateOpts{Command: MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
+			return err
+		}
+		return runWorkload(ctx, opts, out, url)
+	})
+}
+
+// withScratchDatabase runs fn on a fresh, migrated database named
+// prefix_<random>, created on the server at serverURL (or on a throwaway
+// server the test harness starts when serverURL is empty) and dropped
+// afterwards, also when ctx was canceled.
+func withScratchDatabase(ctx context.Context, serverURL, prefix string, out io.Writer, fn func(url string) error) (retErr error) {
 	var (
 		srv *pgtest.Server
 		err error
 	)
-	if opts.DatabaseURL != "" {
-		fmt.Fprintf(out, "== using server %s\n", pgtest.RedactURL(opts.DatabaseURL))
-		srv, err = pgtest.ConnectServer(ctx, opts.DatabaseURL)
+	if serverURL != "" {
+		fmt.Fprintf(out, "== using server %s\n", pgtest.RedactURL(serverURL))
+		srv, err = pgtest.ConnectServer(ctx, serverURL)
 	} else {
 		fmt.Fprintln(out, "== starting a throwaway PostgreSQL server (no --database-url or $DATABASE_URL)")
 		srv, err = pgtest.StartServer(ctx)
@@ -107,14 +121,13 @@ func demo(ctx context.Context, opts *DemoOpts) (retErr error) {
 	}()
 	fmt.Fprintf(out, "server: %s\n", srv.Description())
 
-	name := pgtest.RandomName("kfsdb_demo")
+	name := pgtest.RandomName(prefix)
 	url, err := srv.CreateDatabase(ctx, name, "")
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "== created database %s\n", name)
 	defer func() {
-		// Drop even when ctx was canceled (Ctrl-C).
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if err := srv.DropDatabase(dctx, name); err != nil {
@@ -130,11 +143,7 @@ func demo(ctx context.Context, opts *DemoOpts) (retErr error) {
 	if err := Migrate(ctx, &MigrateOpts{Command: MigrateUp, DatabaseURL: url, Out: out}); err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "== kfsdb migrate status")
-	if err := Migrate(ctx, &MigrateOpts{Command: MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
-		return err
-	}
-	return runWorkload(ctx, opts, out, url)
+	return fn(url)
 }
 
 func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string) error {

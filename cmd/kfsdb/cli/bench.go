@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/knowledgefs/kfsdb/tests/loadgen"
+)
+
+// BenchOpts are the options of Bench.
+type BenchOpts struct {
+	// DatabaseURL is the server to create the bench database on. Optional:
+	// when empty, Bench starts a throwaway server like the demo does.
+	DatabaseURL string
+	// Duration is how long the producers run. Defaults to 10 s.
+	Duration time.Duration
+	// Producers call Start concurrently. Defaults to 8.
+	Producers int
+	// Workers is the worker's concurrency. Defaults to 8.
+	Workers int
+	// Out receives the report. Required.
+	Out io.Writer
+}
+
+// Validate reports the first invalid field.
+func (o *BenchOpts) Validate() error {
+	if o.DatabaseURL != "" {
+		if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
+			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
+		}
+	}
+	switch {
+	case o.Duration < 0:
+		return fmt.Errorf("invalid options: Duration must not be negative, got %s", o.Duration)
+	case o.Producers < 0 || o.Producers > 256:
+		return fmt.Errorf("invalid options: Producers must be 1..256 (or 0 for the default), got %d", o.Producers)
+	case o.Workers < 0 || o.Workers > 256:
+		return fmt.Errorf("invalid options: Workers must be 1..256 (or 0 for the default), got %d", o.Workers)
+	case o.Out == nil:
+		return errors.New("invalid options: Out is required")
+	}
+	return nil
+}
+
+// Bench runs the lifecycle load driver (P producers, the relay, W workers
+// for Duration) on a fresh database and prints its report: throughput,
+// start -> succeeded percentiles, round trips and WAL bytes per attempt,
+// per-statement latencies and dead tuples.
+func Bench(ctx context.Context, opts *BenchOpts) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	err := withScratchDatabase(ctx, opts.DatabaseURL, "kfsdb_bench", opts.Out, func(url string) error {
+		res, err := loadgen.Run(ctx, &loadgen.Config{
+			DatabaseURL: url, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers,
+		})
+		if err != nil {
+			return err
+		}
+		res.WriteTable(opts.Out)
+		if !res.Drained {
+			return errors.New("bench: attempts were left unfinished after the drain timeout")
+		}
+		return nil
+	})
+	if err != nil {
+		return errors.New(redactWith(err.Error(), opts.DatabaseURL))
+	}
+	return nil
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("kfsdb bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := &BenchOpts{Out: stdout}
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "server to create the bench database on; defaults to $"+EnvDatabaseURL+", else a throwaway container")
+	fs.DurationVar(&opts.Duration, "duration", 0, "how long producers run (default 10s)")
+	fs.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
+	fs.IntVar(&opts.Workers, "workers", 0, "worker concurrency (default 8)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N]")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: bench takes no arguments", ErrUsage)
+	}
+	if opts.DatabaseURL == "" {
+		opts.DatabaseURL = getenv(EnvDatabaseURL)
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return Bench(ctx, opts)
+}
