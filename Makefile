@@ -163,3 +163,10 @@ bench-scale: ## Hot statements' p50/p99 at 0, 10^4, 10^5, 10^6 historical attemp
 soak: ## The long forms: model-based soak, fault injection and multi-process races (KFS_SOAK=1).
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
 	cd tests && KFS_SOAK=1 KFS_MODEL_CHECKS=$${KFS_MODEL_CHECKS:-20000} GOWORK=off go test -race -count=1 -timeout 60m ./model/ ./faults/ ./multiproc/
+
+.PHONY: loadgen-longtx
+loadgen-longtx: ## Relay/worker throughput and dead tuples with and without a snapshot held open for the whole run.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLongTransaction$$' -v -timeout 30m ./bench/ \
+		| tee $(CURDIR)/$(BENCH_OUT)/longtx.txt

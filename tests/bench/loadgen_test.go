@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -56,4 +57,30 @@ func envInt(t *testing.T, name string, def int) int {
 		t.Fatalf("%s=%q: want an integer > 0", name, s)
 	}
 	return n
+}
+
+// TestLongTransaction measures, when KFS_LOADGEN=1, the same load twice in
+// one run: alone, and while another session holds a REPEATABLE READ
+// snapshot open for the whole run. It reports throughput and dead tuples
+// side by side; it asserts nothing about them (a measurement, not a
+// timing test).
+func TestLongTransaction(t *testing.T) {
+	if os.Getenv("KFS_LOADGEN") != "1" {
+		t.Skip("set KFS_LOADGEN=1 (make loadgen-longtx)")
+	}
+	requireEnv(t)
+	secs := envInt(t, "LOADGEN_SECONDS", 10)
+	var sb strings.Builder
+	for _, hold := range []bool{false, true} {
+		res, err := loadgen.Run(context.Background(), &loadgen.Config{
+			DatabaseURL: env.url, Duration: time.Duration(secs) * time.Second, HoldSnapshot: hold,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, o := res.Tables["document_compilation_attempts"], res.Tables["document_compilation_outbox"]
+		fmt.Fprintf(&sb, "| %t | %.0f attempts/s | %s / %s | %d | %d |\n", hold, res.Throughput,
+			res.StartToSucceededP50.Round(time.Millisecond), res.StartToSucceededP99.Round(time.Millisecond), a.DeadTuples, o.DeadTuples)
+	}
+	t.Logf("\n| snapshot held | throughput | start→succeeded p50 / p99 | attempts dead tuples | outbox dead tuples |\n|---|---|---|---|---|\n%s", sb.String())
 }

@@ -66,6 +66,11 @@ type Config struct {
 	Producers int
 	// Workers is the worker's Concurrency. Defaults to 8.
 	Workers int
+	// HoldSnapshot keeps a REPEATABLE READ transaction with a snapshot
+	// open on another connection for the whole run, as a long report or a
+	// forgotten session would: vacuum cannot remove any row version that
+	// dies meanwhile. Defaults to false.
+	HoldSnapshot bool
 }
 
 // StatementStats are the latencies of one named statement.
@@ -134,6 +139,22 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	sc, err := setup(ctx, pool, c.MaxAttempts)
 	if err != nil {
 		return nil, err
+	}
+	if c.HoldSnapshot {
+		conn, err := pgx.Connect(ctx, c.DatabaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("loadgen: connect snapshot holder: %w", err)
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		if err != nil {
+			return nil, fmt.Errorf("loadgen: begin snapshot holder: %w", err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		var n int64
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM document_compilation_outbox").Scan(&n); err != nil {
+			return nil, fmt.Errorf("loadgen: take snapshot: %w", err)
+		}
 	}
 	var walBefore string
 	if err := pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&walBefore); err != nil {
