@@ -16,6 +16,12 @@ set -euo pipefail
 consumer_imports=(
 	github.com/knowledgefs/kfsdb/kfstype
 	github.com/knowledgefs/kfsdb/db/gen
+	github.com/knowledgefs/kfsdb/db/migrations
+	github.com/knowledgefs/kfsdb/repo
+	github.com/knowledgefs/kfsdb/relay
+	github.com/knowledgefs/kfsdb/worker
+	github.com/knowledgefs/kfsdb/memqueue
+	github.com/knowledgefs/kfsdb/observe
 )
 
 forbidden='sqlc|goose|testcontainers|docker|moby'
