@@ -146,11 +146,11 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 	pool := newPool(t, db, 24)
 	ctx := context.Background()
 	r := repo.New(nil)
-	installLeaseAudit(ctx, t, pool)
+	testfactory.InstallLeaseAudit(ctx, t, pool)
 
-	docs := seedDocuments(ctx, t, pool, 10, n/10)
+	docs := testfactory.SeedDocuments(ctx, t, pool, 10, n/10)
 	require.Len(t, docs, n)
-	attempts := startAll(ctx, t, r, pool, docs, func(i int) int32 {
+	attempts := testfactory.StartAllFunc(ctx, t, r, pool, docs, func(i int) int32 {
 		if kindOf(i) == kindAlwaysRetry {
 			return 2
 		}
@@ -163,7 +163,7 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 		kinds[a.ID] = kindOf(i)
 		scopes[a.ID] = docs[i].Scope
 	}
-	cands := candidates(docs)
+	cands := testfactory.Candidates(docs)
 	t.Logf("seeded and started %d attempts in %s", n, time.Since(started).Round(time.Millisecond))
 
 	q := memqueue.New()
@@ -194,10 +194,10 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 
 		switch kind := kinds[a.ID]; kind {
 		case kindSuccess, kindDying:
-			return compileJob(ctx, job, c)
+			return testfactory.CompileJob(ctx, job, c, nil)
 		case kindRetryOnce:
 			if run == 1 {
-				if err := compileUntil(ctx, job, c, kfstype.CheckpointParsed); err != nil {
+				if err := testfactory.CompileUntil(ctx, job, c, kfstype.CheckpointParsed, nil); err != nil {
 					return err
 				}
 				return worker.Retryable(errors.New("transient: try again"))
@@ -205,9 +205,9 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 			if a.Checkpoint != kfstype.CheckpointParsed {
 				problem("attempt %s: retry resumed at %s, want parsed", a.ID, a.Checkpoint)
 			}
-			return compileJob(ctx, job, c)
+			return testfactory.CompileJob(ctx, job, c, nil)
 		case kindFatal:
-			if err := compileUntil(ctx, job, c, kfstype.CheckpointParsed); err != nil {
+			if err := testfactory.CompileUntil(ctx, job, c, kfstype.CheckpointParsed, nil); err != nil {
 				return err
 			}
 			return worker.Fatal(e2eFatalCode, errors.New("the document is unparsable"))
@@ -216,7 +216,7 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 		case kindAlwaysRetry:
 			return worker.Retryable(errors.New("always transient"))
 		case kindCancel, kindSupersede:
-			if err := compileUntil(ctx, job, c, kfstype.CheckpointParsed); err != nil {
+			if err := testfactory.CompileUntil(ctx, job, c, kfstype.CheckpointParsed, nil); err != nil {
 				return err
 			}
 			done := make(chan struct{})
@@ -388,13 +388,13 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 	// Leases: rebuilt from the database's own audit of lease tokens; every
 	// handler run and every abandoned lease is one of them, and no two were
 	// ever valid at once.
-	intervals := readLeaseIntervals(ctx, t, pool)
-	byToken := map[uuid.UUID]leaseInterval{}
+	intervals := testfactory.ReadLeaseIntervals(ctx, t, pool)
+	byToken := map[uuid.UUID]testfactory.LeaseInterval{}
 	for _, ivs := range intervals {
 		for _, iv := range ivs {
 			byToken[iv.Token] = iv
 		}
-		requireNoOverlap(t, ivs)
+		testfactory.RequireNoOverlap(t, ivs)
 	}
 	for _, run := range runs {
 		iv, ok := byToken[run.Token]

@@ -23,7 +23,7 @@ type latencyBundle struct {
 	ctx     context.Context
 	pool    repo.DBTX
 	repo    *repo.Repo
-	docs    []document
+	docs    []testfactory.Document
 	started chan uuid.UUID
 }
 
@@ -32,12 +32,12 @@ func setupLatency(t *testing.T, n int, relayCfg relay.Config) (*latencyBundle, *
 	db := pgtest.NewDB(t)
 	pool := newPool(t, db, 8)
 	b := &latencyBundle{ctx: context.Background(), pool: pool, repo: repo.New(nil), started: make(chan uuid.UUID, n)}
-	b.docs = seedDocuments(b.ctx, t, pool, 1, n)
-	cands := candidates(b.docs)
+	b.docs = testfactory.SeedDocuments(b.ctx, t, pool, 1, n)
+	cands := testfactory.Candidates(b.docs)
 	q := memqueue.New()
 	h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
 		b.started <- job.Attempt.ID
-		return compileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID])
+		return testfactory.CompileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID], nil)
 	})
 	relayCfg.TestSignals.Listening.Init()
 	rl := newRelay(t, pool, q, relayCfg)

@@ -69,7 +69,7 @@ func TestRelay(t *testing.T) {
 		db := pgtest.NewDB(t)
 		ctx := context.Background()
 		r := repo.New(nil)
-		doc := seedDocuments(ctx, t, db.Pool, 1, 1)[0]
+		doc := testfactory.SeedDocuments(ctx, t, db.Pool, 1, 1)[0]
 		res, err := r.Start(ctx, db.Pool, doc.Scope.StartParams())
 		require.NoError(t, err)
 		a := res.Attempt
@@ -129,7 +129,7 @@ func TestRelay(t *testing.T) {
 		db := pgtest.NewDB(t)
 		ctx := context.Background()
 		r := repo.New(nil)
-		doc := seedDocuments(ctx, t, db.Pool, 1, 1)[0]
+		doc := testfactory.SeedDocuments(ctx, t, db.Pool, 1, 1)[0]
 		res, err := r.Start(ctx, db.Pool, doc.Scope.StartParams())
 		require.NoError(t, err)
 		a := res.Attempt
@@ -178,8 +178,8 @@ func TestRelay(t *testing.T) {
 		pool := newPool(t, db, 12)
 		ctx := context.Background()
 		r := repo.New(nil)
-		docs := seedDocuments(ctx, t, pool, 2, n/2)
-		attempts := startAll(ctx, t, r, pool, docs, nil)
+		docs := testfactory.SeedDocuments(ctx, t, pool, 2, n/2)
+		attempts := testfactory.StartAll(ctx, t, r, pool, docs, 0)
 
 		// A slow broker keeps claims of both relays in flight together.
 		pub := newCountingPublisher()

@@ -30,10 +30,10 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	pool := newPool(t, db, 16)
 	ctx := context.Background()
 	r := repo.New(nil)
-	docs := seedDocuments(ctx, t, pool, 2, n/2)
-	attempts := startAll(ctx, t, r, pool, docs, nil)
+	docs := testfactory.SeedDocuments(ctx, t, pool, 2, n/2)
+	attempts := testfactory.StartAll(ctx, t, r, pool, docs, 0)
 	ids := attemptIDs(attempts)
-	cands := candidates(docs)
+	cands := testfactory.Candidates(docs)
 	q := memqueue.New()
 
 	// First generation: odd attempts block in the handler until the worker
@@ -46,9 +46,9 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	gen1 := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
 		c := cands[job.Attempt.KnowledgeSpaceID]
 		if !block[job.Attempt.ID] {
-			return compileJob(ctx, job, c)
+			return testfactory.CompileJob(ctx, job, c, nil)
 		}
-		if err := compileUntil(ctx, job, c, kfstype.CheckpointOutlineBuilt); err != nil {
+		if err := testfactory.CompileUntil(ctx, job, c, kfstype.CheckpointOutlineBuilt, nil); err != nil {
 			return err
 		}
 		blocked.Add(1)
@@ -97,7 +97,7 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	// Second generation, new instances on the same queue (the broker
 	// survives): everything completes.
 	gen2 := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
-		return compileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID])
+		return testfactory.CompileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID], nil)
 	})
 	w3 := newWorker(t, pool, q, gen2, workerCfg)
 	w4 := newWorker(t, pool, q, gen2, workerCfg)

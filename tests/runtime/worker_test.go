@@ -29,7 +29,7 @@ type workerBundle struct {
 	repo  *repo.Repo
 	q     *memqueue.Queue
 	relay *relay.Relay
-	doc   document
+	doc   testfactory.Document
 	calls atomic.Int32
 }
 
@@ -37,7 +37,7 @@ func setupWorker(t *testing.T) *workerBundle {
 	t.Helper()
 	db := pgtest.NewDB(t)
 	b := &workerBundle{ctx: context.Background(), pool: newPool(t, db, 8), repo: repo.New(nil), q: memqueue.New()}
-	b.doc = seedDocuments(b.ctx, t, b.pool, 1, 1)[0]
+	b.doc = testfactory.SeedDocuments(b.ctx, t, b.pool, 1, 1)[0]
 	b.relay = newRelay(t, b.pool, b.q, relay.Config{PollOnly: true})
 	return b
 }
@@ -141,7 +141,7 @@ func TestWorker(t *testing.T) {
 				// A stale handler's writes are refused.
 				return job.Advance(context.WithoutCancel(ctx), kfstype.CheckpointParsed)
 			}
-			return compileJob(ctx, job, b.doc.Candidate)
+			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
 		}
 		cfg1, cfg2 := cfg, cfg
 		cfg1.ID, cfg2.ID = "worker-old", "worker-new"
@@ -196,7 +196,7 @@ func TestWorker(t *testing.T) {
 				case <-time.After(20 * time.Millisecond):
 				}
 			}
-			return compileJob(ctx, job, b.doc.Candidate)
+			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
 		}, worker.Config{LeaseDuration: time.Second, HeartbeatInterval: 200 * time.Millisecond})
 		a := b.start(t, 0)
 		b.publish(t, 1)
@@ -209,7 +209,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t)
 		w := b.worker(t, func(ctx context.Context, job *worker.Job) error {
-			return compileJob(ctx, job, b.doc.Candidate)
+			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
 		}, worker.Config{})
 		a := b.start(t, 0)
 		b.publish(t, 1)
@@ -293,12 +293,12 @@ func TestWorker(t *testing.T) {
 		const base = 400 * time.Millisecond
 		w := b.worker(t, func(ctx context.Context, job *worker.Job) error {
 			if job.Attempt.ExecutionAttempts == 1 {
-				if err := compileUntil(ctx, job, b.doc.Candidate, kfstype.CheckpointParsed); err != nil {
+				if err := testfactory.CompileUntil(ctx, job, b.doc.Candidate, kfstype.CheckpointParsed, nil); err != nil {
 					return err
 				}
 				return worker.Retryable(errors.New("object store timeout"))
 			}
-			return compileJob(ctx, job, b.doc.Candidate)
+			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
 		}, worker.Config{RetryBackoffBase: base, RetryBackoffCap: 10 * base})
 		a := b.start(t, 0)
 		b.publish(t, 1)
@@ -344,7 +344,7 @@ func TestWorker(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t)
 		w := b.worker(t, func(ctx context.Context, job *worker.Job) error {
-			return compileUntil(ctx, job, b.doc.Candidate, kfstype.CheckpointProjectionBuilt)
+			return testfactory.CompileUntil(ctx, job, b.doc.Candidate, kfstype.CheckpointProjectionBuilt, nil)
 		}, worker.Config{})
 		a := b.start(t, 0)
 		b.publish(t, 1)
@@ -410,7 +410,9 @@ func TestWorker(t *testing.T) {
 
 		// Delivered again, it runs.
 		b.q.Inject(d)
-		w := b.worker(t, func(ctx context.Context, job *worker.Job) error { return compileJob(ctx, job, b.doc.Candidate) }, worker.Config{})
+		w := b.worker(t, func(ctx context.Context, job *worker.Job) error {
+			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
+		}, worker.Config{})
 		require.Equal(t, worker.OutcomeCompleted, w.Process(b.ctx, b.receive(t)).Outcome)
 	})
 }

@@ -64,6 +64,14 @@ func SeedDocuments(ctx context.Context, t testing.TB, db DBTX, spaces, perSpace 
 // each with maxAttempts execution attempts (0 for the default).
 func StartAll(ctx context.Context, t testing.TB, r *repo.Repo, db DBTX, docs []Document, maxAttempts int32) []*kfstype.Attempt {
 	t.Helper()
+	return StartAllFunc(ctx, t, r, db, docs, func(int) int32 { return maxAttempts })
+}
+
+// StartAllFunc is [StartAll] with the execution attempts set per document:
+// maxAttempts(i) (0 for the default) for docs[i]; a nil maxAttempts leaves
+// every document at the default.
+func StartAllFunc(ctx context.Context, t testing.TB, r *repo.Repo, db DBTX, docs []Document, maxAttempts func(i int) int32) []*kfstype.Attempt {
+	t.Helper()
 	out := make([]*kfstype.Attempt, len(docs))
 	errs := make([]error, len(docs))
 	var wg sync.WaitGroup
@@ -73,7 +81,9 @@ func StartAll(ctx context.Context, t testing.TB, r *repo.Repo, db DBTX, docs []D
 		wg.Go(func() {
 			defer func() { <-sem }()
 			p := docs[i].Scope.StartParams()
-			p.MaxExecutionAttempts = maxAttempts
+			if maxAttempts != nil {
+				p.MaxExecutionAttempts = maxAttempts(i)
+			}
 			res, err := r.Start(ctx, db, p)
 			if err == nil && !res.Created {
 				err = fmt.Errorf("document %d: attempt not created", i)
@@ -102,8 +112,13 @@ func Candidates(docs []Document) map[uuid.UUID]Candidate {
 // smoke_eval_passed, binding c at projection_built (unless bound), and
 // calls between (may be nil) before each step.
 func CompileJob(ctx context.Context, job *worker.Job, c Candidate, between func(context.Context) error) error {
+	return CompileUntil(ctx, job, c, kfstype.CheckpointSmokeEvalPassed, between)
+}
+
+// CompileUntil is [CompileJob] stopping at checkpoint last.
+func CompileUntil(ctx context.Context, job *worker.Job, c Candidate, last kfstype.Checkpoint, between func(context.Context) error) error {
 	cps := kfstype.Checkpoints()
-	for i := job.Attempt.Checkpoint.Rank() + 1; i <= kfstype.CheckpointSmokeEvalPassed.Rank(); i++ {
+	for i := job.Attempt.Checkpoint.Rank() + 1; i <= last.Rank(); i++ {
 		if between != nil {
 			if err := between(ctx); err != nil {
 				return err
