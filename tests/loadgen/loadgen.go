@@ -170,7 +170,15 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 		started atomic.Int64
 		acked   atomic.Int64
 	)
+	// handled holds the attempts whose handler returned nil: the worker
+	// also acknowledges stale deliveries (a redispatched copy whose first
+	// delivery sat in the queue past its deadline), which must not count
+	// as succeeded.
+	var handled sync.Map
 	src := &ackSource{q: q, onAck: func(id uuid.UUID) {
+		if _, ok := handled.Load(id); !ok {
+			return
+		}
 		now := time.Now()
 		mu.Lock()
 		if _, dup := acks[id]; !dup {
@@ -183,7 +191,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	wk, err := worker.New(pool, src, noopHandler(sc), &worker.Config{Logger: c.Logger, Repo: r, Concurrency: c.Workers})
+	wk, err := worker.New(pool, src, noopHandler(sc, &handled), &worker.Config{Logger: c.Logger, Repo: r, Concurrency: c.Workers})
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +339,7 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n int) (*scenario, error) {
 // noopHandler advances one checkpoint at a time (Advance moves at most one
 // step) to smoke_eval_passed, binding the scenario's candidate at
 // projection_built; the worker then completes the attempt.
-func noopHandler(sc *scenario) worker.HandlerFunc {
+func noopHandler(sc *scenario, handled *sync.Map) worker.HandlerFunc {
 	return func(ctx context.Context, job *worker.Job) error {
 		for _, cp := range []kfstype.Checkpoint{kfstype.CheckpointParsed, kfstype.CheckpointOutlineBuilt, kfstype.CheckpointNodesGenerated} {
 			if err := job.Advance(ctx, cp); err != nil {
@@ -341,7 +349,11 @@ func noopHandler(sc *scenario) worker.HandlerFunc {
 		if err := job.BindCandidate(ctx, kfstype.CheckpointProjectionBuilt, sc.candidate, sc.fingerprint); err != nil {
 			return err
 		}
-		return job.Advance(ctx, kfstype.CheckpointSmokeEvalPassed)
+		if err := job.Advance(ctx, kfstype.CheckpointSmokeEvalPassed); err != nil {
+			return err
+		}
+		handled.Store(job.Attempt.ID, struct{}{})
+		return nil
 	}
 }
 
