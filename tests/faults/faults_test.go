@@ -176,7 +176,7 @@ func TestServerPauseDuringLoad(t *testing.T) {
 			start := time.Now()
 
 			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			_, err := lr.repo.GetAttempt(cctx, lr.pool, "tenant", lr.ids[0])
+			_, err := lr.repo.GetAttempt(cctx, lr.pool, "tenant", lr.firstID())
 			cancel()
 			requireTransient(t, err, "GetAttempt on a frozen server")
 

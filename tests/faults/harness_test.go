@@ -279,6 +279,14 @@ type probeTarget struct {
 	id    uuid.UUID
 }
 
+// firstID returns the first attempt started; the producer appends to ids
+// concurrently.
+func (lr *loadRun) firstID() uuid.UUID {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	return lr.ids[0]
+}
+
 // produce starts an attempt for each document, retrying transient errors.
 // A retried Start whose first try had committed finds its attempt live and
 // returns it (Created false): still one attempt per document.
