@@ -227,26 +227,7 @@ func runLoad(t *testing.T, inject func(ctx context.Context, lr *loadRun)) loadRe
 	}
 
 	started := time.Now()
-	runCtx, stopRun := context.WithCancel(ctx)
-	done := make(chan error, len(runs))
-	for _, run := range runs {
-		go func() { done <- run(runCtx) }()
-	}
-	var stopOnce sync.Once
-	stopAll := func() {
-		stopOnce.Do(func() {
-			stopRun()
-			for range runs {
-				select {
-				case err := <-done:
-					require.ErrorIs(t, err, context.Canceled)
-				case <-time.After(30 * time.Second):
-					require.FailNow(t, "relay or worker did not stop within 30 s")
-				}
-			}
-		})
-	}
-	t.Cleanup(stopAll)
+	stopAll := testfactory.RunAll(ctx, t, runs...)
 
 	sideCtx, stopSide := context.WithCancel(ctx)
 	defer stopSide()

@@ -332,7 +332,7 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 	// back off, then the broker recovers.
 	pub.setOutage(true)
 	runStart := time.Now()
-	stop := runAll(t, r1.Run, r2.Run, w1.Run, w2.Run)
+	stop := testfactory.RunAll(context.Background(), t, r1.Run, r2.Run, w1.Run, w2.Run)
 	require.Eventually(t, func() bool { return pub.refused.Load() >= 100 }, 30*time.Second, 5*time.Millisecond)
 	pub.setOutage(false)
 	t.Logf("outage lifted after %d refused publications", pub.refused.Load())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,34 +34,6 @@ func newPool(t testing.TB, db *pgtest.DB, maxConns int32) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
-}
-
-// runAll runs each function in its own goroutine under ctx and returns a
-// stop function that cancels ctx, waits for all of them and requires each
-// returned context.Canceled.
-func runAll(t testing.TB, runs ...func(context.Context) error) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, len(runs))
-	for _, run := range runs {
-		go func() { done <- run(ctx) }()
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			for range runs {
-				select {
-				case err := <-done:
-					require.ErrorIs(t, err, context.Canceled)
-				case <-time.After(30 * time.Second):
-					require.FailNow(t, "relay or worker did not stop within 30 s")
-				}
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
 }
 
 // newRelay builds a relay; cfg fields left zero take the test defaults

@@ -42,7 +42,7 @@ func setupLatency(t *testing.T, n int, relayCfg relay.Config) (*latencyBundle, *
 	relayCfg.TestSignals.Listening.Init()
 	rl := newRelay(t, pool, q, relayCfg)
 	w := newWorker(t, pool, q, h, worker.Config{Concurrency: 2})
-	runAll(t, rl.Run, w.Run)
+	testfactory.RunAll(context.Background(), t, rl.Run, w.Run)
 	return b, &relayCfg
 }
 

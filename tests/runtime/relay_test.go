@@ -188,7 +188,7 @@ func TestRelay(t *testing.T) {
 		cfg := relay.Config{BatchSize: 10, Concurrency: 4, PollInterval: 50 * time.Millisecond, VisibilityTimeout: 10 * time.Minute}
 		c1, c2 := cfg, cfg
 		c1.ID, c2.ID, c1.Metrics, c2.Metrics = "relay-a", "relay-b", &m1, &m2
-		stop := runAll(t, newRelay(t, pool, pub, c1).Run, newRelay(t, pool, pub, c2).Run)
+		stop := testfactory.RunAll(context.Background(), t, newRelay(t, pool, pub, c1).Run, newRelay(t, pool, pub, c2).Run)
 		require.Eventually(t, func() bool {
 			var dispatched int
 			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_outbox WHERE status = 'dispatched'`).Scan(&dispatched))

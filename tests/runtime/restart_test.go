@@ -63,7 +63,7 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	w1 := newWorker(t, pool, q, gen1, wc1)
 	w2 := newWorker(t, pool, q, gen1, wc2)
 	rl := newRelay(t, pool, q, relayCfg)
-	stop := runAll(t, rl.Run, w1.Run, w2.Run)
+	stop := testfactory.RunAll(context.Background(), t, rl.Run, w1.Run, w2.Run)
 
 	// All eight slots hold a blocked attempt: stop mid-run.
 	require.Eventually(t, func() bool { return blocked.Load() == 8 }, 30*time.Second, 10*time.Millisecond)
@@ -102,7 +102,7 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	w3 := newWorker(t, pool, q, gen2, workerCfg)
 	w4 := newWorker(t, pool, q, gen2, workerCfg)
 	rl2 := newRelay(t, pool, q, relayCfg)
-	stop2 := runAll(t, rl2.Run, w3.Run, w4.Run)
+	stop2 := testfactory.RunAll(context.Background(), t, rl2.Run, w3.Run, w4.Run)
 	require.Eventually(t, func() bool { return liveCount(ctx, t, pool, ids) == 0 }, 45*time.Second, 50*time.Millisecond)
 	stop2()
 
