@@ -317,7 +317,8 @@ func fuzzLease(bad badFields, has bool, attempt uint64, workerID string, token u
 }
 
 // FuzzLeaseCalls covers HeartbeatParams, AdvanceParams (checkpoint and
-// candidate fingerprint) and Complete's lease.
+// candidate fingerprint, through Advance and AdvanceTo), Complete's lease
+// and CompleteThroughParams.
 func FuzzLeaseCalls(f *testing.F) {
 	f.Add(true, uint64(1), "worker-1", uint64(2), uint8(0), int64(0), "parsed", false, uint64(0), false, "")
 	f.Fuzz(func(t *testing.T, hasLease bool, attempt uint64, workerID string, token uint64, op uint8, leaseNanos int64,
@@ -326,37 +327,57 @@ func FuzzLeaseCalls(f *testing.F) {
 		bad := badFields{}
 		l := fuzzLease(bad, hasLease, attempt, workerID, token)
 		r := New(nil)
-		switch op % 3 {
+		var candidateID *uuid.UUID
+		var candidateFingerprint *string
+		if hasCandidate {
+			candidateID = fuzzPtr(fuzzID(candidate))
+		}
+		if hasFingerprint {
+			candidateFingerprint = &fingerprint
+		}
+		checkCandidate := func() {
+			if hasCandidate {
+				bad.check("CandidatePublicationID", candidate != 0)
+			}
+			if hasFingerprint {
+				bad.check("CandidateFingerprint", okFingerprint(fingerprint))
+			}
+			bad.check("CandidatePublicationID", hasCandidate == hasFingerprint)
+		}
+		switch op % 5 {
 		case 0:
 			bad.check("LeaseDuration", leaseNanos >= 0)
 			expectOutcome(t, bad, func(db DBTX) error {
 				_, err := r.Heartbeat(fuzzCtx, db, &HeartbeatParams{Lease: l, LeaseDuration: time.Duration(leaseNanos)})
 				return err
 			})
-		case 1:
-			cp := kfstype.Checkpoint(checkpoint)
+		case 1, 3:
 			known := false
 			for _, c := range []string{"queued", "parsed", "outline_built", "nodes_generated", "projection_built", "smoke_eval_passed"} {
 				known = known || c == checkpoint
 			}
 			bad.check("Checkpoint", known)
-			p := &AdvanceParams{Lease: l, Checkpoint: cp}
-			if hasCandidate {
-				p.CandidatePublicationID = fuzzPtr(fuzzID(candidate))
-				bad.check("CandidatePublicationID", candidate != 0)
+			checkCandidate()
+			p := &AdvanceParams{Lease: l, Checkpoint: kfstype.Checkpoint(checkpoint),
+				CandidatePublicationID: candidateID, CandidateFingerprint: candidateFingerprint}
+			advance := r.Advance
+			if op%5 == 3 {
+				advance = r.AdvanceTo
 			}
-			if hasFingerprint {
-				p.CandidateFingerprint = &fingerprint
-				bad.check("CandidateFingerprint", okFingerprint(fingerprint))
-			}
-			bad.check("CandidatePublicationID", hasCandidate == hasFingerprint)
 			expectOutcome(t, bad, func(db DBTX) error {
-				_, err := r.Advance(fuzzCtx, db, p)
+				_, err := advance(fuzzCtx, db, p)
 				return err
 			})
 		case 2:
 			expectOutcome(t, bad, func(db DBTX) error {
 				_, err := r.Complete(fuzzCtx, db, l)
+				return err
+			})
+		case 4:
+			checkCandidate()
+			expectOutcome(t, bad, func(db DBTX) error {
+				_, err := r.CompleteThrough(fuzzCtx, db, &CompleteThroughParams{Lease: l,
+					CandidatePublicationID: candidateID, CandidateFingerprint: candidateFingerprint})
 				return err
 			})
 		}

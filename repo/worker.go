@@ -231,24 +231,7 @@ type AdvanceParams struct {
 // Errors: *InputError, ErrNotFound, ErrLeaseLost, *TransitionError (a
 // checkpoint that skips or goes back), ErrCandidateRejected.
 func (r *Repo) Advance(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype.Attempt, error) {
-	var v validator
-	p.Lease.validate(&v)
-	switch {
-	case p.Checkpoint == kfstype.CheckpointPublished:
-		v.fail("Checkpoint", "published is reached through Complete")
-	case p.Checkpoint.Rank() < 0:
-		v.fail("Checkpoint", fmt.Sprintf("unknown checkpoint %q", p.Checkpoint))
-	}
-	if (p.CandidatePublicationID == nil) != (p.CandidateFingerprint == nil) {
-		v.fail("CandidatePublicationID", "and CandidateFingerprint go together")
-	}
-	if p.CandidatePublicationID != nil {
-		v.uuid("CandidatePublicationID", *p.CandidatePublicationID)
-	}
-	if p.CandidateFingerprint != nil {
-		v.fingerprint("CandidateFingerprint", *p.CandidateFingerprint)
-	}
-	if err := v.result(); err != nil {
+	if err := p.validate(); err != nil {
 		return nil, err
 	}
 	row, err := r.q.Advance(ctx, db, &gen.AdvanceParams{
@@ -263,18 +246,86 @@ func (r *Repo) Advance(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype
 	if a == nil {
 		return nil, err
 	}
-	cur := a.Checkpoint.Rank()
-	if want := p.Checkpoint.Rank(); want != cur && want != cur+1 {
-		return nil, &TransitionError{AttemptID: a.ID, Transition: "advance", From: a.RunState, To: a.RunState, Checkpoint: a.Checkpoint,
-			Reason: fmt.Sprintf("checkpoint %s -> %s is not one step forward", a.Checkpoint, p.Checkpoint), Attempt: a}
+	if cur, want := a.Checkpoint.Rank(), p.Checkpoint.Rank(); want != cur && want != cur+1 {
+		return nil, checkpointRefusal("advance", a, p.Checkpoint, "is not one step forward")
 	}
+	return nil, candidateRefusal("advance", a, p.Checkpoint, p.CandidatePublicationID, p.CandidateFingerprint)
+}
+
+// AdvanceTo moves the checkpoint forward any number of steps (or keeps it)
+// in one statement, binding the candidate publication when given. It is
+// the same as the one-step Advance calls it replaces, run in one
+// transaction: for a handler that has nothing to persist between
+// checkpoints, it saves a commit per step skipped.
+//
+// Errors: as Advance; *TransitionError when the checkpoint would go back.
+func (r *Repo) AdvanceTo(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype.Attempt, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.AdvanceTo(ctx, db, &gen.AdvanceToParams{
+		Checkpoint: string(p.Checkpoint), CandidatePublicationID: p.CandidatePublicationID,
+		CandidateFingerprint: p.CandidateFingerprint, Now: r.now(), AttemptID: p.Lease.AttemptID,
+		LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
+	})
+	if err == nil {
+		return attemptFromRow(row), nil
+	}
+	a, err := r.explainLease(ctx, db, "advance", p.Lease, err)
+	if a == nil {
+		return nil, err
+	}
+	if p.Checkpoint.Rank() < a.Checkpoint.Rank() {
+		return nil, checkpointRefusal("advance", a, p.Checkpoint, "goes back")
+	}
+	return nil, candidateRefusal("advance", a, p.Checkpoint, p.CandidatePublicationID, p.CandidateFingerprint)
+}
+
+func (p *AdvanceParams) validate() error {
+	var v validator
+	p.Lease.validate(&v)
 	switch {
-	case p.CandidatePublicationID == nil:
-		return nil, fmt.Errorf("advance attempt %s to %s: %w: no candidate publication bound", a.ID, p.Checkpoint, ErrCandidateRejected)
+	case p.Checkpoint == kfstype.CheckpointPublished:
+		v.fail("Checkpoint", "published is reached through Complete")
+	case p.Checkpoint.Rank() < 0:
+		v.fail("Checkpoint", fmt.Sprintf("unknown checkpoint %q", p.Checkpoint))
+	}
+	validateCandidate(&v, p.CandidatePublicationID, p.CandidateFingerprint)
+	return v.result()
+}
+
+func validateCandidate(v *validator, id *uuid.UUID, fingerprint *string) {
+	if (id == nil) != (fingerprint == nil) {
+		v.fail("CandidatePublicationID", "and CandidateFingerprint go together")
+	}
+	if id != nil {
+		v.uuid("CandidatePublicationID", *id)
+	}
+	if fingerprint != nil {
+		v.fingerprint("CandidateFingerprint", *fingerprint)
+	}
+}
+
+func checkpointRefusal(verb string, a *kfstype.Attempt, to kfstype.Checkpoint, why string) error {
+	return &TransitionError{AttemptID: a.ID, Transition: verb, From: a.RunState, To: a.RunState, Checkpoint: a.Checkpoint,
+		Reason: fmt.Sprintf("checkpoint %s -> %s %s", a.Checkpoint, to, why), Attempt: a}
+}
+
+// candidateRefusal says why a write whose lease and checkpoint rules hold
+// was refused: the candidate publication. a is the row read after the
+// refusal; to is the checkpoint the write would have reached.
+func candidateRefusal(verb string, a *kfstype.Attempt, to kfstype.Checkpoint, id *uuid.UUID, fingerprint *string) error {
+	switch {
+	case id == nil && a.CandidatePublicationID == nil && to.NeedsCandidate():
+		return fmt.Errorf("%s attempt %s to %s: %w: no candidate publication bound", verb, a.ID, to, ErrCandidateRejected)
+	case id == nil:
+		return raced(verb, a)
+	case a.CandidatePublicationID != nil && (*a.CandidatePublicationID != *id || *a.CandidateFingerprint != *fingerprint):
+		return fmt.Errorf("%s attempt %s: %w: candidate %s already bound, not %s", verb, a.ID, ErrCandidateRejected, *a.CandidatePublicationID, *id)
 	case a.CandidatePublicationID != nil:
-		return nil, fmt.Errorf("advance attempt %s: %w: candidate %s already bound, not %s", a.ID, ErrCandidateRejected, *a.CandidatePublicationID, *p.CandidatePublicationID)
+		return raced(verb, a)
 	default:
-		return nil, fmt.Errorf("advance attempt %s: %w: %s is not a candidate publication with that fingerprint in the attempt's tenant and space", a.ID, ErrCandidateRejected, *p.CandidatePublicationID)
+		return fmt.Errorf("%s attempt %s: %w: %s is not a candidate publication with that fingerprint in the attempt's tenant and space", verb, a.ID, ErrCandidateRejected, *id)
 	}
 }
 
@@ -297,8 +348,49 @@ func (r *Repo) Complete(ctx context.Context, db DBTX, lease *Lease) (*kfstype.At
 	if a == nil {
 		return nil, err
 	}
+	if a.Checkpoint == kfstype.CheckpointSmokeEvalPassed {
+		return nil, raced("complete", a)
+	}
 	return nil, &TransitionError{AttemptID: a.ID, Transition: "complete", From: a.RunState, To: kfstype.RunStateSucceeded, Checkpoint: a.Checkpoint,
 		Reason: "checkpoint must be smoke_eval_passed, is " + string(a.Checkpoint), Attempt: a}
+}
+
+// CompleteThroughParams completes an attempt from any checkpoint.
+type CompleteThroughParams struct {
+	Lease *Lease
+	// CandidatePublicationID and CandidateFingerprint bind the candidate
+	// publication when none is bound yet; one must be bound or given, as
+	// the walk passes projection_built.
+	CandidatePublicationID *uuid.UUID
+	CandidateFingerprint   *string
+}
+
+// CompleteThrough is AdvanceTo(smoke_eval_passed) then Complete in one
+// statement: a running attempt at any checkpoint ends as succeeded at
+// published, its outbox row completed. A handler with nothing to persist
+// between checkpoints finishes with this one commit instead of one per
+// remaining step plus Complete.
+//
+// Errors: *InputError, ErrNotFound, ErrLeaseLost, ErrCandidateRejected.
+func (r *Repo) CompleteThrough(ctx context.Context, db DBTX, p *CompleteThroughParams) (*kfstype.Attempt, error) {
+	var v validator
+	p.Lease.validate(&v)
+	validateCandidate(&v, p.CandidatePublicationID, p.CandidateFingerprint)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.CompleteThrough(ctx, db, &gen.CompleteThroughParams{
+		CandidatePublicationID: p.CandidatePublicationID, CandidateFingerprint: p.CandidateFingerprint,
+		Now: r.now(), AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
+	})
+	if err == nil {
+		return attemptFromRow(row), nil
+	}
+	a, err := r.explainLease(ctx, db, "complete", p.Lease, err)
+	if a == nil {
+		return nil, err
+	}
+	return nil, candidateRefusal("complete", a, kfstype.CheckpointPublished, p.CandidatePublicationID, p.CandidateFingerprint)
 }
 
 // FailParams ends a running attempt as failed.

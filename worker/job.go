@@ -22,6 +22,9 @@ type Job struct {
 	repo  *repo.Repo
 	pool  *pgxpool.Pool
 	lease atomic.Pointer[repo.Lease]
+	// through is set by CompleteThrough: the completing write walks the
+	// remaining checkpoints.
+	through *repo.CompleteThroughParams
 }
 
 // Lease returns the current lease.
@@ -35,6 +38,27 @@ func (j *Job) Advance(ctx context.Context, cp kfstype.Checkpoint) error {
 	}
 	j.Attempt = a
 	return nil
+}
+
+// AdvanceTo moves the checkpoint forward any number of steps in one write
+// (repo.AdvanceTo); projection_built and later need a bound candidate.
+func (j *Job) AdvanceTo(ctx context.Context, cp kfstype.Checkpoint) error {
+	a, err := j.repo.AdvanceTo(ctx, j.pool, &repo.AdvanceParams{Lease: j.Lease(), Checkpoint: cp})
+	if err != nil {
+		return err
+	}
+	j.Attempt = a
+	return nil
+}
+
+// CompleteThrough asks the worker to complete the attempt from whatever
+// checkpoint it has reached once the handler returns nil, binding the
+// candidate publication if none is bound (repo.CompleteThrough): a handler
+// with nothing to persist between checkpoints costs one commit after its
+// lease instead of one per step. It writes nothing itself; if the
+// candidate is refused the attempt fails like a handler that stopped short.
+func (j *Job) CompleteThrough(publicationID uuid.UUID, fingerprint string) {
+	j.through = &repo.CompleteThroughParams{CandidatePublicationID: &publicationID, CandidateFingerprint: &fingerprint}
 }
 
 // BindCandidate advances to cp (normally projection_built) and binds the

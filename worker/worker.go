@@ -49,8 +49,10 @@ type Source interface {
 // Handler compiles one attempt. It advances the attempt through job's
 // checkpoints, binds the candidate publication at projection_built and
 // returns nil once smoke_eval_passed is reached; the worker then completes
-// the attempt. ctx is canceled the moment the lease is lost (context.Cause
-// is repo.ErrLeaseLost) or the worker stops.
+// the attempt. A handler with nothing to persist in between can instead
+// call job.CompleteThrough and return nil: the worker then completes from
+// any checkpoint in one write. ctx is canceled the moment the lease is
+// lost (context.Cause is repo.ErrLeaseLost) or the worker stops.
 type Handler interface {
 	Work(ctx context.Context, job *Job) error
 }
@@ -306,10 +308,18 @@ func (w *Worker) process(ctx context.Context, msg Message) Result {
 	var werr error
 	switch {
 	case herr == nil:
-		_, werr = w.cfg.Repo.Complete(wctx, w.pool, lease)
-		if errors.Is(werr, repo.ErrInvalidTransition) {
-			// The handler returned without reaching smoke_eval_passed.
-			herr = Fatal(kfstype.ErrorCodeCompilationFailed, fmt.Errorf("handler returned before smoke_eval_passed: %w", werr))
+		if job.through != nil {
+			p := *job.through
+			p.Lease = lease
+			_, werr = w.cfg.Repo.CompleteThrough(wctx, w.pool, &p)
+		} else {
+			_, werr = w.cfg.Repo.Complete(wctx, w.pool, lease)
+		}
+		if errors.Is(werr, repo.ErrInvalidTransition) || errors.Is(werr, repo.ErrCandidateRejected) || errors.Is(werr, repo.ErrInvalidInput) {
+			// The handler returned without reaching smoke_eval_passed, or
+			// left a candidate (job.CompleteThrough) that cannot be bound:
+			// running it again would end the same way.
+			herr = Fatal(kfstype.ErrorCodeCompilationFailed, fmt.Errorf("completing the attempt was refused: %w", werr))
 			res.Err = herr
 			werr = w.fail(wctx, lease, herr, &res)
 		} else {

@@ -229,6 +229,104 @@ func (q *Queries) Advance(ctx context.Context, db DBTX, arg *AdvanceParams) (*Do
 	return &i, err
 }
 
+const advanceTo = `-- name: AdvanceTo :one
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = $5
+     AND a.run_state = 'running'
+     AND a.lease_token = $6::uuid
+     AND a.worker_id = $7::text
+     AND a.lease_expires_at > coalesce($4::timestamptz, now())
+     AND $1::varchar <> 'published'
+     AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], $1::varchar)
+         >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+     AND ($2::uuid IS NULL
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = $2::uuid
+                   AND p.fingerprint = $3::varchar
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = $2::uuid
+              AND a.candidate_fingerprint = $3::varchar))
+     AND ($1::varchar NOT IN ('projection_built', 'smoke_eval_passed')
+          OR coalesce(a.candidate_publication_id, $2::uuid) IS NOT NULL)
+     FOR UPDATE
+)
+UPDATE document_compilation_attempts a
+   SET checkpoint = $1::varchar,
+       candidate_publication_id = coalesce(a.candidate_publication_id, $2::uuid),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, $3::varchar),
+       row_version = a.row_version + 1,
+       updated_at = coalesce($4::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
+`
+
+type AdvanceToParams struct {
+	Checkpoint             string
+	CandidatePublicationID *uuid.UUID
+	CandidateFingerprint   *string
+	Now                    *time.Time
+	AttemptID              uuid.UUID
+	LeaseToken             uuid.UUID
+	WorkerID               string
+}
+
+// Moves the checkpoint forward any number of steps (or keeps it), never to
+// published: the same as that many one-step Advance calls in one
+// transaction, for a handler with nothing to persist in between. The
+// candidate rules are Advance's: projection_built and later need a bound
+// candidate, bound here at the latest.
+func (q *Queries) AdvanceTo(ctx context.Context, db DBTX, arg *AdvanceToParams) (*DocumentCompilationAttempt, error) {
+	row := db.QueryRow(ctx, advanceTo,
+		arg.Checkpoint,
+		arg.CandidatePublicationID,
+		arg.CandidateFingerprint,
+		arg.Now,
+		arg.AttemptID,
+		arg.LeaseToken,
+		arg.WorkerID,
+	)
+	var i DocumentCompilationAttempt
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.KnowledgeSpaceID,
+		&i.DocumentAssetID,
+		&i.DocumentVersion,
+		&i.PublicationGenerationID,
+		&i.BaseHeadRevision,
+		&i.CandidatePublicationID,
+		&i.CandidateFingerprint,
+		&i.Checkpoint,
+		&i.RunState,
+		&i.ActiveSlot,
+		&i.ExecutionAttempts,
+		&i.MaxExecutionAttempts,
+		&i.QueueJobID,
+		&i.ExternalJobID,
+		&i.WorkerID,
+		&i.LeaseToken,
+		&i.LeaseExpiresAt,
+		&i.HeartbeatAt,
+		&i.RetryAt,
+		&i.LastErrorCode,
+		&i.LastErrorMessage,
+		&i.RowVersion,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.StartedAt,
+		&i.CompletedAt,
+	)
+	return &i, err
+}
+
 const complete = `-- name: Complete :one
 WITH attempt AS (
   SELECT a.id
@@ -274,6 +372,111 @@ type CompleteParams struct {
 // smoke_eval_passed -> succeeded at checkpoint published; outbox completed.
 func (q *Queries) Complete(ctx context.Context, db DBTX, arg *CompleteParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, complete,
+		arg.Now,
+		arg.AttemptID,
+		arg.LeaseToken,
+		arg.WorkerID,
+	)
+	var i DocumentCompilationAttempt
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.KnowledgeSpaceID,
+		&i.DocumentAssetID,
+		&i.DocumentVersion,
+		&i.PublicationGenerationID,
+		&i.BaseHeadRevision,
+		&i.CandidatePublicationID,
+		&i.CandidateFingerprint,
+		&i.Checkpoint,
+		&i.RunState,
+		&i.ActiveSlot,
+		&i.ExecutionAttempts,
+		&i.MaxExecutionAttempts,
+		&i.QueueJobID,
+		&i.ExternalJobID,
+		&i.WorkerID,
+		&i.LeaseToken,
+		&i.LeaseExpiresAt,
+		&i.HeartbeatAt,
+		&i.RetryAt,
+		&i.LastErrorCode,
+		&i.LastErrorMessage,
+		&i.RowVersion,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.StartedAt,
+		&i.CompletedAt,
+	)
+	return &i, err
+}
+
+const completeThrough = `-- name: CompleteThrough :one
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = $4
+     AND a.run_state = 'running'
+     AND a.lease_token = $5::uuid
+     AND a.worker_id = $6::text
+     AND a.lease_expires_at > coalesce($3::timestamptz, now())
+     AND a.checkpoint <> 'published'
+     AND ($1::uuid IS NULL
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = $1::uuid
+                   AND p.fingerprint = $2::varchar
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = $1::uuid
+              AND a.candidate_fingerprint = $2::varchar))
+     AND coalesce(a.candidate_publication_id, $1::uuid) IS NOT NULL
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'completed',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce($3::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'succeeded',
+       checkpoint = 'published',
+       candidate_publication_id = coalesce(a.candidate_publication_id, $1::uuid),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, $2::varchar),
+       active_slot = NULL,
+       completed_at = coalesce($3::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       row_version = a.row_version + 1,
+       updated_at = coalesce($3::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
+`
+
+type CompleteThroughParams struct {
+	CandidatePublicationID *uuid.UUID
+	CandidateFingerprint   *string
+	Now                    *time.Time
+	AttemptID              uuid.UUID
+	LeaseToken             uuid.UUID
+	WorkerID               string
+}
+
+// AdvanceTo smoke_eval_passed and Complete in one statement: from any
+// checkpoint to succeeded at published, binding the candidate when none is
+// bound (projection_built is on the way, so one must be bound or given).
+func (q *Queries) CompleteThrough(ctx context.Context, db DBTX, arg *CompleteThroughParams) (*DocumentCompilationAttempt, error) {
+	row := db.QueryRow(ctx, completeThrough,
+		arg.CandidatePublicationID,
+		arg.CandidateFingerprint,
 		arg.Now,
 		arg.AttemptID,
 		arg.LeaseToken,

@@ -177,6 +177,49 @@ UPDATE document_compilation_attempts a
  WHERE a.id = attempt.id
 RETURNING a.*;
 
+-- name: AdvanceTo :one
+-- Moves the checkpoint forward any number of steps (or keeps it), never to
+-- published: the same as that many one-step Advance calls in one
+-- transaction, for a handler with nothing to persist in between. The
+-- candidate rules are Advance's: projection_built and later need a bound
+-- candidate, bound here at the latest.
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.run_state = 'running'
+     AND a.lease_token = @lease_token::uuid
+     AND a.worker_id = @worker_id::text
+     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND @checkpoint::varchar <> 'published'
+     AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], @checkpoint::varchar)
+         >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+     AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = sqlc.narg('candidate_publication_id')::uuid
+                   AND p.fingerprint = sqlc.narg('candidate_fingerprint')::varchar
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
+              AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
+          OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
+     FOR UPDATE
+)
+UPDATE document_compilation_attempts a
+   SET checkpoint = @checkpoint::varchar,
+       candidate_publication_id = coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, sqlc.narg('candidate_fingerprint')::varchar),
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
 -- name: Complete :one
 -- smoke_eval_passed -> succeeded at checkpoint published; outbox completed.
 WITH attempt AS (
@@ -202,6 +245,58 @@ outbox AS (
 UPDATE document_compilation_attempts a
    SET run_state = 'succeeded',
        checkpoint = 'published',
+       active_slot = NULL,
+       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;
+
+-- name: CompleteThrough :one
+-- AdvanceTo smoke_eval_passed and Complete in one statement: from any
+-- checkpoint to succeeded at published, binding the candidate when none is
+-- bound (projection_built is on the way, so one must be bound or given).
+WITH attempt AS (
+  SELECT a.id
+    FROM document_compilation_attempts a
+   WHERE a.id = @attempt_id
+     AND a.run_state = 'running'
+     AND a.lease_token = @lease_token::uuid
+     AND a.worker_id = @worker_id::text
+     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND a.checkpoint <> 'published'
+     AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = sqlc.narg('candidate_publication_id')::uuid
+                   AND p.fingerprint = sqlc.narg('candidate_fingerprint')::varchar
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
+              AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     AND coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL
+     FOR UPDATE
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'completed',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'succeeded',
+       checkpoint = 'published',
+       candidate_publication_id = coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, sqlc.narg('candidate_fingerprint')::varchar),
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
@@ -287,3 +382,4 @@ UPDATE document_compilation_attempts a
   FROM attempt
  WHERE a.id = attempt.id
 RETURNING a.*;
+

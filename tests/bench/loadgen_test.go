@@ -14,7 +14,9 @@ import (
 
 // TestLoadgen runs the lifecycle load driver when KFS_LOADGEN=1, with
 // LOADGEN_SECONDS (10), LOADGEN_PRODUCERS (8) and LOADGEN_WORKERS (8,
-// comma-separated for several runs), and logs its tables.
+// comma-separated for several runs) and LOADGEN_STEPS (1: the handler
+// writes every checkpoint; default 0: it completes through them in one
+// write), and logs its tables.
 func TestLoadgen(t *testing.T) {
 	if os.Getenv("KFS_LOADGEN") != "1" {
 		t.Skip("set KFS_LOADGEN=1 (make loadgen)")
@@ -33,16 +35,18 @@ func TestLoadgen(t *testing.T) {
 			workers = append(workers, n)
 		}
 	}
+	steps := os.Getenv("LOADGEN_STEPS") == "1"
 	for _, w := range workers {
 		res, err := loadgen.Run(context.Background(), &loadgen.Config{
 			DatabaseURL: env.url, Duration: time.Duration(secs) * time.Second, Producers: producers, Workers: w,
+			StepCheckpoints: steps,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var sb strings.Builder
 		res.WriteTable(&sb)
-		t.Logf("loadgen producers=%d workers=%d:\n%s", producers, w, sb.String())
+		t.Logf("loadgen producers=%d workers=%d steps=%v:\n%s", producers, w, steps, sb.String())
 	}
 }
 

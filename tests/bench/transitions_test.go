@@ -75,6 +75,17 @@ var transitions = []transition{
 		done: `SELECT count(*) FROM document_compilation_attempts WHERE run_state = 'succeeded'`,
 	},
 	{
+		// The minimal lifecycle's completion: from queued, binding the
+		// candidate on the way to published.
+		name: "CompleteThrough", from: state{"running", "queued"},
+		call: func(ctx context.Context, r *repo.Repo, db repo.DBTX, fs *fixtureSet, f *fixture) error {
+			_, err := r.CompleteThrough(ctx, db, &repo.CompleteThroughParams{Lease: lease0(f),
+				CandidatePublicationID: &fs.CandidateID, CandidateFingerprint: &fs.Fingerprint})
+			return err
+		},
+		done: `SELECT count(*) FROM document_compilation_attempts WHERE run_state = 'succeeded'`,
+	},
+	{
 		name: "Fail", from: state{"running", "parsed"},
 		call: func(ctx context.Context, r *repo.Repo, db repo.DBTX, _ *fixtureSet, f *fixture) error {
 			_, err := r.Fail(ctx, db, &repo.FailParams{Lease: lease0(f), ErrorCode: "BENCH_FAILED", ErrorMessage: "benchmark"})

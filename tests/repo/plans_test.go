@@ -101,6 +101,13 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.Advance(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
 	require.NoError(t, err)
+	_, err = r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
+	require.NoError(t, err)
+	s2 := testfactory.NewScope(ctx, t, pool, nil)
+	_, lease2, _ := drv.Running(ctx, t, s2)
+	candID, candFP := s2.Publication(ctx, t, pool, "candidate")
+	_, err = r.CompleteThrough(ctx, pool, &repo.CompleteThroughParams{Lease: lease2, CandidatePublicationID: &candID, CandidateFingerprint: &candFP})
+	require.NoError(t, err)
 	_, err = r.Cancel(ctx, pool, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
 	require.NoError(t, err)
 	// A version with history, in a tenant with more: the plan must go by
@@ -120,14 +127,16 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	// picks pkey, or a composite index that ends in id), but never a
 	// sequential scan.
 	want := map[string][]string{
-		"StartAttempt":   {"document_compilation_attempts_scope_version_active_uq"},
-		"ClaimOutbox":    {"document_compilation_outbox_delivery_due_idx"},
-		"MarkDispatched": nil,
-		"AcquireLease":   nil,
-		"Heartbeat":      nil,
-		"Advance":        nil,
-		"CancelAttempt":  nil,
-		"PurgeAttempts":  {"document_compilation_attempts_tenant_completed_idx"},
+		"StartAttempt":    {"document_compilation_attempts_scope_version_active_uq"},
+		"ClaimOutbox":     {"document_compilation_outbox_delivery_due_idx"},
+		"MarkDispatched":  nil,
+		"AcquireLease":    nil,
+		"Heartbeat":       nil,
+		"Advance":         nil,
+		"AdvanceTo":       nil,
+		"CompleteThrough": nil,
+		"CancelAttempt":   nil,
+		"PurgeAttempts":   {"document_compilation_attempts_tenant_completed_idx"},
 		// Both indexes lead with the full document version.
 		"AttemptListByDocumentVersion": {"document_compilation_attempts_document_version_idx|document_compilation_attempts_scope_version_active_uq"},
 	}

@@ -138,13 +138,36 @@ func TestStatementsPerTransition(t *testing.T) {
 		_, err := r.Advance(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
 		require.ErrorIs(t, err, repo.ErrInvalidTransition)
 	})
-	drv.AdvanceTo(ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+	measure("AdvanceTo", func() {
+		_, err := r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
+		require.NoError(t, err)
+	}, func() {
+		_, err := r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
+		require.ErrorIs(t, err, repo.ErrInvalidTransition)
+	})
+	candID, candFP := s.Publication(ctx, t, pool, "candidate")
+	_, err = r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: &candID, CandidateFingerprint: &candFP})
+	require.NoError(t, err)
 	measure("Complete", func() {
 		_, err := r.Complete(ctx, pool, lease)
 		require.NoError(t, err)
 	}, func() {
 		_, err := r.Complete(ctx, pool, lease)
 		require.ErrorIs(t, err, repo.ErrLeaseLost)
+	})
+
+	// CompleteThrough, from queued in one write, on attempts of their own;
+	// refused: no candidate bound or given.
+	s5, s6 := testfactory.NewScope(ctx, t, pool, nil), testfactory.NewScope(ctx, t, pool, nil)
+	_, lease5, _ := drv.Running(ctx, t, s5)
+	_, lease6, _ := drv.Running(ctx, t, s6)
+	id5, fp5 := s5.Publication(ctx, t, pool, "candidate")
+	measure("CompleteThrough", func() {
+		_, err := r.CompleteThrough(ctx, pool, &repo.CompleteThroughParams{Lease: lease5, CandidatePublicationID: &id5, CandidateFingerprint: &fp5})
+		require.NoError(t, err)
+	}, func() {
+		_, err := r.CompleteThrough(ctx, pool, &repo.CompleteThroughParams{Lease: lease6})
+		require.ErrorIs(t, err, repo.ErrCandidateRejected)
 	})
 
 	// The second (released) attempt: retry, fail, manual retry, cancel.

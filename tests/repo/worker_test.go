@@ -391,8 +391,16 @@ var leaseOps = []struct {
 		_, err := b.repo.Advance(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed})
 		return err
 	}},
+	{"AdvanceTo", func(b *testBundle, lease *repo.Lease) error {
+		_, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed})
+		return err
+	}},
 	{"Complete", func(b *testBundle, lease *repo.Lease) error {
 		_, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+		return err
+	}},
+	{"CompleteThrough", func(b *testBundle, lease *repo.Lease) error {
+		_, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{Lease: lease})
 		return err
 	}},
 	{"Fail", func(b *testBundle, lease *repo.Lease) error {
@@ -527,150 +535,291 @@ func TestHeartbeat(t *testing.T) {
 	})
 }
 
+// rwCandidate is a candidate publication to present: both set or, to test
+// validation, one of them nil.
+type rwCandidate struct {
+	id *uuid.UUID
+	fp *string
+}
+
+// rwPub returns a publication of the given status in scope s.
+func (b *testBundle) rwPub(t *testing.T, s *testfactory.Scope, status string) rwCandidate {
+	t.Helper()
+	id, fp := s.Publication(b.ctx, t, b.db.Pool, status)
+	return rwCandidate{&id, &fp}
+}
+
+// rwBindEarly binds a fresh candidate publication of scope s at the
+// attempt's current checkpoint (below projection_built), without moving it.
+func (b *testBundle) rwBindEarly(t *testing.T, s *testfactory.Scope, lease *repo.Lease) {
+	t.Helper()
+	a := b.rwRows(t, lease.AttemptID).Attempt
+	require.Nil(t, a.CandidatePublicationID)
+	c := b.rwPub(t, s, "candidate")
+	_, err := b.repo.Advance(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: a.Checkpoint, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
+	require.NoError(t, err)
+	b.rwRows(t, lease.AttemptID)
+}
+
+// advanceImpls are the two checkpoint writes: Advance (one step) and
+// AdvanceTo (any number of steps forward).
+var advanceImpls = []struct {
+	name string
+	call func(b *testBundle, p *repo.AdvanceParams) (*kfstype.Attempt, error)
+}{
+	{"Advance", func(b *testBundle, p *repo.AdvanceParams) (*kfstype.Attempt, error) {
+		return b.repo.Advance(b.ctx, b.db.Pool, p)
+	}},
+	{"AdvanceTo", func(b *testBundle, p *repo.AdvanceParams) (*kfstype.Attempt, error) {
+		return b.repo.AdvanceTo(b.ctx, b.db.Pool, p)
+	}},
+}
+
+// TestAdvance runs every case against Advance and AdvanceTo: their
+// candidate rules are the same, and they differ only in how far forward
+// the checkpoint may move (advanceTo says what AdvanceTo does instead).
 func TestAdvance(t *testing.T) {
 	t.Parallel()
 
-	type candidate struct {
-		id *uuid.UUID
-		fp *string
-	}
-	// pub returns a publication of the given status in scope s.
+	type candidate = rwCandidate
 	pub := func(t *testing.T, b *testBundle, s *testfactory.Scope, status string) candidate {
-		id, fp := s.Publication(b.ctx, t, b.db.Pool, status)
-		return candidate{&id, &fp}
+		return b.rwPub(t, s, status)
 	}
-	isTransitionError := func(t *testing.T, err error) {
-		var te *repo.TransitionError
-		require.ErrorAs(t, err, &te)
-		require.ErrorIs(t, err, repo.ErrInvalidTransition)
+	// isTransitionError requires a *TransitionError that reports the
+	// attempt still running at checkpoint from.
+	isTransitionError := func(from kfstype.Checkpoint) func(t *testing.T, err error) {
+		return func(t *testing.T, err error) {
+			var te *repo.TransitionError
+			require.ErrorAs(t, err, &te)
+			require.ErrorIs(t, err, repo.ErrInvalidTransition)
+			require.Equal(t, kfstype.RunStateRunning, te.From)
+			require.Equal(t, from, te.Checkpoint)
+			require.NotNil(t, te.Attempt)
+		}
 	}
-	isRejected := func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrCandidateRejected) }
+	isRejected := func(t *testing.T, err error) {
+		require.ErrorIs(t, err, repo.ErrCandidateRejected)
+		require.NotErrorIs(t, err, repo.ErrInvalidTransition)
+	}
 	isInput := func(field string) func(*testing.T, error) {
 		return func(t *testing.T, err error) { requireInputError(t, err, field) }
 	}
 	upperFP := "projection-set-sha256:" + strings.Repeat("A", 64)
+	fresh := func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+		return pub(t, b, s, "candidate")
+	}
+	bound := func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate { return bound }
 
-	for _, tc := range []struct {
-		name  string
-		from  kfstype.Checkpoint
-		to    kfstype.Checkpoint
-		cand  func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate
-		check func(t *testing.T, err error) // nil: succeeds
-		binds bool                          // success binds cand
-	}{
-		{name: "StaysAtSameCheckpoint", from: kfstype.CheckpointParsed, to: kfstype.CheckpointParsed},
-		{name: "MovesOneStep", from: kfstype.CheckpointParsed, to: kfstype.CheckpointOutlineBuilt},
-		{name: "MovesFromQueued", from: kfstype.CheckpointQueued, to: kfstype.CheckpointParsed},
-		{name: "RejectsSkip", from: kfstype.CheckpointQueued, to: kfstype.CheckpointOutlineBuilt, check: isTransitionError},
-		{name: "RejectsBackwards", from: kfstype.CheckpointOutlineBuilt, to: kfstype.CheckpointParsed, check: isTransitionError},
-		{name: "RejectsPublished", from: kfstype.CheckpointSmokeEvalPassed, to: kfstype.CheckpointPublished, check: isInput("Checkpoint")},
-		{name: "RejectsUnknownCheckpoint", from: kfstype.CheckpointParsed, to: "compiled", check: isInput("Checkpoint")},
-		{name: "BindsCandidateAtProjectionBuilt", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, binds: true,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return pub(t, b, s, "candidate")
-			}},
-		{name: "BindsCandidateBeforeProjectionBuilt", from: kfstype.CheckpointParsed, to: kfstype.CheckpointOutlineBuilt, binds: true,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return pub(t, b, s, "candidate")
-			}},
-		{name: "AcceptsSameCandidateAgain", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointSmokeEvalPassed,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate { return bound }},
-		{name: "AcceptsSameCandidateAtSameCheckpoint", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointProjectionBuilt,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate { return bound }},
-		{name: "RejectsDifferentCandidate", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointSmokeEvalPassed, check: isRejected,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return pub(t, b, s, "candidate")
-			}},
-		{name: "RejectsCandidateOfAnotherTenant", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
-			cand: func(t *testing.T, b *testBundle, _ *testfactory.Scope, _ candidate) candidate {
-				return pub(t, b, b.scope(t), "candidate")
-			}},
-		{name: "RejectsCandidateOfAnotherSpace", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				other := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID})
-				return pub(t, b, other, "candidate")
-			}},
-		{name: "RejectsValidatingPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return pub(t, b, s, "validating")
-			}},
-		{name: "RejectsPublishedPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return pub(t, b, s, "published")
-			}},
-		{name: "RejectsFingerprintOfAnotherPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				c, other := pub(t, b, s, "candidate"), pub(t, b, s, "candidate")
-				return candidate{c.id, other.fp}
-			}},
-		{name: "RejectsUnknownPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return candidate{rwPtr(uuid.New()), rwPtr(testfactory.Fingerprint("nowhere"))}
-			}},
-		{name: "RejectsProjectionBuiltWithoutCandidate", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected},
-		{name: "RejectsUppercaseFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return candidate{pub(t, b, s, "candidate").id, &upperFP}
-			}},
-		{name: "RejectsShortFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				c := pub(t, b, s, "candidate")
-				return candidate{c.id, rwPtr((*c.fp)[:85])}
-			}},
-		{name: "RejectsLongFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				c := pub(t, b, s, "candidate")
-				return candidate{c.id, rwPtr(*c.fp + "0")}
-			}},
-		{name: "RejectsWrongPrefix", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				c := pub(t, b, s, "candidate")
-				return candidate{c.id, rwPtr(strings.Replace(*c.fp, "sha256", "sha512", 1))}
-			}},
-		{name: "RejectsIDWithoutFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return candidate{pub(t, b, s, "candidate").id, nil}
-			}},
-		{name: "RejectsFingerprintWithoutID", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
-			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return candidate{nil, pub(t, b, s, "candidate").fp}
-			}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := setup(t)
-			s, lease, _ := b.rwRunning(t, nil)
-			if tc.from != kfstype.CheckpointQueued {
-				b.rwAdvanceTo(t, s, lease, tc.from)
+	// outcome is what a call does: check (nil: it succeeds) and, on
+	// success, whether it binds the candidate given.
+	type outcome struct {
+		check func(t *testing.T, err error)
+		binds bool
+	}
+	for _, impl := range advanceImpls {
+		t.Run(impl.name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range []struct {
+				name string
+				from kfstype.Checkpoint
+				// bindEarly binds a candidate at from before the call
+				// (from is below projection_built).
+				bindEarly bool
+				to        kfstype.Checkpoint
+				cand      func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate
+				check     func(t *testing.T, err error) // nil: succeeds
+				binds     bool                          // success binds cand
+				// advanceTo, when set, is AdvanceTo's outcome, which
+				// differs from Advance's (check and binds).
+				advanceTo *outcome
+			}{
+				{name: "StaysAtSameCheckpoint", from: kfstype.CheckpointParsed, to: kfstype.CheckpointParsed},
+				{name: "StaysAtQueued", from: kfstype.CheckpointQueued, to: kfstype.CheckpointQueued},
+				{name: "StaysAtSmokeEvalPassed", from: kfstype.CheckpointSmokeEvalPassed, to: kfstype.CheckpointSmokeEvalPassed},
+				{name: "MovesOneStep", from: kfstype.CheckpointParsed, to: kfstype.CheckpointOutlineBuilt},
+				{name: "MovesFromQueued", from: kfstype.CheckpointQueued, to: kfstype.CheckpointParsed},
+				{name: "MovesOneStepToSmokeEvalPassed", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointSmokeEvalPassed},
+				{name: "SkipsQueuedToOutlineBuilt", from: kfstype.CheckpointQueued, to: kfstype.CheckpointOutlineBuilt,
+					check: isTransitionError(kfstype.CheckpointQueued), advanceTo: &outcome{}},
+				{name: "SkipsQueuedToNodesGenerated", from: kfstype.CheckpointQueued, to: kfstype.CheckpointNodesGenerated,
+					check: isTransitionError(kfstype.CheckpointQueued), advanceTo: &outcome{}},
+				{name: "SkipsQueuedToSmokeEvalPassedBindingCandidate", from: kfstype.CheckpointQueued, to: kfstype.CheckpointSmokeEvalPassed, cand: fresh,
+					check: isTransitionError(kfstype.CheckpointQueued), advanceTo: &outcome{binds: true}},
+				{name: "SkipsParsedToProjectionBuiltBindingCandidate", from: kfstype.CheckpointParsed, to: kfstype.CheckpointProjectionBuilt, cand: fresh,
+					check: isTransitionError(kfstype.CheckpointParsed), advanceTo: &outcome{binds: true}},
+				{name: "SkipsPastProjectionBuiltWithCandidateBoundEarlier", from: kfstype.CheckpointOutlineBuilt, bindEarly: true, to: kfstype.CheckpointSmokeEvalPassed,
+					check: isTransitionError(kfstype.CheckpointOutlineBuilt), advanceTo: &outcome{}},
+				{name: "SkipsWithSameCandidateAgain", from: kfstype.CheckpointParsed, bindEarly: true, to: kfstype.CheckpointSmokeEvalPassed, cand: bound,
+					check: isTransitionError(kfstype.CheckpointParsed), advanceTo: &outcome{}},
+				{name: "SkipsToProjectionBuiltWithoutCandidate", from: kfstype.CheckpointParsed, to: kfstype.CheckpointProjectionBuilt,
+					check: isTransitionError(kfstype.CheckpointParsed), advanceTo: &outcome{check: isRejected}},
+				{name: "SkipsQueuedToSmokeEvalPassedWithoutCandidate", from: kfstype.CheckpointQueued, to: kfstype.CheckpointSmokeEvalPassed,
+					check: isTransitionError(kfstype.CheckpointQueued), advanceTo: &outcome{check: isRejected}},
+				{name: "SkipsWithDifferentCandidate", from: kfstype.CheckpointParsed, bindEarly: true, to: kfstype.CheckpointSmokeEvalPassed, cand: fresh,
+					check: isTransitionError(kfstype.CheckpointParsed), advanceTo: &outcome{check: isRejected}},
+				{name: "SkipsWithCandidateOfAnotherTenant", from: kfstype.CheckpointQueued, to: kfstype.CheckpointProjectionBuilt,
+					cand: func(t *testing.T, b *testBundle, _ *testfactory.Scope, _ candidate) candidate {
+						return pub(t, b, b.scope(t), "candidate")
+					},
+					check: isTransitionError(kfstype.CheckpointQueued), advanceTo: &outcome{check: isRejected}},
+				{name: "SkipsWithValidatingPublication", from: kfstype.CheckpointQueued, to: kfstype.CheckpointSmokeEvalPassed,
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						return pub(t, b, s, "validating")
+					},
+					check: isTransitionError(kfstype.CheckpointQueued), advanceTo: &outcome{check: isRejected}},
+				{name: "RejectsBackwards", from: kfstype.CheckpointOutlineBuilt, to: kfstype.CheckpointParsed, check: isTransitionError(kfstype.CheckpointOutlineBuilt)},
+				{name: "RejectsBackwardsToQueued", from: kfstype.CheckpointParsed, to: kfstype.CheckpointQueued, check: isTransitionError(kfstype.CheckpointParsed)},
+				{name: "RejectsBackwardsSeveralSteps", from: kfstype.CheckpointSmokeEvalPassed, to: kfstype.CheckpointParsed, check: isTransitionError(kfstype.CheckpointSmokeEvalPassed)},
+				{name: "RejectsBackwardsWithBoundCandidate", from: kfstype.CheckpointSmokeEvalPassed, to: kfstype.CheckpointProjectionBuilt, cand: bound,
+					check: isTransitionError(kfstype.CheckpointSmokeEvalPassed)},
+				{name: "RejectsBackwardsWithDifferentCandidate", from: kfstype.CheckpointSmokeEvalPassed, to: kfstype.CheckpointNodesGenerated, cand: fresh,
+					check: isTransitionError(kfstype.CheckpointSmokeEvalPassed)},
+				{name: "RejectsPublished", from: kfstype.CheckpointSmokeEvalPassed, to: kfstype.CheckpointPublished, check: isInput("Checkpoint")},
+				{name: "RejectsPublishedFromQueued", from: kfstype.CheckpointQueued, to: kfstype.CheckpointPublished, cand: fresh, check: isInput("Checkpoint")},
+				{name: "RejectsUnknownCheckpoint", from: kfstype.CheckpointParsed, to: "compiled", check: isInput("Checkpoint")},
+				{name: "RejectsEmptyCheckpoint", from: kfstype.CheckpointParsed, to: "", check: isInput("Checkpoint")},
+				{name: "BindsCandidateAtProjectionBuilt", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, binds: true, cand: fresh},
+				{name: "BindsCandidateBeforeProjectionBuilt", from: kfstype.CheckpointParsed, to: kfstype.CheckpointOutlineBuilt, binds: true, cand: fresh},
+				{name: "BindsCandidateAtSameCheckpoint", from: kfstype.CheckpointQueued, to: kfstype.CheckpointQueued, binds: true, cand: fresh},
+				{name: "AcceptsSameCandidateAgain", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointSmokeEvalPassed, cand: bound},
+				{name: "AcceptsSameCandidateAtSameCheckpoint", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointProjectionBuilt, cand: bound},
+				{name: "AcceptsProjectionBuiltWithCandidateBoundEarlier", from: kfstype.CheckpointNodesGenerated, bindEarly: true, to: kfstype.CheckpointProjectionBuilt},
+				{name: "RejectsDifferentCandidate", from: kfstype.CheckpointProjectionBuilt, to: kfstype.CheckpointSmokeEvalPassed, check: isRejected, cand: fresh},
+				{name: "RejectsDifferentCandidateBeforeProjectionBuilt", from: kfstype.CheckpointParsed, bindEarly: true, to: kfstype.CheckpointOutlineBuilt, check: isRejected, cand: fresh},
+				{name: "RejectsCandidateOfAnotherTenant", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+					cand: func(t *testing.T, b *testBundle, _ *testfactory.Scope, _ candidate) candidate {
+						return pub(t, b, b.scope(t), "candidate")
+					}},
+				{name: "RejectsCandidateOfAnotherSpace", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						other := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID})
+						return pub(t, b, other, "candidate")
+					}},
+				{name: "RejectsValidatingPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						return pub(t, b, s, "validating")
+					}},
+				{name: "RejectsPublishedPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						return pub(t, b, s, "published")
+					}},
+				{name: "RejectsFingerprintOfAnotherPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						c, other := pub(t, b, s, "candidate"), pub(t, b, s, "candidate")
+						return candidate{c.id, other.fp}
+					}},
+				{name: "RejectsUnknownPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						return candidate{rwPtr(uuid.New()), rwPtr(testfactory.Fingerprint("nowhere"))}
+					}},
+				{name: "RejectsProjectionBuiltWithoutCandidate", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected},
+				{name: "RejectsUppercaseFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						return candidate{pub(t, b, s, "candidate").id, &upperFP}
+					}},
+				{name: "RejectsShortFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						c := pub(t, b, s, "candidate")
+						return candidate{c.id, rwPtr((*c.fp)[:85])}
+					}},
+				{name: "RejectsLongFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						c := pub(t, b, s, "candidate")
+						return candidate{c.id, rwPtr(*c.fp + "0")}
+					}},
+				{name: "RejectsWrongPrefix", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						c := pub(t, b, s, "candidate")
+						return candidate{c.id, rwPtr(strings.Replace(*c.fp, "sha256", "sha512", 1))}
+					}},
+				{name: "RejectsIDWithoutFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						return candidate{pub(t, b, s, "candidate").id, nil}
+					}},
+				{name: "RejectsFingerprintWithoutID", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						return candidate{nil, pub(t, b, s, "candidate").fp}
+					}},
+				{name: "RejectsNilUUID", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
+					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+						return candidate{rwPtr(uuid.Nil), pub(t, b, s, "candidate").fp}
+					}},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					check, binds := tc.check, tc.binds
+					if impl.name == "AdvanceTo" && tc.advanceTo != nil {
+						check, binds = tc.advanceTo.check, tc.advanceTo.binds
+					}
+					b := setup(t)
+					s, lease, _ := b.rwRunning(t, nil)
+					if tc.from != kfstype.CheckpointQueued {
+						b.rwAdvanceTo(t, s, lease, tc.from)
+					}
+					if tc.bindEarly {
+						b.rwBindEarly(t, s, lease)
+					}
+					b.clock.Advance(time.Second)
+					before := b.rwRows(t, lease.AttemptID)
+					require.Equal(t, tc.from, before.Attempt.Checkpoint)
+					var c candidate
+					if tc.cand != nil {
+						c = tc.cand(t, b, s, candidate{before.Attempt.CandidatePublicationID, before.Attempt.CandidateFingerprint})
+					}
+					got, err := impl.call(b, &repo.AdvanceParams{
+						Lease: lease, Checkpoint: tc.to, CandidatePublicationID: c.id, CandidateFingerprint: c.fp,
+					})
+					if check != nil {
+						check(t, err)
+						require.Nil(t, got)
+						b.rwUnchanged(t, before)
+						return
+					}
+					require.NoError(t, err)
+					now := b.clock.Now()
+					want := *before
+					want.Attempt.Checkpoint = tc.to
+					if binds {
+						require.Nil(t, before.Attempt.CandidatePublicationID)
+						want.Attempt.CandidatePublicationID, want.Attempt.CandidateFingerprint = c.id, c.fp
+					}
+					want.Attempt.RowVersion++
+					want.Attempt.UpdatedAt = now
+					require.Equal(t, &want, b.rwRows(t, lease.AttemptID), "only the checkpoint (and candidate) change; the outbox row is untouched")
+					require.Equal(t, want.Attempt, *got)
+				})
 			}
-			b.clock.Advance(time.Second)
-			before := b.rwRows(t, lease.AttemptID)
-			var c candidate
-			if tc.cand != nil {
-				c = tc.cand(t, b, s, candidate{before.Attempt.CandidatePublicationID, before.Attempt.CandidateFingerprint})
-			}
-			got, err := b.repo.Advance(b.ctx, b.db.Pool, &repo.AdvanceParams{
-				Lease: lease, Checkpoint: tc.to, CandidatePublicationID: c.id, CandidateFingerprint: c.fp,
-			})
-			if tc.check != nil {
-				tc.check(t, err)
-				require.Nil(t, got)
-				b.rwUnchanged(t, before)
-				return
-			}
-			require.NoError(t, err)
-			now := b.clock.Now()
-			want := *before
-			want.Attempt.Checkpoint = tc.to
-			if tc.binds {
-				require.Nil(t, before.Attempt.CandidatePublicationID)
-				want.Attempt.CandidatePublicationID, want.Attempt.CandidateFingerprint = c.id, c.fp
-			}
-			want.Attempt.RowVersion++
-			want.Attempt.UpdatedAt = now
-			require.Equal(t, &want, b.rwRows(t, lease.AttemptID), "only the checkpoint (and candidate) change; the outbox row is untouched")
-			require.Equal(t, want.Attempt, *got)
 		})
 	}
+}
+
+// TestAdvanceToWalksAllTheWay moves an attempt from queued to
+// smoke_eval_passed in one AdvanceTo, binding the candidate, then
+// completes it: the same rows as the one-step walk.
+func TestAdvanceToWalksAllTheWay(t *testing.T) {
+	b := setup(t)
+	s, lease, _ := b.rwRunning(t, nil)
+	c := b.rwPub(t, s, "candidate")
+	b.clock.Advance(time.Second)
+	before := b.rwRows(t, lease.AttemptID)
+	got, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceParams{
+		Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: c.id, CandidateFingerprint: c.fp,
+	})
+	require.NoError(t, err)
+	want := *before
+	want.Attempt.Checkpoint = kfstype.CheckpointSmokeEvalPassed
+	want.Attempt.CandidatePublicationID, want.Attempt.CandidateFingerprint = c.id, c.fp
+	want.Attempt.RowVersion++
+	want.Attempt.UpdatedAt = b.clock.Now()
+	require.Equal(t, &want, b.rwRows(t, lease.AttemptID))
+	require.Equal(t, want.Attempt, *got)
+
+	b.clock.Advance(time.Second)
+	done, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+	require.NoError(t, err)
+	wantDone := wantEnded(&want, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+	wantDone.Attempt.Checkpoint = kfstype.CheckpointPublished
+	require.Equal(t, wantDone, b.rwRows(t, lease.AttemptID))
+	require.Equal(t, wantDone.Attempt, *done)
 }
 
 func TestComplete(t *testing.T) {
@@ -716,6 +865,209 @@ func TestComplete(t *testing.T) {
 		requireInputError(t, err, "Lease")
 		_, err = b.repo.Complete(b.ctx, b.db.Pool, &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID})
 		requireInputError(t, err, "Lease.Token")
+		b.rwUnchanged(t, before)
+	})
+}
+
+// TestCompleteThrough: a running attempt at any checkpoint ends succeeded
+// at published in one write, binding the candidate given if none is bound;
+// every refusal leaves both rows as they were.
+func TestCompleteThrough(t *testing.T) {
+	t.Parallel()
+
+	type candidate = rwCandidate
+	fresh := func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+		return b.rwPub(t, s, "candidate")
+	}
+	bound := func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate { return bound }
+	isRejected := func(t *testing.T, err error) {
+		require.ErrorIs(t, err, repo.ErrCandidateRejected)
+		require.NotErrorIs(t, err, repo.ErrInvalidTransition)
+		require.NotErrorIs(t, err, repo.ErrLeaseLost)
+	}
+	isInput := func(field string) func(*testing.T, error) {
+		return func(t *testing.T, err error) { requireInputError(t, err, field) }
+	}
+
+	for _, tc := range []struct {
+		name string
+		from kfstype.Checkpoint
+		// bindEarly binds a candidate at from (below projection_built)
+		// before the call.
+		bindEarly bool
+		cand      func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate // nil: none given
+		check     func(t *testing.T, err error)                                                      // nil: succeeds
+		binds     bool                                                                               // success binds cand
+	}{
+		{name: "CompletesFromQueuedBindingCandidate", from: kfstype.CheckpointQueued, cand: fresh, binds: true},
+		{name: "CompletesFromParsedBindingCandidate", from: kfstype.CheckpointParsed, cand: fresh, binds: true},
+		{name: "CompletesFromOutlineBuiltBindingCandidate", from: kfstype.CheckpointOutlineBuilt, cand: fresh, binds: true},
+		{name: "CompletesFromNodesGeneratedBindingCandidate", from: kfstype.CheckpointNodesGenerated, cand: fresh, binds: true},
+		{name: "CompletesFromProjectionBuiltWithBoundCandidate", from: kfstype.CheckpointProjectionBuilt},
+		{name: "CompletesFromSmokeEvalPassedWithBoundCandidate", from: kfstype.CheckpointSmokeEvalPassed},
+		{name: "CompletesFromParsedWithCandidateBoundEarlier", from: kfstype.CheckpointParsed, bindEarly: true},
+		{name: "AcceptsSameCandidateAgain", from: kfstype.CheckpointSmokeEvalPassed, cand: bound},
+		{name: "AcceptsSameCandidateAgainBoundEarlier", from: kfstype.CheckpointQueued, bindEarly: true, cand: bound},
+		{name: "RejectsDifferentCandidate", from: kfstype.CheckpointSmokeEvalPassed, cand: fresh, check: isRejected},
+		{name: "RejectsDifferentCandidateBoundEarlier", from: kfstype.CheckpointParsed, bindEarly: true, cand: fresh, check: isRejected},
+		{name: "RejectsNoCandidateFromQueued", from: kfstype.CheckpointQueued, check: isRejected},
+		{name: "RejectsNoCandidateFromNodesGenerated", from: kfstype.CheckpointNodesGenerated, check: isRejected},
+		{name: "RejectsCandidateOfAnotherTenant", from: kfstype.CheckpointNodesGenerated, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, _ *testfactory.Scope, _ candidate) candidate {
+				return b.rwPub(t, b.scope(t), "candidate")
+			}},
+		{name: "RejectsCandidateOfAnotherSpace", from: kfstype.CheckpointQueued, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				other := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID})
+				return b.rwPub(t, other, "candidate")
+			}},
+		{name: "RejectsValidatingPublication", from: kfstype.CheckpointParsed, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return b.rwPub(t, s, "validating")
+			}},
+		{name: "RejectsPublishedPublication", from: kfstype.CheckpointParsed, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return b.rwPub(t, s, "published")
+			}},
+		{name: "RejectsFingerprintOfAnotherPublication", from: kfstype.CheckpointQueued, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				c, other := b.rwPub(t, s, "candidate"), b.rwPub(t, s, "candidate")
+				return candidate{c.id, other.fp}
+			}},
+		{name: "RejectsBoundIDWithAnotherFingerprint", from: kfstype.CheckpointSmokeEvalPassed, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate {
+				return candidate{bound.id, b.rwPub(t, s, "candidate").fp}
+			}},
+		{name: "RejectsUnknownPublication", from: kfstype.CheckpointQueued, check: isRejected,
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return candidate{rwPtr(uuid.New()), rwPtr(testfactory.Fingerprint("nowhere"))}
+			}},
+		{name: "RejectsIDWithoutFingerprint", from: kfstype.CheckpointQueued, check: isInput("CandidatePublicationID"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return candidate{b.rwPub(t, s, "candidate").id, nil}
+			}},
+		{name: "RejectsFingerprintWithoutID", from: kfstype.CheckpointSmokeEvalPassed, check: isInput("CandidatePublicationID"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, bound candidate) candidate {
+				return candidate{nil, bound.fp}
+			}},
+		{name: "RejectsNilUUID", from: kfstype.CheckpointQueued, check: isInput("CandidatePublicationID"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return candidate{rwPtr(uuid.Nil), b.rwPub(t, s, "candidate").fp}
+			}},
+		{name: "RejectsUppercaseFingerprint", from: kfstype.CheckpointQueued, check: isInput("CandidateFingerprint"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				return candidate{b.rwPub(t, s, "candidate").id, rwPtr("projection-set-sha256:" + strings.Repeat("A", 64))}
+			}},
+		{name: "RejectsShortFingerprint", from: kfstype.CheckpointQueued, check: isInput("CandidateFingerprint"),
+			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
+				c := b.rwPub(t, s, "candidate")
+				return candidate{c.id, rwPtr((*c.fp)[:85])}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			s, lease, _ := b.rwRunning(t, nil)
+			if tc.from != kfstype.CheckpointQueued {
+				b.rwAdvanceTo(t, s, lease, tc.from)
+			}
+			if tc.bindEarly {
+				b.rwBindEarly(t, s, lease)
+			}
+			b.clock.Advance(5 * time.Second)
+			before := b.rwRows(t, lease.AttemptID)
+			require.Equal(t, tc.from, before.Attempt.Checkpoint)
+			var c candidate
+			if tc.cand != nil {
+				c = tc.cand(t, b, s, candidate{before.Attempt.CandidatePublicationID, before.Attempt.CandidateFingerprint})
+			}
+			got, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{
+				Lease: lease, CandidatePublicationID: c.id, CandidateFingerprint: c.fp,
+			})
+			if tc.check != nil {
+				tc.check(t, err)
+				require.Nil(t, got)
+				b.rwUnchanged(t, before)
+				return
+			}
+			require.NoError(t, err)
+			want := wantEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+			want.Attempt.Checkpoint = kfstype.CheckpointPublished
+			if tc.binds {
+				require.Nil(t, before.Attempt.CandidatePublicationID)
+				want.Attempt.CandidatePublicationID, want.Attempt.CandidateFingerprint = c.id, c.fp
+			} else {
+				require.NotNil(t, before.Attempt.CandidatePublicationID, "the bound candidate is kept")
+			}
+			require.Equal(t, want, b.rwRows(t, lease.AttemptID))
+			require.Equal(t, want.Attempt, *got)
+		})
+	}
+
+	t.Run("SameAsAdvanceToThenComplete", func(t *testing.T) {
+		// The same attempt walked both ways ends in the same rows, but
+		// for the ids, job ids, lease and row_version (one write, not two).
+		b := setup(t)
+		walk := func(through bool) *testfactory.Rows {
+			s, lease, _ := b.rwRunning(t, nil)
+			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointParsed)
+			c := b.rwPub(t, s, "candidate")
+			if through {
+				_, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{Lease: lease, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
+				require.NoError(t, err)
+			} else {
+				_, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
+				require.NoError(t, err)
+				_, err = b.repo.Complete(b.ctx, b.db.Pool, lease)
+				require.NoError(t, err)
+			}
+			r := b.rwRows(t, lease.AttemptID)
+			require.Equal(t, *c.id, *r.Attempt.CandidatePublicationID)
+			return r
+		}
+		two, one := walk(false), walk(true)
+		require.Equal(t, two.Attempt.RowVersion-1, one.Attempt.RowVersion)
+		// Normalize what differs by construction.
+		norm := func(r *testfactory.Rows) {
+			a, o := &r.Attempt, &r.Outbox
+			a.ID, a.TenantID, a.KnowledgeSpaceID, a.DocumentAssetID, a.PublicationGenerationID = uuid.Nil, "", uuid.Nil, uuid.Nil, uuid.Nil
+			a.CandidatePublicationID, a.CandidateFingerprint, a.QueueJobID, a.RowVersion = nil, nil, nil, 0
+			o.ID, o.AttemptID, o.Payload, o.IdempotencyKey, o.QueueJobID = uuid.Nil, uuid.Nil, nil, "", nil
+		}
+		norm(two)
+		norm(one)
+		require.Equal(t, two, one)
+	})
+
+	t.Run("RejectsInvalidLease", func(t *testing.T) {
+		b := setup(t)
+		s, lease, _ := b.rwRunning(t, nil)
+		c := b.rwPub(t, s, "candidate")
+		before := b.rwRows(t, lease.AttemptID)
+		for _, tc := range []struct {
+			field string
+			p     repo.CompleteThroughParams
+		}{
+			{"Lease", repo.CompleteThroughParams{CandidatePublicationID: c.id, CandidateFingerprint: c.fp}},
+			{"Lease.Token", repo.CompleteThroughParams{Lease: &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID}, CandidatePublicationID: c.id, CandidateFingerprint: c.fp}},
+			{"Lease.WorkerID", repo.CompleteThroughParams{Lease: &repo.Lease{AttemptID: lease.AttemptID, Token: lease.Token}, CandidatePublicationID: c.id, CandidateFingerprint: c.fp}},
+			{"Lease.AttemptID", repo.CompleteThroughParams{Lease: &repo.Lease{WorkerID: lease.WorkerID, Token: lease.Token}, CandidatePublicationID: c.id, CandidateFingerprint: c.fp}},
+		} {
+			got, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &tc.p)
+			requireInputError(t, err, tc.field)
+			require.Nil(t, got)
+			b.rwUnchanged(t, before)
+		}
+	})
+
+	t.Run("RejectsUnknownAttempt", func(t *testing.T) {
+		b := setup(t)
+		s, lease, _ := b.rwRunning(t, nil)
+		c := b.rwPub(t, s, "candidate")
+		before := b.rwRows(t, lease.AttemptID)
+		l := *lease
+		l.AttemptID = uuid.New()
+		_, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{Lease: &l, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
+		require.ErrorIs(t, err, repo.ErrNotFound)
 		b.rwUnchanged(t, before)
 	})
 }

@@ -24,6 +24,9 @@ type BenchOpts struct {
 	Producers int
 	// Workers is the worker's concurrency. Defaults to 8.
 	Workers int
+	// StepCheckpoints makes the handler write each checkpoint before
+	// Complete instead of completing through them in one write.
+	StepCheckpoints bool
 	// Out receives the report. Required.
 	Out io.Writer
 }
@@ -59,6 +62,7 @@ func Bench(ctx context.Context, opts *BenchOpts) error {
 	err := withScratchDatabase(ctx, opts.DatabaseURL, "kfsdb_bench", opts.Out, func(url string) error {
 		res, err := loadgen.Run(ctx, &loadgen.Config{
 			DatabaseURL: url, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers,
+			StepCheckpoints: opts.StepCheckpoints,
 		})
 		if err != nil {
 			return err
@@ -83,8 +87,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.DurationVar(&opts.Duration, "duration", 0, "how long producers run (default 10s)")
 	fs.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
 	fs.IntVar(&opts.Workers, "workers", 0, "worker concurrency (default 8)")
+	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N] [--steps]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
