@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -15,15 +17,19 @@ import (
 const dispatchBatch = 100
 
 // BenchmarkDispatch is the relay's batch path: ClaimOutbox of up to 100 due
-// rows, then MarkDispatched of all of them, by one relay (one client). One
-// operation is one row; rows/s is the relay's dispatch throughput.
+// rows, then MarkDispatched of all of them, by one relay (one client), and
+// by two relays at once (ClaimMark100Relays2: SKIP LOCKED keeps them on
+// different rows, and one's commit overlaps the other's work). One
+// operation is one row; rows/s is the dispatch throughput.
 func BenchmarkDispatch(b *testing.B) {
 	requireEnv(b)
-	b.Run("op=ClaimMark100/impl=repo", func(b *testing.B) { benchDispatch(b, false) })
-	b.Run("op=ClaimMark100/impl=raw", func(b *testing.B) { benchDispatch(b, true) })
+	b.Run("op=ClaimMark100/impl=repo", func(b *testing.B) { benchDispatch(b, false, 1) })
+	b.Run("op=ClaimMark100/impl=raw", func(b *testing.B) { benchDispatch(b, true, 1) })
+	b.Run("op=ClaimMark100Relays2/impl=repo", func(b *testing.B) { benchDispatch(b, false, 2) })
+	b.Run("op=ClaimMark100Relays2/impl=raw", func(b *testing.B) { benchDispatch(b, true, 2) })
 }
 
-func benchDispatch(b *testing.B, raw bool) {
+func benchDispatch(b *testing.B, raw bool, relays int) {
 	ctx := context.Background()
 	r := repo.New(nil)
 	setupFixtures(b, b.N, state{"dispatch_pending", "queued"})
@@ -51,15 +57,56 @@ func benchDispatch(b *testing.B, raw bool) {
 	stmts0 := env.count.n.Load()
 	b.ResetTimer()
 	b.StartTimer()
-	for done := 0; done < b.N; {
-		n, err := batch(min(dispatchBatch, b.N-done))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if n == 0 {
-			b.Fatalf("dispatched %d of %d rows, then none", done, b.N)
-		}
-		done += n
+	var (
+		done int64
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs = make(chan error, relays)
+	)
+	// take reserves up to a batch of the rows left; give returns what a
+	// batch did not dispatch.
+	take := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		k := min(int64(dispatchBatch), int64(b.N)-done)
+		done += k
+		return int(k)
+	}
+	give := func(k int) {
+		mu.Lock()
+		done -= int64(k)
+		mu.Unlock()
+	}
+	for range relays {
+		wg.Go(func() {
+			for empty := 0; ; {
+				k := take()
+				if k == 0 {
+					return
+				}
+				n, err := batch(k)
+				if err != nil {
+					errs <- err
+					return
+				}
+				give(k - n)
+				if n > 0 {
+					empty = 0
+					continue
+				}
+				// The rows left are claimed by the other relay, or gone.
+				if empty++; empty > 1000 {
+					errs <- fmt.Errorf("no due row found %d times in a row", empty)
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rows/s")

@@ -53,6 +53,7 @@ func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
 	scope := testfactory.NewScope(ctx, t, db.Pool, nil)
 	running := testfactory.NewScope(ctx, t, db.Pool, nil)
 	_, lease, _ := drv.Running(ctx, t, running)
+	candID, candFP := running.Publication(ctx, t, db.Pool, "candidate")
 	var started *repo.StartResult
 
 	steps := []struct {
@@ -80,6 +81,14 @@ func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
 		}},
 		{"Advance", func(ctx context.Context, db repo.DBTX) error {
 			_, err := r.Advance(ctx, db, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
+			return err
+		}},
+		{"AdvanceTo", func(ctx context.Context, db repo.DBTX) error {
+			_, err := r.AdvanceTo(ctx, db, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
+			return err
+		}},
+		{"CompleteThrough", func(ctx context.Context, db repo.DBTX) error {
+			_, err := r.CompleteThrough(ctx, db, &repo.CompleteThroughParams{Lease: lease, CandidatePublicationID: &candID, CandidateFingerprint: &candFP})
 			return err
 		}},
 		{"Cancel", func(ctx context.Context, db repo.DBTX) error {

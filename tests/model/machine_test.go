@@ -73,7 +73,7 @@ type harness struct {
 // Repeat, drawing action names uniformly, is weighted.
 var opWeights = map[string]int{
 	"Start": 2, "ReleaseDeferred": 1, "ClaimOutbox": 3, "MarkDispatched": 3, "ReleaseOutbox": 1,
-	"AcquireLease": 3, "FailExhausted": 2, "Heartbeat": 1, "Advance": 6, "Complete": 2, "Fail": 2,
+	"AcquireLease": 3, "FailExhausted": 2, "Heartbeat": 1, "Advance": 6, "AdvanceTo": 3, "Complete": 2, "CompleteThrough": 2, "Fail": 2,
 	"ScheduleRetry": 1, "Cancel": 1, "Supersede": 1, "RetryFailed": 2, "AdvanceClock": 3, "SetHead": 1,
 	"RelayCycle": 2,
 }
@@ -128,7 +128,8 @@ func (h *harness) sequence(t *rapid.T) {
 	actions := map[string]func(*rapid.T){
 		"Start": s.Start, "ReleaseDeferred": s.ReleaseDeferred, "ClaimOutbox": s.ClaimOutbox,
 		"MarkDispatched": s.MarkDispatched, "ReleaseOutbox": s.ReleaseOutbox, "AcquireLease": s.AcquireLease,
-		"FailExhausted": s.FailExhausted, "Heartbeat": s.Heartbeat, "Advance": s.Advance, "Complete": s.Complete,
+		"FailExhausted": s.FailExhausted, "Heartbeat": s.Heartbeat, "Advance": s.Advance, "AdvanceTo": s.AdvanceTo,
+		"Complete": s.Complete, "CompleteThrough": s.CompleteThrough,
 		"Fail": s.Fail, "ScheduleRetry": s.ScheduleRetry, "Cancel": s.Cancel, "Supersede": s.Supersede,
 		"RetryFailed": s.RetryFailed, "AdvanceClock": s.AdvanceClock, "SetHead": s.SetHead,
 		"RelayCycle": s.RelayCycle,
@@ -157,9 +158,10 @@ func (h *harness) sequence(t *rapid.T) {
 
 // prefix starts the sequence's first attempt (so every action has a
 // target) and walks it along the happy path to a random depth: claimed,
-// dispatched, leased, each checkpoint, completed. Each step is a checked
-// operation like any other; it only saves the random part of the sequence
-// the many draws it would take to get this far.
+// dispatched, leased, each checkpoint, completed (sometimes the checkpoints
+// in one AdvanceTo, or completed through them with CompleteThrough). Each
+// step is a checked operation like any other; it only saves the random
+// part of the sequence the many draws it would take to get this far.
 func (s *seq) prefix(t *rapid.T) {
 	s.start(t, 0, false)
 	s.check(t)
@@ -190,6 +192,24 @@ func (s *seq) prefix(t *rapid.T) {
 	if !step(3, am.a.QueueJobID != nil, func() {
 		s.acquire(t, &repo.AcquireLeaseParams{Delivery: repo.Delivery{AttemptID: am.a.ID, QueueJobID: *am.a.QueueJobID}, WorkerID: "worker-a"})
 	}) {
+		return
+	}
+	if depth > 3 && am.a.RunState == kfstype.RunStateRunning && pct(t, "prefixOneWrite") < 30 {
+		// The handler that has nothing to persist between checkpoints:
+		// one AdvanceTo to the depth's checkpoint, or CompleteThrough.
+		lease := &am.leases[len(am.leases)-1]
+		cand := s.cands[0][0]
+		if depth == 10 {
+			s.completeThrough(t, &repo.CompleteThroughParams{Lease: lease, CandidatePublicationID: &cand.ID, CandidateFingerprint: &cand.Fingerprint})
+			s.check(t)
+			return
+		}
+		p := &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.Checkpoints()[min(depth-3, kfstype.CheckpointSmokeEvalPassed.Rank())]}
+		if p.Checkpoint.NeedsCandidate() {
+			p.CandidatePublicationID, p.CandidateFingerprint = &cand.ID, &cand.Fingerprint
+		}
+		s.advanceTo(t, p)
+		s.check(t)
 		return
 	}
 	for cp := 1; cp <= kfstype.CheckpointSmokeEvalPassed.Rank(); cp++ {
@@ -805,15 +825,59 @@ func (s *seq) Heartbeat(t *rapid.T) {
 	}
 }
 
+// leaseTarget is the attempt a drawn lease names, if the sequence has it,
+// and its checkpoint's rank (0 otherwise).
+func (s *seq) leaseTarget(l *repo.Lease) (*attemptModel, int) {
+	if l == nil {
+		return nil, 0
+	}
+	am := s.m.find(l.AttemptID)
+	if am == nil {
+		return nil, 0
+	}
+	return am, am.a.Checkpoint.Rank()
+}
+
+// drawCandidate picks the candidate publication a lease holder's write
+// gives: none (mostly), the attempt's own space's candidate (which for
+// scope 0 may or may not be the one bound), another space's, a
+// non-candidate, a wrong fingerprint, a malformed fingerprint or an id
+// without fingerprint. likely makes giving one (mostly its own) the
+// common case, for writes that need a candidate and have none bound.
+func (s *seq) drawCandidate(t *rapid.T, am *attemptModel, likely bool) (*uuid.UUID, *string) {
+	scope := 0
+	if am != nil {
+		scope = am.scope
+	}
+	own := s.cands[scope][uniform(t, "candidate", len(s.cands[scope]))]
+	// Cumulative thresholds (percent) of own candidate, another space's,
+	// a non-candidate, a wrong fingerprint, a malformed fingerprint and an
+	// id without fingerprint; the rest binds nothing.
+	th := [6]int{5, 8, 10, 12, 13, 14}
+	if likely {
+		th = [6]int{75, 82, 87, 92, 94, 95}
+	}
+	given := func(c testfactory.Candidate) (*uuid.UUID, *string) { return &c.ID, &c.Fingerprint }
+	switch v := pct(t, "bind"); {
+	case v < th[0]:
+		return given(own)
+	case v < th[1]:
+		return given(s.cands[1-scope][0]) // another tenant's space
+	case v < th[2]:
+		return given(s.other) // not a candidate
+	case v < th[3]:
+		return given(testfactory.Candidate{ID: own.ID, Fingerprint: testfactory.Fingerprint("wrong")})
+	case v < th[4]:
+		return given(testfactory.Candidate{ID: own.ID, Fingerprint: "projection-set-sha256:XYZ"}) // invalid
+	case v < th[5]:
+		return &own.ID, nil // invalid: id without fingerprint
+	}
+	return nil, nil
+}
+
 func (s *seq) Advance(t *rapid.T) {
 	l := s.drawLease(t)
-	cur := 0
-	var am *attemptModel
-	if l != nil {
-		if am = s.m.find(l.AttemptID); am != nil {
-			cur = am.a.Checkpoint.Rank()
-		}
-	}
+	am, cur := s.leaseTarget(l)
 	target := cur + 1
 	switch v := pct(t, "step"); {
 	case v < 10:
@@ -828,45 +892,55 @@ func (s *seq) Advance(t *rapid.T) {
 		target = kfstype.CheckpointPublished.Rank() // invalid: only Complete publishes
 	}
 	p := &repo.AdvanceParams{Lease: l, Checkpoint: kfstype.Checkpoints()[target]}
-	bind := func(c testfactory.Candidate) {
-		p.CandidatePublicationID, p.CandidateFingerprint = &c.ID, &c.Fingerprint
-	}
-	scope := 0
-	if am != nil {
-		scope = am.scope
-	}
-	own := s.cands[scope][uniform(t, "candidate", len(s.cands[scope]))]
-	// Cumulative thresholds (percent) of own candidate, another space's,
-	// a non-candidate, a wrong fingerprint, a malformed fingerprint and an
-	// id without fingerprint; the rest binds nothing. Binding is likely at
-	// the step to projection_built and rare elsewhere.
-	th := [6]int{5, 8, 10, 12, 13, 14}
-	if am != nil && am.a.CandidatePublicationID == nil && p.Checkpoint == kfstype.CheckpointProjectionBuilt {
-		th = [6]int{75, 82, 87, 92, 94, 95}
-	}
-	switch v := pct(t, "bind"); {
-	case v < th[0]:
-		bind(own)
-	case v < th[1]:
-		bind(s.cands[1-scope][0]) // another tenant's space
-	case v < th[2]:
-		bind(s.other) // not a candidate
-	case v < th[3]:
-		bind(testfactory.Candidate{ID: own.ID, Fingerprint: testfactory.Fingerprint("wrong")})
-	case v < th[4]:
-		bind(testfactory.Candidate{ID: own.ID, Fingerprint: "projection-set-sha256:XYZ"}) // invalid
-	case v < th[5]:
-		p.CandidatePublicationID = &own.ID // invalid: id without fingerprint
-	}
+	// Binding is likely at the step to projection_built and rare elsewhere.
+	likely := am != nil && am.a.CandidatePublicationID == nil && p.Checkpoint == kfstype.CheckpointProjectionBuilt
+	p.CandidatePublicationID, p.CandidateFingerprint = s.drawCandidate(t, am, likely)
 	s.advance(t, p)
 }
 
 func (s *seq) advance(t *rapid.T, p *repo.AdvanceParams) {
-	want := s.m.advance(p)
+	want := s.m.advance(p, false)
 	got, err := s.repo.Advance(s.ctx, s.h.pool, p)
 	s.expect(t, "Advance", want, err)
 	if want == clsOK {
 		s.requireAttempt("Advance", got, s.m.find(p.Lease.AttemptID))
+	}
+}
+
+// AdvanceTo draws a target checkpoint anywhere from the current one to
+// smoke_eval_passed (mostly forward, often several steps), sometimes
+// behind it (refused) or published (invalid).
+func (s *seq) AdvanceTo(t *rapid.T) {
+	l := s.drawLease(t)
+	am, cur := s.leaseTarget(l)
+	last := kfstype.CheckpointSmokeEvalPassed.Rank()
+	target := cur + 1 + uniform(t, "steps", max(1, last-cur))
+	switch v := pct(t, "step"); {
+	case v < 10:
+		target = cur
+	case v < 25:
+		target = last
+	case v < 33:
+		target = cur - 1 - uniform(t, "back", max(1, cur))
+	}
+	target = max(0, min(target, last))
+	if pct(t, "published") < 2 {
+		target = kfstype.CheckpointPublished.Rank() // invalid: only Complete publishes
+	}
+	p := &repo.AdvanceParams{Lease: l, Checkpoint: kfstype.Checkpoints()[target]}
+	// Binding is likely when the walk reaches projection_built or later
+	// with none bound, and rare otherwise.
+	likely := am != nil && am.a.CandidatePublicationID == nil && p.Checkpoint.NeedsCandidate()
+	p.CandidatePublicationID, p.CandidateFingerprint = s.drawCandidate(t, am, likely)
+	s.advanceTo(t, p)
+}
+
+func (s *seq) advanceTo(t *rapid.T, p *repo.AdvanceParams) {
+	want := s.m.advance(p, true)
+	got, err := s.repo.AdvanceTo(s.ctx, s.h.pool, p)
+	s.expect(t, "AdvanceTo", want, err)
+	if want == clsOK {
+		s.requireAttempt("AdvanceTo", got, s.m.find(p.Lease.AttemptID))
 	}
 }
 
@@ -878,6 +952,25 @@ func (s *seq) complete(t *rapid.T, l *repo.Lease) {
 	s.expect(t, "Complete", want, err)
 	if want == clsOK {
 		s.requireAttempt("Complete", got, s.m.find(l.AttemptID))
+	}
+}
+
+func (s *seq) CompleteThrough(t *rapid.T) {
+	l := s.drawLease(t)
+	am, _ := s.leaseTarget(l)
+	p := &repo.CompleteThroughParams{Lease: l}
+	// Giving a candidate is likely when none is bound, rare otherwise.
+	likely := am != nil && am.a.CandidatePublicationID == nil
+	p.CandidatePublicationID, p.CandidateFingerprint = s.drawCandidate(t, am, likely)
+	s.completeThrough(t, p)
+}
+
+func (s *seq) completeThrough(t *rapid.T, p *repo.CompleteThroughParams) {
+	want := s.m.completeThrough(p)
+	got, err := s.repo.CompleteThrough(s.ctx, s.h.pool, p)
+	s.expect(t, "CompleteThrough", want, err)
+	if want == clsOK {
+		s.requireAttempt("CompleteThrough", got, s.m.find(p.Lease.AttemptID))
 	}
 }
 

@@ -509,11 +509,47 @@ func (m *model) heartbeat(p *repo.HeartbeatParams) errClass {
 	return clsOK
 }
 
-func (m *model) advance(p *repo.AdvanceParams) errClass {
+func validCandidate(id *uuid.UUID, fingerprint *string) bool {
+	return (id == nil) == (fingerprint == nil) &&
+		(id == nil || (*id != uuid.Nil && repo.ValidateFingerprint(*fingerprint) == nil))
+}
+
+// candidate checks a candidate publication given to a lease holder's
+// write: it must be the bound one again or, when none is bound, a
+// 'candidate' publication with that fingerprint in the attempt's own
+// tenant and space. Nothing given is fine here; the caller checks whether
+// its target needs a bound candidate.
+func (m *model) candidate(am *attemptModel, id *uuid.UUID, fingerprint *string) errClass {
+	if id == nil {
+		return clsOK
+	}
+	a := &am.a
+	pb, ok := m.pubs[*id]
+	fresh := a.CandidatePublicationID == nil && ok && pb.scope == am.scope &&
+		pb.fp == *fingerprint && pb.status == "candidate"
+	same := a.CandidatePublicationID != nil && *a.CandidatePublicationID == *id &&
+		*a.CandidateFingerprint == *fingerprint
+	if !fresh && !same {
+		return clsCandidateRejected
+	}
+	return clsOK
+}
+
+// bind records a candidate given to a write that applied (bound once).
+func (m *model) bind(am *attemptModel, id *uuid.UUID, fingerprint *string) {
+	if am.a.CandidatePublicationID == nil && id != nil {
+		i, fp := *id, *fingerprint
+		am.a.CandidatePublicationID, am.a.CandidateFingerprint = &i, &fp
+	}
+}
+
+// advance is Advance (anyStep false: the checkpoint stays or moves one
+// step) and AdvanceTo (anyStep true: it stays or moves forward any number
+// of steps).
+func (m *model) advance(p *repo.AdvanceParams, anyStep bool) errClass {
 	switch {
 	case !validLease(p.Lease), p.Checkpoint == kfstype.CheckpointPublished, p.Checkpoint.Rank() < 0,
-		(p.CandidatePublicationID == nil) != (p.CandidateFingerprint == nil),
-		p.CandidatePublicationID != nil && (*p.CandidatePublicationID == uuid.Nil || repo.ValidateFingerprint(*p.CandidateFingerprint) != nil):
+		!validCandidate(p.CandidatePublicationID, p.CandidateFingerprint):
 		return clsInvalidInput
 	}
 	am, cls := m.lease(p.Lease)
@@ -522,28 +558,17 @@ func (m *model) advance(p *repo.AdvanceParams) errClass {
 	}
 	a := &am.a
 	cur, want := a.Checkpoint.Rank(), p.Checkpoint.Rank()
-	if want != cur && want != cur+1 {
+	if want < cur || (!anyStep && want > cur+1) {
 		return clsInvalidTransition
 	}
-	given := p.CandidatePublicationID
-	if given != nil {
-		pb, ok := m.pubs[*given]
-		fresh := a.CandidatePublicationID == nil && ok && pb.scope == am.scope &&
-			pb.fp == *p.CandidateFingerprint && pb.status == "candidate"
-		same := a.CandidatePublicationID != nil && *a.CandidatePublicationID == *given &&
-			*a.CandidateFingerprint == *p.CandidateFingerprint
-		if !fresh && !same {
-			return clsCandidateRejected
-		}
+	if cls := m.candidate(am, p.CandidatePublicationID, p.CandidateFingerprint); cls != clsOK {
+		return cls
 	}
-	if p.Checkpoint.NeedsCandidate() && a.CandidatePublicationID == nil && given == nil {
+	if p.Checkpoint.NeedsCandidate() && a.CandidatePublicationID == nil && p.CandidatePublicationID == nil {
 		return clsCandidateRejected
 	}
 	a.Checkpoint = p.Checkpoint
-	if a.CandidatePublicationID == nil && given != nil {
-		id, fp := *given, *p.CandidateFingerprint
-		a.CandidatePublicationID, a.CandidateFingerprint = &id, &fp
-	}
+	m.bind(am, p.CandidatePublicationID, p.CandidateFingerprint)
 	m.touch(am)
 	return clsOK
 }
@@ -559,6 +584,29 @@ func (m *model) complete(l *repo.Lease) errClass {
 	if am.a.Checkpoint != kfstype.CheckpointSmokeEvalPassed {
 		return clsInvalidTransition
 	}
+	m.end(am, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted)
+	am.a.Checkpoint = kfstype.CheckpointPublished
+	return clsOK
+}
+
+// completeThrough is AdvanceTo smoke_eval_passed then Complete in one
+// step: from any checkpoint of a running attempt, with a candidate bound
+// or given (the walk passes projection_built).
+func (m *model) completeThrough(p *repo.CompleteThroughParams) errClass {
+	if !validLease(p.Lease) || !validCandidate(p.CandidatePublicationID, p.CandidateFingerprint) {
+		return clsInvalidInput
+	}
+	am, cls := m.lease(p.Lease)
+	if cls != clsOK {
+		return cls
+	}
+	if cls := m.candidate(am, p.CandidatePublicationID, p.CandidateFingerprint); cls != clsOK {
+		return cls
+	}
+	if am.a.CandidatePublicationID == nil && p.CandidatePublicationID == nil {
+		return clsCandidateRejected
+	}
+	m.bind(am, p.CandidatePublicationID, p.CandidateFingerprint)
 	m.end(am, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted)
 	am.a.Checkpoint = kfstype.CheckpointPublished
 	return clsOK
