@@ -60,7 +60,7 @@ func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimParams) ([]*kfs
 	if lock == 0 {
 		lock = DefaultClaimLockDuration
 	}
-	rows, err := r.q.ClaimOutbox(ctx, db, &gen.ClaimOutboxParams{RelayID: p.RelayID, Now: r.now(), LockDuration: lock, BatchSize: p.BatchSize})
+	rows, err := r.q.ClaimOutbox(ctx, db, &gen.ClaimOutboxParams{AsyncCommit: r.asyncProgress, RelayID: p.RelayID, Now: r.now(), LockDuration: lock, BatchSize: p.BatchSize})
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox for relay %q: %w", p.RelayID, mapError(err))
 	}
@@ -123,7 +123,7 @@ func (r *Repo) MarkDispatched(ctx context.Context, db DBTX, p *MarkDispatchedPar
 		v.duration("VisibilityTimeout", p.VisibilityTimeout)
 	}
 	n := len(p.Dispatches)
-	params := &gen.MarkDispatchedParams{
+	params := &gen.MarkDispatchedParams{AsyncCommit: r.asyncProgress,
 		Now: r.now(), VisibilityTimeout: p.VisibilityTimeout,
 		OutboxIDs: make([]uuid.UUID, n), LockTokens: make([]uuid.UUID, n),
 		QueueJobIDs: make([]string, n), ExternalJobIDs: make([]string, n),

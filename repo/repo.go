@@ -45,20 +45,36 @@ type Config struct {
 	// Clock overrides the database clock. Defaults to nil: every statement
 	// uses the database's now().
 	Clock Clock
+	// AsyncProgressCommits makes the transitions that record progress
+	// rather than an outcome (ClaimOutbox, MarkDispatched, AcquireLease,
+	// Heartbeat, Advance, AdvanceTo) commit asynchronously: their
+	// transaction sets synchronous_commit = off for itself, so its commit
+	// does not wait for the WAL flush (PostgreSQL's walwriter flushes it
+	// within wal_writer_delay, and any later synchronous commit flushes it
+	// first). A database crash can then forget the last such writes; each
+	// is redone as if its relay or worker had been lost (a claim or lease
+	// that was never taken, a checkpoint to redo), which at-least-once
+	// delivery already handles, at the price of a repeated publication or
+	// execution (and an execution attempt not counted). Start and every
+	// outcome (Complete, Fail, ScheduleRetry, Cancel, …) stay synchronous.
+	// Called inside a caller's transaction, these transitions make that
+	// whole transaction's commit asynchronous. Defaults to false.
+	AsyncProgressCommits bool
 }
 
 // Repo runs the state machine's transitions. The zero value is not usable;
 // call New.
 type Repo struct {
-	clock Clock
-	q     *gen.Queries
+	clock         Clock
+	asyncProgress bool
+	q             *gen.Queries
 }
 
 // New returns a Repo. A nil config means defaults.
 func New(cfg *Config) *Repo {
 	r := &Repo{q: gen.New()}
 	if cfg != nil {
-		r.clock = cfg.Clock
+		r.clock, r.asyncProgress = cfg.Clock, cfg.AsyncProgressCommits
 	}
 	return r
 }

@@ -88,7 +88,7 @@ func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams)
 	if d == 0 {
 		d = DefaultLeaseDuration
 	}
-	row, err := r.q.AcquireLease(ctx, db, &gen.AcquireLeaseParams{
+	row, err := r.q.AcquireLease(ctx, db, &gen.AcquireLeaseParams{AsyncCommit: r.asyncProgress,
 		WorkerID: p.WorkerID, Now: r.now(), LeaseDuration: d, AttemptID: p.AttemptID,
 		QueueJobID: p.QueueJobID, ExternalJobID: p.ExternalJobID,
 	})
@@ -197,7 +197,7 @@ func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lea
 	if d == 0 {
 		d = DefaultLeaseDuration
 	}
-	row, err := r.q.Heartbeat(ctx, db, &gen.HeartbeatParams{
+	row, err := r.q.Heartbeat(ctx, db, &gen.HeartbeatParams{AsyncCommit: r.asyncProgress,
 		Now: r.now(), LeaseDuration: d, AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
 	})
 	if err != nil {
@@ -234,7 +234,7 @@ func (r *Repo) Advance(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	row, err := r.q.Advance(ctx, db, &gen.AdvanceParams{
+	row, err := r.q.Advance(ctx, db, &gen.AdvanceParams{AsyncCommit: r.asyncProgress,
 		Checkpoint: string(p.Checkpoint), CandidatePublicationID: p.CandidatePublicationID,
 		CandidateFingerprint: p.CandidateFingerprint, Now: r.now(), AttemptID: p.Lease.AttemptID,
 		LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
@@ -263,7 +263,7 @@ func (r *Repo) AdvanceTo(ctx context.Context, db DBTX, p *AdvanceParams) (*kfsty
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	row, err := r.q.AdvanceTo(ctx, db, &gen.AdvanceToParams{
+	row, err := r.q.AdvanceTo(ctx, db, &gen.AdvanceToParams{AsyncCommit: r.asyncProgress,
 		Checkpoint: string(p.Checkpoint), CandidatePublicationID: p.CandidatePublicationID,
 		CandidateFingerprint: p.CandidateFingerprint, Now: r.now(), AttemptID: p.Lease.AttemptID,
 		LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,

@@ -14,6 +14,7 @@ import (
 
 const claimOutbox = `-- name: ClaimOutbox :many
 
+
 WITH due AS (
   SELECT o.id
     FROM document_compilation_outbox o
@@ -22,7 +23,7 @@ WITH due AS (
       OR (o.status = 'dispatching'
           AND o.locked_until <= coalesce($2::timestamptz, now()))
    ORDER BY o.available_at, o.created_at, o.id
-   LIMIT $4::integer
+   LIMIT $5::integer
      FOR UPDATE SKIP LOCKED
 )
 UPDATE document_compilation_outbox o
@@ -34,6 +35,7 @@ UPDATE document_compilation_outbox o
        updated_at = coalesce($2::timestamptz, now())
   FROM due
  WHERE o.id = due.id
+   AND CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING o.id, o.attempt_id, o.event_type, o.schema_version, o.payload, o.idempotency_key, o.status, o.dispatch_attempts, o.available_at, o.locked_by, o.lock_token, o.locked_until, o.queue_job_id, o.external_job_id, o.delivered_at, o.last_error, o.created_at, o.updated_at
 `
 
@@ -41,6 +43,7 @@ type ClaimOutboxParams struct {
 	RelayID      string
 	Now          *time.Time
 	LockDuration time.Duration
+	AsyncCommit  bool
 	BatchSize    int32
 }
 
@@ -48,6 +51,12 @@ type ClaimOutboxParams struct {
 // only (SKIP LOCKED, never waiting, holding no attempt lock); MarkDispatched
 // and ReleaseOutbox lock the attempt first, then the outbox row, and are
 // fenced by the claim's lock_token.
+// ClaimOutbox, MarkDispatched and the worker's AcquireLease, Heartbeat,
+// Advance and AdvanceTo are progress, not outcomes: with async_commit
+// (repo.Config.AsyncProgressCommits) they make their transaction's commit
+// asynchronous (set_config(..., true) lasts until the transaction ends).
+// One lost to a database crash is redone as if its relay or worker had
+// been lost; Start and every outcome stay synchronous.
 // Claims up to batch_size due rows, oldest due first: rows waiting to be
 // (re)published (delivery_due_idx) and rows whose relay lock expired
 // (lock_recovery_idx). Each claimed row gets its own random lock token.
@@ -56,6 +65,7 @@ func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg *ClaimOutboxPara
 		arg.RelayID,
 		arg.Now,
 		arg.LockDuration,
+		arg.AsyncCommit,
 		arg.BatchSize,
 	)
 	if err != nil {
@@ -98,10 +108,10 @@ func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg *ClaimOutboxPara
 const markDispatched = `-- name: MarkDispatched :many
 WITH input AS (
   -- Set-returning functions in one SELECT list advance in lockstep.
-  SELECT unnest($3::uuid[]) AS outbox_id,
-         unnest($4::uuid[]) AS lock_token,
-         unnest($5::text[]) AS queue_job_id,
-         nullif(unnest($6::text[]), '') AS external_job_id
+  SELECT unnest($4::uuid[]) AS outbox_id,
+         unnest($5::uuid[]) AS lock_token,
+         unnest($6::text[]) AS queue_job_id,
+         nullif(unnest($7::text[]), '') AS external_job_id
 ),
 attempt AS (
   SELECT a.id, input.outbox_id, input.lock_token, input.queue_job_id, input.external_job_id
@@ -146,12 +156,14 @@ UPDATE document_compilation_outbox o
        updated_at = coalesce($1::timestamptz, now())
   FROM outbox
  WHERE o.id = outbox.id
+   AND CASE WHEN $3::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING o.id, o.attempt_id, o.event_type, o.schema_version, o.payload, o.idempotency_key, o.status, o.dispatch_attempts, o.available_at, o.locked_by, o.lock_token, o.locked_until, o.queue_job_id, o.external_job_id, o.delivered_at, o.last_error, o.created_at, o.updated_at
 `
 
 type MarkDispatchedParams struct {
 	Now               *time.Time
 	VisibilityTimeout time.Duration
+	AsyncCommit       bool
 	OutboxIDs         []uuid.UUID
 	LockTokens        []uuid.UUID
 	QueueJobIDs       []string
@@ -166,6 +178,7 @@ func (q *Queries) MarkDispatched(ctx context.Context, db DBTX, arg *MarkDispatch
 	rows, err := db.Query(ctx, markDispatched,
 		arg.Now,
 		arg.VisibilityTimeout,
+		arg.AsyncCommit,
 		arg.OutboxIDs,
 		arg.LockTokens,
 		arg.QueueJobIDs,

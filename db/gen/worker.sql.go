@@ -17,10 +17,10 @@ const acquireLease = `-- name: AcquireLease :one
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
-   WHERE a.id = $4
-     AND a.queue_job_id = $5::text
-     AND ($6::text IS NULL
-          OR a.external_job_id = $6::text)
+   WHERE a.id = $5
+     AND a.queue_job_id = $6::text
+     AND ($7::text IS NULL
+          OR a.external_job_id = $7::text)
      AND a.execution_attempts < a.max_execution_attempts
      AND (a.run_state = 'queued'
           OR (a.run_state = 'retry_wait'
@@ -33,9 +33,9 @@ outbox AS (
   SELECT o.id, o.attempt_id
     FROM document_compilation_outbox o
     JOIN attempt ON o.attempt_id = attempt.id
-   WHERE o.queue_job_id = $5::text
-     AND ($6::text IS NULL
-          OR o.external_job_id = $6::text)
+   WHERE o.queue_job_id = $6::text
+     AND ($7::text IS NULL
+          OR o.external_job_id = $7::text)
      FOR UPDATE OF o
 ),
 outbox_update AS (
@@ -61,6 +61,7 @@ UPDATE document_compilation_attempts a
        updated_at = coalesce($2::timestamptz, now())
   FROM outbox
  WHERE a.id = outbox.attempt_id
+   AND CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
 `
 
@@ -68,6 +69,7 @@ type AcquireLeaseParams struct {
 	WorkerID      string
 	Now           *time.Time
 	LeaseDuration time.Duration
+	AsyncCommit   bool
 	AttemptID     uuid.UUID
 	QueueJobID    string
 	ExternalJobID *string
@@ -85,6 +87,7 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg *AcquireLeasePa
 		arg.WorkerID,
 		arg.Now,
 		arg.LeaseDuration,
+		arg.AsyncCommit,
 		arg.AttemptID,
 		arg.QueueJobID,
 		arg.ExternalJobID,
@@ -127,10 +130,10 @@ const advance = `-- name: Advance :one
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
-   WHERE a.id = $5
+   WHERE a.id = $6
      AND a.run_state = 'running'
-     AND a.lease_token = $6::uuid
-     AND a.worker_id = $7::text
+     AND a.lease_token = $7::uuid
+     AND a.worker_id = $8::text
      AND a.lease_expires_at > coalesce($4::timestamptz, now())
      AND $1::varchar <> 'published'
      AND $1::varchar IN (
@@ -167,6 +170,7 @@ UPDATE document_compilation_attempts a
        updated_at = coalesce($4::timestamptz, now())
   FROM attempt
  WHERE a.id = attempt.id
+   AND CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
 `
 
@@ -175,6 +179,7 @@ type AdvanceParams struct {
 	CandidatePublicationID *uuid.UUID
 	CandidateFingerprint   *string
 	Now                    *time.Time
+	AsyncCommit            bool
 	AttemptID              uuid.UUID
 	LeaseToken             uuid.UUID
 	WorkerID               string
@@ -191,6 +196,7 @@ func (q *Queries) Advance(ctx context.Context, db DBTX, arg *AdvanceParams) (*Do
 		arg.CandidatePublicationID,
 		arg.CandidateFingerprint,
 		arg.Now,
+		arg.AsyncCommit,
 		arg.AttemptID,
 		arg.LeaseToken,
 		arg.WorkerID,
@@ -233,10 +239,10 @@ const advanceTo = `-- name: AdvanceTo :one
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
-   WHERE a.id = $5
+   WHERE a.id = $6
      AND a.run_state = 'running'
-     AND a.lease_token = $6::uuid
-     AND a.worker_id = $7::text
+     AND a.lease_token = $7::uuid
+     AND a.worker_id = $8::text
      AND a.lease_expires_at > coalesce($4::timestamptz, now())
      AND $1::varchar <> 'published'
      AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], $1::varchar)
@@ -265,6 +271,7 @@ UPDATE document_compilation_attempts a
        updated_at = coalesce($4::timestamptz, now())
   FROM attempt
  WHERE a.id = attempt.id
+   AND CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
 `
 
@@ -273,6 +280,7 @@ type AdvanceToParams struct {
 	CandidatePublicationID *uuid.UUID
 	CandidateFingerprint   *string
 	Now                    *time.Time
+	AsyncCommit            bool
 	AttemptID              uuid.UUID
 	LeaseToken             uuid.UUID
 	WorkerID               string
@@ -289,6 +297,7 @@ func (q *Queries) AdvanceTo(ctx context.Context, db DBTX, arg *AdvanceToParams) 
 		arg.CandidatePublicationID,
 		arg.CandidateFingerprint,
 		arg.Now,
+		arg.AsyncCommit,
 		arg.AttemptID,
 		arg.LeaseToken,
 		arg.WorkerID,
@@ -697,10 +706,10 @@ const heartbeat = `-- name: Heartbeat :one
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
-   WHERE a.id = $3
+   WHERE a.id = $4
      AND a.run_state = 'running'
-     AND a.lease_token = $4::uuid
-     AND a.worker_id = $5::text
+     AND a.lease_token = $5::uuid
+     AND a.worker_id = $6::text
      AND a.lease_expires_at > coalesce($1::timestamptz, now())
      FOR UPDATE
 ),
@@ -720,12 +729,14 @@ UPDATE document_compilation_attempts a
        updated_at = coalesce($1::timestamptz, now())
   FROM attempt
  WHERE a.id = attempt.id
+   AND CASE WHEN $3::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
 `
 
 type HeartbeatParams struct {
 	Now           *time.Time
 	LeaseDuration time.Duration
+	AsyncCommit   bool
 	AttemptID     uuid.UUID
 	LeaseToken    uuid.UUID
 	WorkerID      string
@@ -736,6 +747,7 @@ func (q *Queries) Heartbeat(ctx context.Context, db DBTX, arg *HeartbeatParams) 
 	row := db.QueryRow(ctx, heartbeat,
 		arg.Now,
 		arg.LeaseDuration,
+		arg.AsyncCommit,
 		arg.AttemptID,
 		arg.LeaseToken,
 		arg.WorkerID,

@@ -3,6 +3,13 @@
 -- and ReleaseOutbox lock the attempt first, then the outbox row, and are
 -- fenced by the claim's lock_token.
 
+-- ClaimOutbox, MarkDispatched and the worker's AcquireLease, Heartbeat,
+-- Advance and AdvanceTo are progress, not outcomes: with async_commit
+-- (repo.Config.AsyncProgressCommits) they make their transaction's commit
+-- asynchronous (set_config(..., true) lasts until the transaction ends).
+-- One lost to a database crash is redone as if its relay or worker had
+-- been lost; Start and every outcome stay synchronous.
+
 -- name: ClaimOutbox :many
 -- Claims up to batch_size due rows, oldest due first: rows waiting to be
 -- (re)published (delivery_due_idx) and rows whose relay lock expired
@@ -27,6 +34,7 @@ UPDATE document_compilation_outbox o
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM due
  WHERE o.id = due.id
+   AND CASE WHEN @async_commit::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING o.*;
 
 -- name: MarkDispatched :many
@@ -84,6 +92,7 @@ UPDATE document_compilation_outbox o
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM outbox
  WHERE o.id = outbox.id
+   AND CASE WHEN @async_commit::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING o.*;
 
 -- name: ReleaseOutbox :one

@@ -54,6 +54,7 @@ UPDATE document_compilation_attempts a
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM outbox
  WHERE a.id = outbox.attempt_id
+   AND CASE WHEN @async_commit::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING a.*;
 
 -- name: FailExhausted :one
@@ -124,6 +125,7 @@ UPDATE document_compilation_attempts a
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM attempt
  WHERE a.id = attempt.id
+   AND CASE WHEN @async_commit::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING a.*;
 
 -- name: Advance :one
@@ -175,6 +177,7 @@ UPDATE document_compilation_attempts a
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM attempt
  WHERE a.id = attempt.id
+   AND CASE WHEN @async_commit::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING a.*;
 
 -- name: AdvanceTo :one
@@ -218,6 +221,7 @@ UPDATE document_compilation_attempts a
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM attempt
  WHERE a.id = attempt.id
+   AND CASE WHEN @async_commit::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 RETURNING a.*;
 
 -- name: Complete :one

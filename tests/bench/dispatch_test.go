@@ -18,20 +18,33 @@ const dispatchBatch = 100
 
 // BenchmarkDispatch is the relay's batch path: ClaimOutbox of up to 100 due
 // rows, then MarkDispatched of all of them, by one relay (one client), and
-// by two relays at once (ClaimMark100Relays2: SKIP LOCKED keeps them on
-// different rows, and one's commit overlaps the other's work). One
-// operation is one row; rows/s is the dispatch throughput.
+// by two relays at once (…Relays2: SKIP LOCKED keeps them on different
+// rows, and one's commit overlaps the other's work), each with synchronous
+// and asynchronous (…Async) progress commits. One operation is one row;
+// rows/s is the dispatch throughput.
 func BenchmarkDispatch(b *testing.B) {
 	requireEnv(b)
-	b.Run("op=ClaimMark100/impl=repo", func(b *testing.B) { benchDispatch(b, false, 1) })
-	b.Run("op=ClaimMark100/impl=raw", func(b *testing.B) { benchDispatch(b, true, 1) })
-	b.Run("op=ClaimMark100Relays2/impl=repo", func(b *testing.B) { benchDispatch(b, false, 2) })
-	b.Run("op=ClaimMark100Relays2/impl=raw", func(b *testing.B) { benchDispatch(b, true, 2) })
+	for _, v := range []struct {
+		op     string
+		relays int
+		async  bool
+	}{
+		{"ClaimMark100", 1, false},
+		{"ClaimMark100Relays2", 2, false},
+		{"ClaimMark100Async", 1, true},
+		{"ClaimMark100AsyncRelays2", 2, true},
+	} {
+		b.Run("op="+v.op+"/impl=repo", func(b *testing.B) { benchDispatch(b, false, v.relays, v.async) })
+		b.Run("op="+v.op+"/impl=raw", func(b *testing.B) { benchDispatch(b, true, v.relays, v.async) })
+	}
 }
 
-func benchDispatch(b *testing.B, raw bool, relays int) {
+// benchDispatch runs relays concurrent relays; async is
+// repo.Config.AsyncProgressCommits (claim and mark commit without waiting
+// for the WAL flush).
+func benchDispatch(b *testing.B, raw bool, relays int, async bool) {
 	ctx := context.Background()
-	r := repo.New(nil)
+	r := repo.New(&repo.Config{AsyncProgressCommits: async})
 	setupFixtures(b, b.N, state{"dispatch_pending", "queued"})
 
 	repoBatch := func(k int) (int, error) {

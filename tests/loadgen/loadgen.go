@@ -79,6 +79,10 @@ type Config struct {
 	// does; otherwise it completes through them in one write. Defaults to
 	// false.
 	StepCheckpoints bool
+	// AsyncProgressCommits is repo.Config.AsyncProgressCommits for the
+	// relay and the worker (the producers' Start is synchronous either
+	// way). Defaults to false.
+	AsyncProgressCommits bool
 }
 
 // StatementStats are the latencies of one named statement.
@@ -95,9 +99,9 @@ type TableStats struct {
 // Result is what Run measured.
 type Result struct {
 	Producers, Workers int
-	// StepCheckpoints is Config.StepCheckpoints.
-	StepCheckpoints bool
-	Duration        time.Duration
+	// StepCheckpoints and AsyncProgressCommits are Config's.
+	StepCheckpoints, AsyncProgressCommits bool
+	Duration                              time.Duration
 	// Started and Completed count attempts over the whole run (window and
 	// drain); CompletedInWindow only those that succeeded within Duration.
 	Started, Completed, CompletedInWindow int64
@@ -171,7 +175,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 		return nil, fmt.Errorf("loadgen: wal position: %w", err)
 	}
 
-	r := repo.New(nil)
+	r := repo.New(&repo.Config{AsyncProgressCommits: c.AsyncProgressCommits})
 	q := memqueue.New()
 	var (
 		mu      sync.Mutex
@@ -258,7 +262,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	stopRuntime()
 	rwg.Wait()
 
-	res := &Result{Producers: c.Producers, Workers: c.Workers, StepCheckpoints: c.StepCheckpoints, Duration: c.Duration, Drained: drained,
+	res := &Result{Producers: c.Producers, Workers: c.Workers, StepCheckpoints: c.StepCheckpoints, AsyncProgressCommits: c.AsyncProgressCommits, Duration: c.Duration, Drained: drained,
 		Started: started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
 	mu.Lock()
 	var lat []time.Duration
@@ -495,7 +499,11 @@ func (r *Result) WriteTable(w io.Writer) {
 	if r.StepCheckpoints {
 		handler = "five Advance writes, then Complete"
 	}
-	fmt.Fprintf(w, "| handler | %s |\n", handler)
+	commits := "synchronous"
+	if r.AsyncProgressCommits {
+		commits = "asynchronous for claim, mark and lease (AsyncProgressCommits); Start and Complete synchronous"
+	}
+	fmt.Fprintf(w, "| handler | %s |\n| progress commits | %s |\n", handler, commits)
 	fmt.Fprintf(w, "| attempts started / succeeded (drained: %v) | %d / %d |\n", r.Drained, r.Started, r.Completed)
 	fmt.Fprintf(w, "| lifecycle throughput (succeeded within the window) | %.0f attempts/s |\n", r.Throughput)
 	fmt.Fprintf(w, "| start → succeeded p50 / p99 | %s / %s |\n", r.StartToSucceededP50.Round(time.Millisecond), r.StartToSucceededP99.Round(time.Millisecond))

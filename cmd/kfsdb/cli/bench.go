@@ -27,6 +27,9 @@ type BenchOpts struct {
 	// StepCheckpoints makes the handler write each checkpoint before
 	// Complete instead of completing through them in one write.
 	StepCheckpoints bool
+	// AsyncProgressCommits is repo.Config.AsyncProgressCommits for the
+	// relay and worker.
+	AsyncProgressCommits bool
 	// Out receives the report. Required.
 	Out io.Writer
 }
@@ -62,7 +65,7 @@ func Bench(ctx context.Context, opts *BenchOpts) error {
 	err := withScratchDatabase(ctx, opts.DatabaseURL, "kfsdb_bench", opts.Out, func(url string) error {
 		res, err := loadgen.Run(ctx, &loadgen.Config{
 			DatabaseURL: url, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers,
-			StepCheckpoints: opts.StepCheckpoints,
+			StepCheckpoints: opts.StepCheckpoints, AsyncProgressCommits: opts.AsyncProgressCommits,
 		})
 		if err != nil {
 			return err
@@ -88,8 +91,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
 	fs.IntVar(&opts.Workers, "workers", 0, "worker concurrency (default 8)")
 	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
+	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N] [--steps]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N] [--steps] [--async-progress]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
