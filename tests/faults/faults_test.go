@@ -159,6 +159,91 @@ func TestServerRestartDuringLoad(t *testing.T) {
 	t.Logf("FIGURES server restarts: %d (stop to accepting connections: %v); %s", restarts, downtimes, rep)
 }
 
+// TestServerCrashDuringLoad kills the PostgreSQL server outright (SIGKILL:
+// no shutdown checkpoint, the WAL buffers lost) in the middle of a load
+// run, with synchronous commits and with AsyncProgressCommits, whose
+// claims, marks, leases, heartbeats and checkpoints not yet flushed are
+// forgotten by the crash. Either way every attempt succeeds exactly once
+// and the rows, leases and fences check out: a forgotten progress write is
+// redone like the work of a lost relay or worker.
+func TestServerCrashDuringLoad(t *testing.T) {
+	srv := requireContainer(t)
+	for _, async := range []bool{false, true} {
+		t.Run(map[bool]string{false: "SyncCommits", true: "AsyncProgressCommits"}[async], func(t *testing.T) {
+			var downtime time.Duration
+			rep := runLoadWith(t, &repo.Config{AsyncProgressCommits: async}, func(ctx context.Context, lr *loadRun) {
+				start := time.Now()
+				require.NoError(t, srv.Crash(ctx))
+				downtime = time.Since(start).Round(100 * time.Millisecond)
+			})
+			require.Positive(t, rep.Transient, "the crash never reached a caller")
+			t.Logf("FIGURES server crash (SIGKILL), async progress commits %v: kill to accepting connections %v; %s", async, downtime, rep)
+		})
+	}
+}
+
+// TestCrashForgetsAsyncLease shows what AsyncProgressCommits trades: a
+// lease committed asynchronously and killed with the server before the
+// WAL writer flushed it (wal_writer_delay raised to 10 s for the test) is
+// gone after crash recovery — the attempt is queued again with its
+// execution attempt uncounted, as if the worker had never taken it — and
+// the same delivery then takes a fresh lease and completes. The start and
+// the dispatch before it committed synchronously and survive.
+func TestCrashForgetsAsyncLease(t *testing.T) {
+	srv := requireContainer(t)
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	admin, err := pgx.Connect(ctx, srv.AdminURL())
+	require.NoError(t, err)
+	setWALWriterDelay := func(v string) {
+		if admin.IsClosed() {
+			// The crash broke the first connection.
+			admin, err = pgx.Connect(ctx, srv.AdminURL())
+			require.NoError(t, err)
+		}
+		_, err := admin.Exec(ctx, "ALTER SYSTEM SET wal_writer_delay = '"+v+"'")
+		require.NoError(t, err)
+		_, err = admin.Exec(ctx, "SELECT pg_reload_conf()")
+		require.NoError(t, err)
+	}
+	setWALWriterDelay("10s")
+	t.Cleanup(func() {
+		_ = admin.Close(ctx)
+		admin, err = pgx.Connect(ctx, srv.AdminURL())
+		require.NoError(t, err)
+		setWALWriterDelay("200ms")
+	})
+
+	syncRepo := repo.New(nil)
+	asyncRepo := repo.New(&repo.Config{AsyncProgressCommits: true})
+	drv := &testfactory.Driver{Repo: syncRepo, DB: db.Pool}
+	s := testfactory.NewScope(ctx, t, db.Pool, nil)
+	a := drv.Start(ctx, t, s)
+	del := drv.Dispatch(ctx, t, a.ID)
+
+	running, _, err := asyncRepo.AcquireLease(ctx, db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-async"})
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateRunning, running.RunState, "the async lease is visible at once")
+	require.NoError(t, srv.Crash(ctx))
+
+	db.Pool.Reset() // drop the connections the crash broke
+	after, err := syncRepo.GetAttempt(ctx, db.Pool, s.TenantID, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateQueued, after.RunState, "the unflushed lease is forgotten")
+	require.Zero(t, after.ExecutionAttempts)
+	require.Nil(t, after.LeaseToken)
+	require.Equal(t, del.QueueJobID, *after.QueueJobID, "the synchronous dispatch survived")
+
+	_, lease, err := asyncRepo.AcquireLease(ctx, db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-again"})
+	require.NoError(t, err, "the same delivery leases the attempt again")
+	drv.AdvanceTo(ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+	done, err := syncRepo.Complete(ctx, db.Pool, lease)
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateSucceeded, done.RunState)
+	require.Equal(t, int32(1), done.ExecutionAttempts)
+	testfactory.RequireInvariants(ctx, t, db.Pool, a.ID)
+}
+
 // TestServerPauseDuringLoad freezes the server (docker pause) for 3.5 s,
 // longer than the 2 s lease, in the middle of a load run (three times with
 // KFS_SOAK=1). While it is frozen every handler is stopped at its lease's

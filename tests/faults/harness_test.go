@@ -175,8 +175,15 @@ func (r loadReport) String() string {
 // checks the rows, the leases and the fencing.
 func runLoad(t *testing.T, inject func(ctx context.Context, lr *loadRun)) loadReport {
 	t.Helper()
+	return runLoadWith(t, &repo.Config{}, inject)
+}
+
+// runLoadWith is runLoad with the relay, workers, producer and probe on a
+// Repo made from cfg.
+func runLoadWith(t *testing.T, cfg *repo.Config, inject func(ctx context.Context, lr *loadRun)) loadReport {
+	t.Helper()
 	ctx := context.Background()
-	lr := &loadRun{t: t, srv: pgtest.CurrentServer(t), db: pgtest.NewDB(t), repo: repo.New(nil), metrics: &observe.Counts{}}
+	lr := &loadRun{t: t, srv: pgtest.CurrentServer(t), db: pgtest.NewDB(t), repo: repo.New(cfg), metrics: &observe.Counts{}}
 	// Every worker goroutine and its heartbeat, the relay's listener and
 	// claims, the producer, the probe and the test's polling.
 	lr.pool = newPool(t, lr.db.URL, 2*workers+10)
@@ -196,7 +203,7 @@ func runLoad(t *testing.T, inject func(ctx context.Context, lr *loadRun)) loadRe
 
 	q := memqueue.New()
 	rl, err := relay.New(lr.pool, q, &relay.Config{
-		Logger: discardLog, Metrics: lr.metrics, PollInterval: 100 * time.Millisecond, BatchSize: 20,
+		Logger: discardLog, Metrics: lr.metrics, Repo: lr.repo, PollInterval: 100 * time.Millisecond, BatchSize: 20,
 		LockDuration: 2 * time.Second, PublishTimeout: time.Second, WriteTimeout: 2 * time.Second,
 		VisibilityTimeout: 10 * time.Second, BackoffBase: 100 * time.Millisecond, BackoffCap: time.Second,
 	})
@@ -218,7 +225,7 @@ func runLoad(t *testing.T, inject func(ctx context.Context, lr *loadRun)) loadRe
 	runs := []func(context.Context) error{rl.Run}
 	for i := range workers {
 		w, err := worker.New(lr.pool, q, handler, &worker.Config{
-			ID: fmt.Sprintf("faults-worker-%d", i), Concurrency: 1, Logger: discardLog, Metrics: lr.metrics,
+			ID: fmt.Sprintf("faults-worker-%d", i), Concurrency: 1, Logger: discardLog, Metrics: lr.metrics, Repo: lr.repo,
 			LeaseDuration: leaseDuration, WriteTimeout: 2 * time.Second,
 			RetryBackoffBase: 100 * time.Millisecond, RetryBackoffCap: time.Second,
 		})

@@ -490,17 +490,41 @@ func (s *Server) Restart(ctx context.Context) error {
 	if err := s.container.Stop(ctx, &timeout); err != nil {
 		return fmt.Errorf("pgtest: could not stop the container: %w", err)
 	}
+	return s.startAgain(ctx)
+}
+
+// startAgain starts the stopped container on its old host port and waits
+// until PostgreSQL accepts connections.
+func (s *Server) startAgain(ctx context.Context) error {
 	if err := s.container.Start(ctx); err != nil {
 		return fmt.Errorf("pgtest: could not start the container again: %w", err)
 	}
 	port, err := s.container.MappedPort(ctx, "5432/tcp")
 	if err != nil {
-		return fmt.Errorf("pgtest: could not get the mapped port after restart: %w", err)
+		return fmt.Errorf("pgtest: could not get the mapped port after the restart: %w", err)
 	}
 	if port.Port() != s.hostPort {
 		return fmt.Errorf("pgtest: the container came back on port %s, not %s", port.Port(), s.hostPort)
 	}
 	return s.WaitReady(ctx, time.Minute)
+}
+
+// Crash kills the container's processes at once (SIGKILL, no shutdown
+// checkpoint, WAL buffers lost), starts it again and waits until
+// PostgreSQL has run crash recovery and accepts connections. Like Restart
+// it needs a container started with [Options.PersistentData].
+func (s *Server) Crash(ctx context.Context) error {
+	if s.container == nil || !s.persistent {
+		return fmt.Errorf("%w: Crash needs a container started with PersistentData", ErrNotControllable)
+	}
+	err := s.dockerDo(ctx, "kill", func(c client.APIClient, id string) error {
+		_, err := c.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return s.startAgain(ctx)
 }
 
 // WaitReady polls the server with SELECT 1 until it answers or timeout
