@@ -147,8 +147,9 @@ func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
 	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
+	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--poll-only] [--verbose]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--poll-only] [--async-progress] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
@@ -219,8 +220,9 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs.StringVar(&opts.ID, "id", "", "prefix of the relay's and workers' ids (default work-<host>-<pid>)")
 	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
+	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--verbose]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
@@ -261,3 +263,5 @@ func redact(s string, getenv func(string) string) string {
 	}
 	return s
 }
+
+const asyncProgressUsage = "claims, marks, leases, heartbeats and checkpoints commit without waiting for the WAL flush; a crash can make them be redone (repo.Config.AsyncProgressCommits)"

@@ -29,6 +29,10 @@ type RelayOpts struct {
 	// Verbose logs the relay's INFO records too. Defaults to false: WARN
 	// and above.
 	Verbose bool
+	// AsyncProgressCommits is repo.Config.AsyncProgressCommits: claims
+	// and marks commit without waiting for the WAL flush. Defaults to
+	// false.
+	AsyncProgressCommits bool
 }
 
 // Validate reports the first missing or invalid field.
@@ -76,7 +80,10 @@ func runRelay(ctx context.Context, opts *RelayOpts) error {
 	if err := pool.Ping(ctx); err != nil {
 		return fmt.Errorf("could not connect: %w", err)
 	}
-	rl, err := relay.New(pool, &printingPublisher{out: out}, &relay.Config{Logger: newLogger(out, opts.Verbose), PollOnly: opts.PollOnly})
+	rl, err := relay.New(pool, &printingPublisher{out: out}, &relay.Config{
+		Logger: newLogger(out, opts.Verbose), PollOnly: opts.PollOnly,
+		Repo: repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits}),
+	})
 	if err != nil {
 		return err
 	}

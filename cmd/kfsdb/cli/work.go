@@ -19,6 +19,7 @@ import (
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
+	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/worker"
 )
 
@@ -62,7 +63,10 @@ type WorkOpts struct {
 	// Out receives the counters at the end, and the logs. Required.
 	Out io.Writer
 	// PollOnly disables the relay's LISTEN/NOTIFY. Defaults to false.
-	PollOnly bool
+	// AsyncProgressCommits is repo.Config.AsyncProgressCommits for the
+	// relay and the workers. Defaults to false.
+	AsyncProgressCommits bool
+	PollOnly             bool
 	// StepDelay is how long the handler works on each checkpoint.
 	// Defaults to 10 ms.
 	StepDelay time.Duration
@@ -169,8 +173,9 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 
 	metrics := &observe.Counts{}
 	q := memqueue.New()
+	r := repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits})
 	rl, err := relay.New(pool, q, &relay.Config{
-		ID: opts.ID + "-relay", Logger: log, Metrics: metrics, PollOnly: opts.PollOnly,
+		ID: opts.ID + "-relay", Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r,
 		PollInterval: 200 * time.Millisecond, VisibilityTimeout: opts.VisibilityTimeout,
 	})
 	if err != nil {
@@ -181,7 +186,7 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	for i := range opts.Workers {
 		w, err := worker.New(pool, q, h, &worker.Config{
 			ID: fmt.Sprintf("%s-w%d", opts.ID, i), Concurrency: opts.Concurrency, LeaseDuration: opts.LeaseDuration,
-			Logger: log, Metrics: metrics, RetryBackoffBase: 200 * time.Millisecond, RetryBackoffCap: 2 * time.Second,
+			Logger: log, Metrics: metrics, RetryBackoffBase: 200 * time.Millisecond, RetryBackoffCap: 2 * time.Second, Repo: r,
 		})
 		if err != nil {
 			return nil, err
