@@ -78,6 +78,8 @@ type AcquireLeaseParams struct {
 // Worker transitions. Each is fenced: AcquireLease by the delivered queue
 // job id, the rest by the lease (attempt id, running, same token and worker,
 // not yet expired). A stale worker matches no row and can never write.
+// AcquireLease, Heartbeat, Advance and AdvanceTo commit asynchronously
+// when async_commit is set (see outbox_relay.sql).
 // Takes the lease for a delivery. The delivered job ids must equal both
 // rows' ids; claimable is queued, retry_wait past retry_at, or running with
 // an expired lease, with execution attempts left. The outbox row follows the

@@ -1,6 +1,8 @@
 -- Worker transitions. Each is fenced: AcquireLease by the delivered queue
 -- job id, the rest by the lease (attempt id, running, same token and worker,
 -- not yet expired). A stale worker matches no row and can never write.
+-- AcquireLease, Heartbeat, Advance and AdvanceTo commit asynchronously
+-- when async_commit is set (see outbox_relay.sql).
 
 -- name: AcquireLease :one
 -- Takes the lease for a delivery. The delivered job ids must equal both
