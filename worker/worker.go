@@ -132,6 +132,12 @@ type Config struct {
 	// WriteTimeout bounds the outcome write after the handler returned
 	// (it runs even when the worker is stopping). Defaults to 10 s.
 	WriteTimeout time.Duration
+	// SingleCompletions makes Run complete each attempt in its own
+	// statement, in its slot, as Process does. By default Run hands the
+	// completions to a completer that records those its slots finish
+	// meanwhile in one statement (repo.CompleteMany) and acknowledges each
+	// delivery after that commit, while the slot takes the next delivery.
+	SingleCompletions bool
 
 	// TestSignals are for tests; they do nothing until initialized.
 	TestSignals TestSignals
@@ -220,6 +226,10 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // ctx ends, then waits for them and returns ctx.Err(). Handlers see ctx's
 // cancellation; their outcome is still recorded.
 func (w *Worker) Run(ctx context.Context) error {
+	var c *completer
+	if !w.cfg.SingleCompletions {
+		c = w.startCompleter(ctx)
+	}
 	var wg sync.WaitGroup
 	for range w.cfg.Concurrency {
 		wg.Go(func() {
@@ -232,11 +242,16 @@ func (w *Worker) Run(ctx context.Context) error {
 					}
 					continue
 				}
-				w.Process(ctx, msg)
+				if res := w.process(ctx, msg, c); res.Outcome != outcomeHandedOff {
+					w.cfg.TestSignals.Processed.Signal(res)
+				}
 			}
 		})
 	}
 	wg.Wait()
+	if c != nil {
+		c.close() // records and acknowledges what the slots handed off
+	}
 	return ctx.Err()
 }
 
@@ -268,19 +283,28 @@ type Result struct {
 // Process handles one delivery: lease, run, record, acknowledge. It never
 // returns an error; what it did is in the Result (and the logs and metrics).
 func (w *Worker) Process(ctx context.Context, msg Message) Result {
-	res := w.process(ctx, msg)
+	res := w.process(ctx, msg, nil)
 	w.cfg.TestSignals.Processed.Signal(res)
 	return res
 }
 
-func (w *Worker) process(ctx context.Context, msg Message) Result {
+func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result {
 	d := msg.Delivery()
 	res := Result{AttemptID: d.AttemptID}
 	log := w.log.With("attempt_id", d.AttemptID, "queue_job_id", d.QueueJobID)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WriteTimeout)
 	defer cancel()
 
-	attempt, lease, err := w.cfg.Repo.AcquireLease(ctx, w.pool, &repo.AcquireLeaseParams{
+	if ctx.Err() != nil {
+		// Stopping before the lease: hand the delivery back untouched.
+		res.Outcome, res.Err = OutcomeDeferred, ctx.Err()
+		w.retryDelivery(wctx, log, msg, time.Now())
+		return res
+	}
+	// Not on ctx: a cancel arriving while the lease commits would leave
+	// the lease taken but unreported, and the attempt stranded until it
+	// expires. Once leased, a stopping worker releases it (below).
+	attempt, lease, err := w.cfg.Repo.AcquireLease(wctx, w.pool, &repo.AcquireLeaseParams{
 		Delivery: d, WorkerID: w.cfg.ID, LeaseDuration: w.cfg.LeaseDuration,
 	})
 	if err != nil {
@@ -305,27 +329,18 @@ func (w *Worker) process(ctx context.Context, msg Message) Result {
 	}
 
 	res.Err = herr
+	if herr == nil {
+		e := completion(job, lease)
+		if c != nil {
+			// The completer records it with others in one statement and
+			// acknowledges after the commit; this slot moves on.
+			c.submit(&pendingCompletion{entry: e, msg: msg, log: log, res: res})
+			return Result{AttemptID: d.AttemptID, Outcome: outcomeHandedOff}
+		}
+		return w.completed(ctx, wctx, log, msg, lease, w.completeOne(wctx, &e).Err, res)
+	}
 	var werr error
 	switch {
-	case herr == nil:
-		if job.through != nil {
-			p := *job.through
-			p.Lease = lease
-			_, werr = w.cfg.Repo.CompleteThrough(wctx, w.pool, &p)
-		} else {
-			_, werr = w.cfg.Repo.Complete(wctx, w.pool, lease)
-		}
-		if errors.Is(werr, repo.ErrInvalidTransition) || errors.Is(werr, repo.ErrCandidateRejected) || errors.Is(werr, repo.ErrInvalidInput) {
-			// The handler returned without reaching smoke_eval_passed, or
-			// left a candidate (job.CompleteThrough) that cannot be bound:
-			// running it again would end the same way.
-			herr = Fatal(kfstype.ErrorCodeCompilationFailed, fmt.Errorf("completing the attempt was refused: %w", werr))
-			res.Err = herr
-			werr = w.fail(wctx, lease, herr, &res)
-		} else {
-			res.Outcome = OutcomeCompleted
-			w.cfg.Metrics.Add(observe.Completed, 1)
-		}
 	case ctx.Err() != nil && errors.Is(herr, context.Canceled):
 		// The worker is stopping: hand the attempt back for another run.
 		werr = w.retry(wctx, lease, job.Attempt, &Error{Code: ErrorCodeWorkerShutdown, Retryable: true, Err: herr}, time.Second, &res)
@@ -340,6 +355,31 @@ func (w *Worker) process(ctx context.Context, msg Message) Result {
 	default:
 		werr = w.fail(wctx, lease, herr, &res)
 	}
+	return w.settle(ctx, wctx, log, msg, lease, werr, res)
+}
+
+// completed records the outcome of a handler that returned nil, given what
+// its completion returned, and settles the delivery.
+func (w *Worker) completed(ctx, wctx context.Context, log *slog.Logger, msg Message, lease *repo.Lease, werr error, res Result) Result {
+	switch {
+	case errors.Is(werr, repo.ErrInvalidTransition) || errors.Is(werr, repo.ErrCandidateRejected) || errors.Is(werr, repo.ErrInvalidInput):
+		// The handler returned without reaching smoke_eval_passed, or
+		// left a candidate (job.CompleteThrough) that cannot be bound:
+		// running it again would end the same way.
+		herr := Fatal(kfstype.ErrorCodeCompilationFailed, fmt.Errorf("completing the attempt was refused: %w", werr))
+		res.Err = herr
+		werr = w.fail(wctx, lease, herr, &res)
+	case werr == nil:
+		res.Outcome = OutcomeCompleted
+		w.cfg.Metrics.Add(observe.Completed, 1)
+	}
+	return w.settle(ctx, wctx, log, msg, lease, werr, res)
+}
+
+// settle acknowledges the delivery once its outcome is recorded (werr ==
+// nil) or the lease is lost, and otherwise hands it back for after the
+// lease.
+func (w *Worker) settle(ctx, wctx context.Context, log *slog.Logger, msg Message, lease *repo.Lease, werr error, res Result) Result {
 	if werr != nil {
 		if errors.Is(werr, repo.ErrLeaseLost) {
 			w.cfg.Metrics.Add(observe.LeasesLost, 1)

@@ -422,6 +422,145 @@ func (q *Queries) Complete(ctx context.Context, db DBTX, arg *CompleteParams) (*
 	return &i, err
 }
 
+const completeMany = `-- name: CompleteMany :many
+WITH attempt AS (
+  SELECT a.id, input.candidate_publication_id, input.candidate_fingerprint
+    FROM document_compilation_attempts a
+   CROSS JOIN LATERAL (
+     SELECT ($2::uuid[])[k] AS lease_token,
+            ($3::text[])[k] AS worker_id,
+            ($4::boolean[])[k] AS through,
+            nullif(($5::uuid[])[k], '00000000-0000-0000-0000-000000000000') AS candidate_publication_id,
+            nullif(($6::text[])[k], '') AS candidate_fingerprint
+       FROM array_position($7::uuid[], a.id) AS k
+   ) input
+   WHERE a.id = ANY($7::uuid[])
+     AND a.run_state = 'running'
+     AND a.lease_token = input.lease_token
+     AND a.worker_id = input.worker_id
+     AND a.lease_expires_at > coalesce($1::timestamptz, now())
+     AND (a.checkpoint = 'smoke_eval_passed'
+          OR (input.through
+              AND a.checkpoint <> 'published'
+              AND coalesce(a.candidate_publication_id, input.candidate_publication_id) IS NOT NULL))
+     AND (input.candidate_publication_id IS NULL
+          OR (input.through
+              AND ((a.candidate_publication_id IS NULL
+                    AND EXISTS (
+                      SELECT 1
+                        FROM projection_set_publications p
+                       WHERE p.tenant_id = a.tenant_id
+                         AND p.knowledge_space_id = a.knowledge_space_id
+                         AND p.id = input.candidate_publication_id
+                         AND p.fingerprint = input.candidate_fingerprint
+                         AND p.status = 'candidate'))
+                   OR (a.candidate_publication_id = input.candidate_publication_id
+                       AND a.candidate_fingerprint = input.candidate_fingerprint))))
+   ORDER BY a.id
+     FOR UPDATE OF a
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'completed',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce($1::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'succeeded',
+       checkpoint = 'published',
+       candidate_publication_id = coalesce(a.candidate_publication_id, attempt.candidate_publication_id),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, attempt.candidate_fingerprint),
+       active_slot = NULL,
+       completed_at = coalesce($1::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       row_version = a.row_version + 1,
+       updated_at = coalesce($1::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
+`
+
+type CompleteManyParams struct {
+	Now                     *time.Time
+	LeaseTokens             []uuid.UUID
+	WorkerIds               []string
+	Through                 []bool
+	CandidatePublicationIds []uuid.UUID
+	CandidateFingerprints   []string
+	AttemptIds              []uuid.UUID
+}
+
+// Complete (through = false) or CompleteThrough (through = true) for a
+// batch of leases, one statement for the lot: the worker's completer sends
+// what its slots finished meanwhile. Parallel arrays: entry k is
+// attempt_ids[k], lease_tokens[k], worker_ids[k], through[k] and the
+// candidate (an all-zero id and an empty fingerprint: none given). Rows are
+// found by id = ANY, not by joining an unnest, so the plan stays on the
+// primary key even on a near-empty table's statistics. Each row has its
+// transition's guard; a lease that fails it is left out of the result (the
+// caller asks Complete or CompleteThrough why). Attempt ids must be
+// distinct. Attempts are locked in id order, then their outbox rows.
+func (q *Queries) CompleteMany(ctx context.Context, db DBTX, arg *CompleteManyParams) ([]*DocumentCompilationAttempt, error) {
+	rows, err := db.Query(ctx, completeMany,
+		arg.Now,
+		arg.LeaseTokens,
+		arg.WorkerIds,
+		arg.Through,
+		arg.CandidatePublicationIds,
+		arg.CandidateFingerprints,
+		arg.AttemptIds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*DocumentCompilationAttempt
+	for rows.Next() {
+		var i DocumentCompilationAttempt
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.KnowledgeSpaceID,
+			&i.DocumentAssetID,
+			&i.DocumentVersion,
+			&i.PublicationGenerationID,
+			&i.BaseHeadRevision,
+			&i.CandidatePublicationID,
+			&i.CandidateFingerprint,
+			&i.Checkpoint,
+			&i.RunState,
+			&i.ActiveSlot,
+			&i.ExecutionAttempts,
+			&i.MaxExecutionAttempts,
+			&i.QueueJobID,
+			&i.ExternalJobID,
+			&i.WorkerID,
+			&i.LeaseToken,
+			&i.LeaseExpiresAt,
+			&i.HeartbeatAt,
+			&i.RetryAt,
+			&i.LastErrorCode,
+			&i.LastErrorMessage,
+			&i.RowVersion,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.StartedAt,
+			&i.CompletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const completeThrough = `-- name: CompleteThrough :one
 WITH attempt AS (
   SELECT a.id

@@ -389,3 +389,73 @@ UPDATE document_compilation_attempts a
  WHERE a.id = attempt.id
 RETURNING a.*;
 
+-- name: CompleteMany :many
+-- Complete (through = false) or CompleteThrough (through = true) for a
+-- batch of leases, one statement for the lot: the worker's completer sends
+-- what its slots finished meanwhile. Parallel arrays: entry k is
+-- attempt_ids[k], lease_tokens[k], worker_ids[k], through[k] and the
+-- candidate (an all-zero id and an empty fingerprint: none given). Rows are
+-- found by id = ANY, not by joining an unnest, so the plan stays on the
+-- primary key even on a near-empty table's statistics. Each row has its
+-- transition's guard; a lease that fails it is left out of the result (the
+-- caller asks Complete or CompleteThrough why). Attempt ids must be
+-- distinct. Attempts are locked in id order, then their outbox rows.
+WITH attempt AS (
+  SELECT a.id, input.candidate_publication_id, input.candidate_fingerprint
+    FROM document_compilation_attempts a
+   CROSS JOIN LATERAL (
+     SELECT (@lease_tokens::uuid[])[k] AS lease_token,
+            (@worker_ids::text[])[k] AS worker_id,
+            (@through::boolean[])[k] AS through,
+            nullif((@candidate_publication_ids::uuid[])[k], '00000000-0000-0000-0000-000000000000') AS candidate_publication_id,
+            nullif((@candidate_fingerprints::text[])[k], '') AS candidate_fingerprint
+       FROM array_position(@attempt_ids::uuid[], a.id) AS k
+   ) input
+   WHERE a.id = ANY(@attempt_ids::uuid[])
+     AND a.run_state = 'running'
+     AND a.lease_token = input.lease_token
+     AND a.worker_id = input.worker_id
+     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND (a.checkpoint = 'smoke_eval_passed'
+          OR (input.through
+              AND a.checkpoint <> 'published'
+              AND coalesce(a.candidate_publication_id, input.candidate_publication_id) IS NOT NULL))
+     AND (input.candidate_publication_id IS NULL
+          OR (input.through
+              AND ((a.candidate_publication_id IS NULL
+                    AND EXISTS (
+                      SELECT 1
+                        FROM projection_set_publications p
+                       WHERE p.tenant_id = a.tenant_id
+                         AND p.knowledge_space_id = a.knowledge_space_id
+                         AND p.id = input.candidate_publication_id
+                         AND p.fingerprint = input.candidate_fingerprint
+                         AND p.status = 'candidate'))
+                   OR (a.candidate_publication_id = input.candidate_publication_id
+                       AND a.candidate_fingerprint = input.candidate_fingerprint))))
+   ORDER BY a.id
+     FOR UPDATE OF a
+),
+outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'completed',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM attempt
+   WHERE o.attempt_id = attempt.id
+  RETURNING o.id
+)
+UPDATE document_compilation_attempts a
+   SET run_state = 'succeeded',
+       checkpoint = 'published',
+       candidate_publication_id = coalesce(a.candidate_publication_id, attempt.candidate_publication_id),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, attempt.candidate_fingerprint),
+       active_slot = NULL,
+       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       retry_at = NULL,
+       row_version = a.row_version + 1,
+       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+  FROM attempt
+ WHERE a.id = attempt.id
+RETURNING a.*;

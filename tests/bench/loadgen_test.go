@@ -16,8 +16,9 @@ import (
 // LOADGEN_SECONDS (10), LOADGEN_PRODUCERS (8) and LOADGEN_WORKERS (8,
 // comma-separated for several runs) and LOADGEN_STEPS (1: the handler
 // writes every checkpoint; default 0: it completes through them in one
-// write) and LOADGEN_ASYNC (1: repo.Config.AsyncProgressCommits for the
-// relay and worker), and logs its tables.
+// write), LOADGEN_ASYNC (1: repo.Config.AsyncProgressCommits for the
+// relay and worker) and LOADGEN_SINGLE_COMPLETIONS (1: each slot completes
+// its own attempt), and logs its tables.
 func TestLoadgen(t *testing.T) {
 	if os.Getenv("KFS_LOADGEN") != "1" {
 		t.Skip("set KFS_LOADGEN=1 (make loadgen)")
@@ -38,17 +39,18 @@ func TestLoadgen(t *testing.T) {
 	}
 	steps := os.Getenv("LOADGEN_STEPS") == "1"
 	async := os.Getenv("LOADGEN_ASYNC") == "1"
+	single := os.Getenv("LOADGEN_SINGLE_COMPLETIONS") == "1"
 	for _, w := range workers {
 		res, err := loadgen.Run(context.Background(), &loadgen.Config{
 			DatabaseURL: env.url, Duration: time.Duration(secs) * time.Second, Producers: producers, Workers: w,
-			StepCheckpoints: steps, AsyncProgressCommits: async,
+			StepCheckpoints: steps, AsyncProgressCommits: async, SingleCompletions: single,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var sb strings.Builder
 		res.WriteTable(&sb)
-		t.Logf("loadgen producers=%d workers=%d steps=%v async=%v:\n%s", producers, w, steps, async, sb.String())
+		t.Logf("loadgen producers=%d workers=%d steps=%v async=%v single-completions=%v:\n%s", producers, w, steps, async, single, sb.String())
 	}
 }
 

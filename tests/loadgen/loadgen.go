@@ -83,6 +83,10 @@ type Config struct {
 	// relay and the worker (the producers' Start is synchronous either
 	// way). Defaults to false.
 	AsyncProgressCommits bool
+	// SingleCompletions is worker.Config.SingleCompletions: each slot
+	// completes its attempt itself instead of handing it to the worker's
+	// completer. Defaults to false.
+	SingleCompletions bool
 }
 
 // StatementStats are the latencies of one named statement.
@@ -99,9 +103,10 @@ type TableStats struct {
 // Result is what Run measured.
 type Result struct {
 	Producers, Workers int
-	// StepCheckpoints and AsyncProgressCommits are Config's.
-	StepCheckpoints, AsyncProgressCommits bool
-	Duration                              time.Duration
+	// StepCheckpoints, AsyncProgressCommits and SingleCompletions are
+	// Config's.
+	StepCheckpoints, AsyncProgressCommits, SingleCompletions bool
+	Duration                                                 time.Duration
 	// Started and Completed count attempts over the whole run (window and
 	// drain); CompletedInWindow only those that succeeded within Duration.
 	Started, Completed, CompletedInWindow int64
@@ -205,7 +210,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	wk, err := worker.New(pool, src, noopHandler(sc, &handled, c.StepCheckpoints), &worker.Config{Logger: c.Logger, Repo: r, Concurrency: c.Workers})
+	wk, err := worker.New(pool, src, noopHandler(sc, &handled, c.StepCheckpoints), &worker.Config{Logger: c.Logger, Repo: r, Concurrency: c.Workers, SingleCompletions: c.SingleCompletions})
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +267,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	stopRuntime()
 	rwg.Wait()
 
-	res := &Result{Producers: c.Producers, Workers: c.Workers, StepCheckpoints: c.StepCheckpoints, AsyncProgressCommits: c.AsyncProgressCommits, Duration: c.Duration, Drained: drained,
+	res := &Result{Producers: c.Producers, Workers: c.Workers, StepCheckpoints: c.StepCheckpoints, AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: drained,
 		Started: started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
 	mu.Lock()
 	var lat []time.Duration
@@ -503,7 +508,11 @@ func (r *Result) WriteTable(w io.Writer) {
 	if r.AsyncProgressCommits {
 		commits = "asynchronous for claim, mark and lease (AsyncProgressCommits); Start and Complete synchronous"
 	}
-	fmt.Fprintf(w, "| handler | %s |\n| progress commits | %s |\n", handler, commits)
+	completions := "batched by the worker's completer (CompleteMany); slots do not wait"
+	if r.SingleCompletions {
+		completions = "one statement per attempt, in its slot"
+	}
+	fmt.Fprintf(w, "| handler | %s |\n| progress commits | %s |\n| completions | %s |\n", handler, commits, completions)
 	fmt.Fprintf(w, "| attempts started / succeeded (drained: %v) | %d / %d |\n", r.Drained, r.Started, r.Completed)
 	fmt.Fprintf(w, "| lifecycle throughput (succeeded within the window) | %.0f attempts/s |\n", r.Throughput)
 	fmt.Fprintf(w, "| start → succeeded p50 / p99 | %s / %s |\n", r.StartToSucceededP50.Round(time.Millisecond), r.StartToSucceededP99.Round(time.Millisecond))
