@@ -88,16 +88,24 @@ func (r *Repo) CompleteMany(ctx context.Context, db DBTX, entries []CompleteMany
 		if done[i] {
 			continue
 		}
-		e := &entries[i]
-		var a *kfstype.Attempt
-		if e.Through {
-			a, err = r.CompleteThrough(ctx, db, &CompleteThroughParams{Lease: e.Lease, CandidatePublicationID: e.CandidatePublicationID, CandidateFingerprint: e.CandidateFingerprint})
-		} else {
-			a, err = r.Complete(ctx, db, e.Lease)
-		}
+		a, err := r.CompleteEntry(ctx, db, &entries[i])
 		out[i] = CompleteManyResult{Attempt: a, Err: err}
 	}
 	return out, nil
+}
+
+// CompleteEntry is one CompleteMany entry on its own: CompleteThrough when
+// the entry says Through, Complete otherwise, with their errors.
+func (r *Repo) CompleteEntry(ctx context.Context, db DBTX, e *CompleteManyEntry) (*kfstype.Attempt, error) {
+	if e.Through {
+		return r.CompleteThrough(ctx, db, &CompleteThroughParams{
+			Lease: e.Lease, CandidatePublicationID: e.CandidatePublicationID, CandidateFingerprint: e.CandidateFingerprint,
+		})
+	}
+	if e.CandidatePublicationID != nil || e.CandidateFingerprint != nil {
+		return nil, &InputError{Field: "CandidatePublicationID", Reason: "is only for Through"}
+	}
+	return r.Complete(ctx, db, e.Lease)
 }
 
 // entryError runs check on a batch entry and names the entry in its

@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -107,7 +106,7 @@ func (c *completer) flush(batch []*pendingCompletion) {
 		}
 	}
 	for _, i := range append(first, repeats...) {
-		errs[i] = w.completeOne(wctx, &batch[i].entry).Err
+		_, errs[i] = w.cfg.Repo.CompleteEntry(wctx, w.pool, &batch[i].entry)
 	}
 	for i, p := range batch {
 		res := w.completed(c.ctx, wctx, p.log, p.msg, p.entry.Lease, errs[i], p.res)
@@ -123,19 +122,4 @@ func completion(job *Job, lease *repo.Lease) repo.CompleteManyEntry {
 		e.Through, e.CandidatePublicationID, e.CandidateFingerprint = true, t.CandidatePublicationID, t.CandidateFingerprint
 	}
 	return e
-}
-
-func (w *Worker) completeOne(ctx context.Context, e *repo.CompleteManyEntry) repo.CompleteManyResult {
-	var (
-		a   *kfstype.Attempt
-		err error
-	)
-	if e.Through {
-		a, err = w.cfg.Repo.CompleteThrough(ctx, w.pool, &repo.CompleteThroughParams{
-			Lease: e.Lease, CandidatePublicationID: e.CandidatePublicationID, CandidateFingerprint: e.CandidateFingerprint,
-		})
-	} else {
-		a, err = w.cfg.Repo.Complete(ctx, w.pool, e.Lease)
-	}
-	return repo.CompleteManyResult{Attempt: a, Err: err}
 }

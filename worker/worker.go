@@ -337,7 +337,8 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 			c.submit(&pendingCompletion{entry: e, msg: msg, log: log, res: res})
 			return Result{AttemptID: d.AttemptID, Outcome: outcomeHandedOff}
 		}
-		return w.completed(ctx, wctx, log, msg, lease, w.completeOne(wctx, &e).Err, res)
+		_, werr := w.cfg.Repo.CompleteEntry(wctx, w.pool, &e)
+		return w.completed(ctx, wctx, log, msg, lease, werr, res)
 	}
 	var werr error
 	switch {
