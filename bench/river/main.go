@@ -48,14 +48,15 @@ func main() {
 	workers := flag.Int("workers", 8, "River MaxWorkers of the default queue")
 	seconds := flag.Int("seconds", 10, "how long the producers run")
 	cooldown := flag.Duration("fetch-cooldown", 0, "River FetchCooldown (0: River's default)")
+	rate := flag.Float64("rate", 0, "jobs inserted per second by all producers together (0: as fast as they can)")
 	flag.Parse()
-	if err := run(*adminURL, *producers, *workers, time.Duration(*seconds)*time.Second, *cooldown); err != nil {
+	if err := run(*adminURL, *producers, *workers, time.Duration(*seconds)*time.Second, *cooldown, *rate); err != nil {
 		fmt.Fprintln(os.Stderr, "river:", err)
 		os.Exit(1)
 	}
 }
 
-func run(adminURL string, producers, workers int, dur, cooldown time.Duration) error {
+func run(adminURL string, producers, workers int, dur, cooldown time.Duration, rate float64) error {
 	ctx := context.Background()
 	if adminURL == "" {
 		return fmt.Errorf("-url or KFS_BENCH_DATABASE_URL is required")
@@ -117,7 +118,8 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration) e
 	if err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbBegin); err != nil {
 		return err
 	}
-	end := time.Now().Add(dur)
+	begin := time.Now()
+	end := begin.Add(dur)
 	var seq atomic.Int64
 	var wg sync.WaitGroup
 	var insErr atomic.Pointer[error]
@@ -125,6 +127,13 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration) e
 		wg.Go(func() {
 			for time.Now().Before(end) {
 				s := seq.Add(1)
+				if rate > 0 {
+					// Paced: job s is due at begin + (s-1)/rate, whoever inserts it.
+					time.Sleep(time.Until(begin.Add(time.Duration(float64(s-1) / rate * float64(time.Second)))))
+					if !time.Now().Before(end) {
+						return
+					}
+				}
 				if _, err := client.Insert(ctx, noopArgs{Seq: s}, nil); err != nil {
 					insErr.Store(&err)
 					return
@@ -167,11 +176,18 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration) e
 		return err
 	}
 	sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)).Round(time.Millisecond) }
-	fmt.Printf("| River %s | producers %d | worker slots %d | %s | fetch cooldown %s |\n", riverVersion(), producers, workers, dur, cooldownString(cooldown))
+	fmt.Printf("| River %s | producers %d | worker slots %d | %s | fetch cooldown %s | offered rate %s |\n", riverVersion(), producers, workers, dur, cooldownString(cooldown), rateString(rate))
 	fmt.Printf("| jobs inserted / completed (drained: %v) | %d / %d |\n", drained, started.Load(), completed)
 	fmt.Printf("| throughput (completed within the window) | %.0f jobs/s |\n", float64(inWindow)/dbEnd.Sub(dbBegin).Seconds())
 	fmt.Printf("| insert → completed p50 / p99 | %s / %s |\n", sec(p50), sec(p99))
 	return nil
+}
+
+func rateString(r float64) string {
+	if r == 0 {
+		return "unpaced"
+	}
+	return fmt.Sprintf("%.0f/s", r)
 }
 
 func cooldownString(d time.Duration) string {

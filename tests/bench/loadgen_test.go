@@ -13,7 +13,10 @@ import (
 )
 
 // TestLoadgen runs the lifecycle load driver when KFS_LOADGEN=1, with
-// LOADGEN_SECONDS (10), LOADGEN_PRODUCERS (8) and LOADGEN_WORKERS (8,
+// LOADGEN_SECONDS (10), LOADGEN_PRODUCERS (8), LOADGEN_SPACES (1: the
+// knowledge spaces the attempts are spread over), LOADGEN_RATE (unset:
+// unpaced; else attempts started per second by all producers) and
+// LOADGEN_WORKERS (8,
 // comma-separated for several runs) and LOADGEN_STEPS (1: the handler
 // writes every checkpoint; default 0: it completes through them in one
 // write), LOADGEN_ASYNC (1: repo.Config.AsyncProgressCommits for the
@@ -26,6 +29,11 @@ func TestLoadgen(t *testing.T) {
 	requireEnv(t)
 	secs := envInt(t, "LOADGEN_SECONDS", 10)
 	producers := envInt(t, "LOADGEN_PRODUCERS", 8)
+	spaces := envInt(t, "LOADGEN_SPACES", 1)
+	var rate float64
+	if os.Getenv("LOADGEN_RATE") != "" {
+		rate = float64(envInt(t, "LOADGEN_RATE", 0))
+	}
 	workers := []int{8}
 	if s := os.Getenv("LOADGEN_WORKERS"); s != "" {
 		workers = nil
@@ -40,9 +48,21 @@ func TestLoadgen(t *testing.T) {
 	steps := os.Getenv("LOADGEN_STEPS") == "1"
 	async := os.Getenv("LOADGEN_ASYNC") == "1"
 	single := os.Getenv("LOADGEN_SINGLE_COMPLETIONS") == "1"
+	variant := os.Getenv("LOADGEN_INDEXES")
+	if variant != "" {
+		ddl, ok := indexVariants[variant]
+		if !ok {
+			t.Fatalf("LOADGEN_INDEXES=%q: want one of partial, lifecycle-only", variant)
+		}
+		// The bench database is this run's own (TestMain creates it).
+		if _, err := env.pool.Exec(context.Background(), ddl); err != nil {
+			t.Fatalf("LOADGEN_INDEXES=%s: %v", variant, err)
+		}
+		t.Logf("indexes: %s (a what-if, not the seed's)", variant)
+	}
 	for _, w := range workers {
 		res, err := loadgen.Run(context.Background(), &loadgen.Config{
-			DatabaseURL: env.url, Duration: time.Duration(secs) * time.Second, Producers: producers, Workers: w,
+			DatabaseURL: env.url, Duration: time.Duration(secs) * time.Second, Producers: producers, Workers: w, Spaces: spaces, Rate: rate,
 			StepCheckpoints: steps, AsyncProgressCommits: async, SingleCompletions: single,
 		})
 		if err != nil {
@@ -50,7 +70,7 @@ func TestLoadgen(t *testing.T) {
 		}
 		var sb strings.Builder
 		res.WriteTable(&sb)
-		t.Logf("loadgen producers=%d workers=%d steps=%v async=%v single-completions=%v:\n%s", producers, w, steps, async, single, sb.String())
+		t.Logf("loadgen producers=%d workers=%d spaces=%d rate=%.0f steps=%v async=%v single-completions=%v:\n%s", producers, w, spaces, rate, steps, async, single, sb.String())
 	}
 }
 
@@ -91,4 +111,46 @@ func TestLongTransaction(t *testing.T) {
 			res.StartToSucceededP50.Round(time.Millisecond), res.StartToSucceededP99.Round(time.Millisecond), a.DeadTuples, o.DeadTuples)
 	}
 	t.Logf("\n| snapshot held | throughput | start→succeeded p50 / p99 | attempts dead tuples | outbox dead tuples |\n|---|---|---|---|---|\n%s", sb.String())
+}
+
+// indexVariants are what-ifs for LOADGEN_INDEXES, measuring what the
+// seed's indexes cost the lifecycle: every transition changes an indexed
+// state column, so no update is HOT and each row version gets an entry in
+// every index. They are applied to the run's own bench database only;
+// kfsdb's migrations keep the seed's indexes verbatim.
+var indexVariants = map[string]string{
+	// partial: the same indexes, each state-keyed one limited to the
+	// states its queries look for, so a row version outside them gets no
+	// entry there. (Not checked against every query's plan.)
+	"partial": `
+DROP INDEX document_compilation_attempts_run_schedule_idx;
+CREATE INDEX document_compilation_attempts_run_schedule_idx ON document_compilation_attempts
+  (run_state, retry_at, created_at, id) WHERE run_state IN ('dispatch_pending', 'queued', 'retry_wait');
+DROP INDEX document_compilation_attempts_lease_recovery_idx;
+CREATE INDEX document_compilation_attempts_lease_recovery_idx ON document_compilation_attempts
+  (run_state, lease_expires_at, heartbeat_at, id) WHERE run_state = 'running';
+DROP INDEX document_compilation_attempts_candidate_idx;
+CREATE INDEX document_compilation_attempts_candidate_idx ON document_compilation_attempts
+  (tenant_id, knowledge_space_id, candidate_publication_id, candidate_fingerprint, id)
+  WHERE candidate_publication_id IS NOT NULL;
+DROP INDEX document_compilation_attempts_tenant_completed_idx;
+CREATE INDEX document_compilation_attempts_tenant_completed_idx ON document_compilation_attempts
+  (tenant_id, completed_at, id) WHERE completed_at IS NOT NULL;
+DROP INDEX document_compilation_outbox_delivery_due_idx;
+CREATE INDEX document_compilation_outbox_delivery_due_idx ON document_compilation_outbox
+  (status, available_at, created_at, id) WHERE status IN ('pending', 'dispatched', 'leased');
+DROP INDEX document_compilation_outbox_lock_recovery_idx;
+CREATE INDEX document_compilation_outbox_lock_recovery_idx ON document_compilation_outbox
+  (status, locked_until, created_at, id) WHERE status = 'dispatching';`,
+	// lifecycle-only: an upper bound, not a schema anyone should run: only
+	// the indexes the minimal lifecycle's statements read (primary keys,
+	// the live-attempt and outbox-per-attempt unique keys, delivery due).
+	"lifecycle-only": `
+DROP INDEX document_compilation_attempts_run_schedule_idx;
+DROP INDEX document_compilation_attempts_lease_recovery_idx;
+DROP INDEX document_compilation_attempts_document_version_idx;
+DROP INDEX document_compilation_attempts_candidate_idx;
+DROP INDEX document_compilation_attempts_tenant_completed_idx;
+DROP INDEX document_compilation_outbox_idempotency_uq;
+DROP INDEX document_compilation_outbox_lock_recovery_idx;`,
 }

@@ -67,6 +67,16 @@ type Config struct {
 	MaxAttempts int
 	// Producers is how many goroutines call Start. Defaults to 8.
 	Producers int
+	// Rate paces the producers: attempts started per second by all of them
+	// together (attempt i is due at i/Rate after the start), so latencies
+	// can be compared at one offered load. 0 (the default): unpaced, each
+	// producer starts its next attempt as soon as its Start returns.
+	Rate float64
+	// Spaces is how many knowledge spaces (each with its own candidate
+	// publication) the assets are spread over, round robin. With one,
+	// every Start's foreign-key check locks the same knowledge_spaces row
+	// FOR KEY SHARE, as a bulk import into one space does. Defaults to 1.
+	Spaces int
 	// Workers is the worker's Concurrency. Defaults to 8.
 	Workers int
 	// HoldSnapshot keeps a REPEATABLE READ transaction with a snapshot
@@ -102,7 +112,9 @@ type TableStats struct {
 
 // Result is what Run measured.
 type Result struct {
-	Producers, Workers int
+	Producers, Workers, Spaces int
+	// Rate is Config's (0: unpaced).
+	Rate float64
 	// StepCheckpoints, AsyncProgressCommits and SingleCompletions are
 	// Config's.
 	StepCheckpoints, AsyncProgressCommits, SingleCompletions bool
@@ -137,6 +149,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	c.Duration = cmp.Or(c.Duration, DurationDefault)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)
 	c.Producers = cmp.Or(c.Producers, ProducersDefault)
+	c.Spaces = max(c.Spaces, 1)
 	c.Workers = cmp.Or(c.Workers, WorkersDefault)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -155,7 +168,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	}
 	defer pool.Close()
 
-	sc, err := setup(ctx, pool, c.MaxAttempts)
+	sc, err := setup(ctx, pool, c.MaxAttempts, c.Spaces)
 	if err != nil {
 		return nil, err
 	}
@@ -233,8 +246,14 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 				if i >= len(sc.assets) {
 					return
 				}
+				if c.Rate > 0 {
+					time.Sleep(time.Until(begin.Add(time.Duration(float64(i) / c.Rate * float64(time.Second)))))
+					if !time.Now().Before(end) {
+						return
+					}
+				}
 				t0 := time.Now()
-				res, err := r.Start(ctx, pool, &repo.StartParams{TenantID: sc.tenant, KnowledgeSpaceID: sc.space,
+				res, err := r.Start(ctx, pool, &repo.StartParams{TenantID: sc.tenant, KnowledgeSpaceID: sc.spaces[i%len(sc.spaces)].id,
 					DocumentAssetID: sc.assets[i], DocumentVersion: 1, PublicationGenerationID: sc.generation})
 				if err != nil {
 					prodErr.Store(&err)
@@ -267,7 +286,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	stopRuntime()
 	rwg.Wait()
 
-	res := &Result{Producers: c.Producers, Workers: c.Workers, StepCheckpoints: c.StepCheckpoints, AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: drained,
+	res := &Result{Producers: c.Producers, Workers: c.Workers, Spaces: c.Spaces, Rate: c.Rate, StepCheckpoints: c.StepCheckpoints, AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: drained,
 		Started: started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
 	mu.Lock()
 	var lat []time.Duration
@@ -315,34 +334,53 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	return res, nil
 }
 
-// scenario is the tenant, space and assets of one run.
+// scenario is the tenant, spaces and assets of one run; asset i is in
+// space i % len(spaces).
 type scenario struct {
-	tenant      string
-	space       uuid.UUID
-	generation  uuid.UUID
-	candidate   uuid.UUID
-	fingerprint string
-	assets      []uuid.UUID
+	tenant     string
+	generation uuid.UUID
+	spaces     []spaceSpec
+	byID       map[uuid.UUID]*spaceSpec
+	assets     []uuid.UUID
 }
 
-func setup(ctx context.Context, pool *pgxpool.Pool, n int) (*scenario, error) {
-	sc := &scenario{tenant: "loadgen-" + uuid.NewString()[:8], space: uuid.New(), generation: uuid.New(), candidate: uuid.New()}
-	sum := sha256.Sum256([]byte(sc.candidate.String()))
-	sc.fingerprint = "projection-set-sha256:" + hex.EncodeToString(sum[:])
+// spaceSpec is one knowledge space and the candidate its attempts bind.
+type spaceSpec struct {
+	id, candidate uuid.UUID
+	fingerprint   string
+}
+
+func setup(ctx context.Context, pool *pgxpool.Pool, n, spaces int) (*scenario, error) {
+	sc := &scenario{tenant: "loadgen-" + uuid.NewString()[:8], generation: uuid.New(), byID: map[uuid.UUID]*spaceSpec{}}
+	sc.spaces = make([]spaceSpec, spaces)
+	var spaceIDs, candidates []uuid.UUID
+	var fingerprints []string
+	for i := range sc.spaces {
+		sp := &sc.spaces[i]
+		sp.id, sp.candidate = uuid.New(), uuid.New()
+		sum := sha256.Sum256([]byte(sp.candidate.String()))
+		sp.fingerprint = "projection-set-sha256:" + hex.EncodeToString(sum[:])
+		sc.byID[sp.id] = sp
+		spaceIDs, candidates, fingerprints = append(spaceIDs, sp.id), append(candidates, sp.candidate), append(fingerprints, sp.fingerprint)
+	}
 	sc.assets = make([]uuid.UUID, n)
+	assetSpaces := make([]uuid.UUID, n)
 	for i := range sc.assets {
 		sc.assets[i] = uuid.New()
+		assetSpaces[i] = sc.spaces[i%spaces].id
 	}
 	for _, s := range []struct {
 		sql  string
 		args []any
 	}{
-		{`INSERT INTO knowledge_spaces (id, tenant_id, slug, name) VALUES ($1, $2, 'loadgen', 'Loadgen')`, []any{sc.space, sc.tenant}},
+		{`INSERT INTO knowledge_spaces (id, tenant_id, slug, name)
+			SELECT s, $2, 'loadgen-' || n, 'Loadgen' FROM unnest($1::uuid[]) WITH ORDINALITY AS t(s, n)`, []any{spaceIDs, sc.tenant}},
 		{`INSERT INTO projection_set_publications (id, tenant_id, knowledge_space_id, fingerprint, projection_version, status)
-			VALUES ($1, $2, $3, $4, 1, 'candidate')`, []any{sc.candidate, sc.tenant, sc.space, sc.fingerprint}},
+			SELECT c, $2, s, f, 1, 'candidate' FROM unnest($1::uuid[], $3::uuid[], $4::text[]) AS t(c, s, f)`,
+			[]any{candidates, sc.tenant, spaceIDs, fingerprints}},
 		{`INSERT INTO document_assets (id, knowledge_space_id, filename, mime_type, object_key, sha256, size_bytes, version)
-			SELECT a, $2, 'doc.pdf', 'application/pdf', 'objects/' || a, md5(a::text) || md5(a::text), 1024, 1
-			  FROM unnest($1::uuid[]) AS a`, []any{sc.assets, sc.space}},
+			SELECT a, s, 'doc.pdf', 'application/pdf', 'objects/' || a, md5(a::text) || md5(a::text), 1024, 1
+			  FROM unnest($1::uuid[], $2::uuid[]) AS t(a, s)`, []any{sc.assets, assetSpaces}},
 		{`VACUUM ANALYZE knowledge_spaces, document_assets, projection_set_publications,
 			document_compilation_attempts, document_compilation_outbox`, nil},
 	} {
@@ -362,8 +400,9 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n int) (*scenario, error) {
 // the one write after the lease.
 func noopHandler(sc *scenario, handled *sync.Map, steps bool) worker.HandlerFunc {
 	return func(ctx context.Context, job *worker.Job) error {
+		sp := sc.byID[job.Attempt.KnowledgeSpaceID]
 		if !steps {
-			job.CompleteThrough(sc.candidate, sc.fingerprint)
+			job.CompleteThrough(sp.candidate, sp.fingerprint)
 			handled.Store(job.Attempt.ID, struct{}{})
 			return nil
 		}
@@ -372,7 +411,7 @@ func noopHandler(sc *scenario, handled *sync.Map, steps bool) worker.HandlerFunc
 				return err
 			}
 		}
-		if err := job.BindCandidate(ctx, kfstype.CheckpointProjectionBuilt, sc.candidate, sc.fingerprint); err != nil {
+		if err := job.BindCandidate(ctx, kfstype.CheckpointProjectionBuilt, sp.candidate, sp.fingerprint); err != nil {
 			return err
 		}
 		if err := job.Advance(ctx, kfstype.CheckpointSmokeEvalPassed); err != nil {
@@ -499,7 +538,12 @@ func tableStats(ctx context.Context, url string, out map[string]TableStats) erro
 // WriteTable writes the result as Markdown.
 func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| metric | value |\n|---|---:|\n")
-	fmt.Fprintf(w, "| producers / worker slots / duration | %d / %d / %s |\n", r.Producers, r.Workers, r.Duration)
+	fmt.Fprintf(w, "| producers / worker slots / knowledge spaces / duration | %d / %d / %d / %s |\n", r.Producers, r.Workers, r.Spaces, r.Duration)
+	rate := "unpaced"
+	if r.Rate > 0 {
+		rate = fmt.Sprintf("%.0f attempts/s", r.Rate)
+	}
+	fmt.Fprintf(w, "| offered rate | %s |\n", rate)
 	handler := "complete through the checkpoints in one write (CompleteThrough)"
 	if r.StepCheckpoints {
 		handler = "five Advance writes, then Complete"

@@ -24,6 +24,9 @@ type BenchOpts struct {
 	Producers int
 	// Workers is the worker's concurrency. Defaults to 8.
 	Workers int
+	// Rate paces the producers (attempts started per second by all of
+	// them); 0, the default, leaves them unpaced.
+	Rate float64
 	// StepCheckpoints makes the handler write each checkpoint before
 	// Complete instead of completing through them in one write.
 	StepCheckpoints bool
@@ -48,6 +51,8 @@ func (o *BenchOpts) Validate() error {
 		return fmt.Errorf("invalid options: Producers must be 1..256 (or 0 for the default), got %d", o.Producers)
 	case o.Workers < 0 || o.Workers > 256:
 		return fmt.Errorf("invalid options: Workers must be 1..256 (or 0 for the default), got %d", o.Workers)
+	case !(o.Rate >= 0 && o.Rate <= 1e6): // also refuses NaN
+		return fmt.Errorf("invalid options: Rate must be 0..1000000 attempts/s (0: unpaced), got %v", o.Rate)
 	case o.Out == nil:
 		return errors.New("invalid options: Out is required")
 	}
@@ -64,7 +69,7 @@ func Bench(ctx context.Context, opts *BenchOpts) error {
 	}
 	err := withScratchDatabase(ctx, opts.DatabaseURL, "kfsdb_bench", opts.Out, func(url string) error {
 		res, err := loadgen.Run(ctx, &loadgen.Config{
-			DatabaseURL: url, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers,
+			DatabaseURL: url, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers, Rate: opts.Rate,
 			StepCheckpoints: opts.StepCheckpoints, AsyncProgressCommits: opts.AsyncProgressCommits,
 		})
 		if err != nil {
@@ -90,10 +95,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.DurationVar(&opts.Duration, "duration", 0, "how long producers run (default 10s)")
 	fs.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
 	fs.IntVar(&opts.Workers, "workers", 0, "worker concurrency (default 8)")
+	fs.Float64Var(&opts.Rate, "rate", 0, "attempts started per second by all producers together (default 0: unpaced)")
 	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N] [--steps] [--async-progress]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
