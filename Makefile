@@ -124,7 +124,7 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 	cd tests && GOWORK=off go run ./bench/benchsummary $(CURDIR)/$(BENCH_OUT)/bench.txt | tee $(CURDIR)/$(BENCH_OUT)/summary.md
 
 .PHONY: loadgen
-loadgen: ## Lifecycle load driver (tests/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.
+loadgen: ## Lifecycle load driver (tests/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_PENDING_WAIT, LOADGEN_INDEXES, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	mkdir -p $(BENCH_OUT)
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLoadgen$$' -v -timeout 30m ./bench/ \

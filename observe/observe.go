@@ -29,6 +29,9 @@ const (
 	Panicked         Counter = "worker_panicked"
 	StaleDeliveries  Counter = "worker_stale_deliveries"
 	DeferredDelivery Counter = "worker_deliveries_deferred"
+	// PendingWaits counts the in-slot waits for a delivery that arrived
+	// before its relay's MarkDispatched committed.
+	PendingWaits Counter = "worker_pending_delivery_waits"
 )
 
 // Metrics receives counts. Implementations must be safe for concurrent use

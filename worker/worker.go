@@ -99,8 +99,11 @@ const (
 )
 
 // pendingDeliveryDelay is how soon a delivery that beat its relay's
-// MarkDispatched is tried again.
+// MarkDispatched is tried again once handed back.
 const pendingDeliveryDelay = 25 * time.Millisecond
+
+// PendingDeliveryWaitDefault is Config.PendingDeliveryWait's default.
+const PendingDeliveryWaitDefault = 20 * time.Millisecond
 
 // ErrorCodeWorkerShutdown is stored when a stopping worker hands an
 // attempt back for another execution.
@@ -132,6 +135,13 @@ type Config struct {
 	// WriteTimeout bounds the outcome write after the handler returned
 	// (it runs even when the worker is stopping). Defaults to 10 s.
 	WriteTimeout time.Duration
+	// PendingDeliveryWait is how long a slot keeps trying to lease a
+	// delivery that arrived before its relay's MarkDispatched committed
+	// (the relay publishes first, so the mark is usually one commit
+	// behind), waiting 1, 2, 4 … ms in between, before it hands the
+	// delivery back to be tried again 25 ms later. Defaults to 20 ms;
+	// negative hands it back at once.
+	PendingDeliveryWait time.Duration
 	// SingleCompletions makes Run complete each attempt in its own
 	// statement, in its slot, as Process does. By default Run hands the
 	// completions to a completer that records those its slots finish
@@ -158,6 +168,7 @@ func (c *Config) withDefaults() *Config {
 	out.RetryBackoffBase = cmp.Or(c.RetryBackoffBase, RetryBackoffBaseDefault)
 	out.RetryBackoffCap = cmp.Or(c.RetryBackoffCap, RetryBackoffCapDefault)
 	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	out.PendingDeliveryWait = cmp.Or(c.PendingDeliveryWait, PendingDeliveryWaitDefault)
 	if out.ID == "" {
 		host, _ := os.Hostname()
 		out.ID = fmt.Sprintf("worker-%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
@@ -304,9 +315,7 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 	// Not on ctx: a cancel arriving while the lease commits would leave
 	// the lease taken but unreported, and the attempt stranded until it
 	// expires. Once leased, a stopping worker releases it (below).
-	attempt, lease, err := w.cfg.Repo.AcquireLease(wctx, w.pool, &repo.AcquireLeaseParams{
-		Delivery: d, WorkerID: w.cfg.ID, LeaseDuration: w.cfg.LeaseDuration,
-	})
+	attempt, lease, err := w.acquireLease(ctx, wctx, d)
 	if err != nil {
 		return w.refused(ctx, wctx, log, msg, d, err)
 	}
@@ -357,6 +366,26 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 		werr = w.fail(wctx, lease, herr, &res)
 	}
 	return w.settle(ctx, wctx, log, msg, lease, werr, res)
+}
+
+// acquireLease takes the delivery's lease (on wctx, see process). A
+// delivery that beat its relay's MarkDispatched is tried again in the slot
+// after waits of 1, 2, 4 … ms, up to PendingDeliveryWait in all: handed
+// back at once, it would wait pendingDeliveryDelay for a mark that is
+// usually a commit away. A refused try writes nothing.
+func (w *Worker) acquireLease(ctx, wctx context.Context, d repo.Delivery) (*kfstype.Attempt, *repo.Lease, error) {
+	p := &repo.AcquireLeaseParams{Delivery: d, WorkerID: w.cfg.ID, LeaseDuration: w.cfg.LeaseDuration}
+	attempt, lease, err := w.cfg.Repo.AcquireLease(wctx, w.pool, p)
+	for wait, left := time.Millisecond, w.cfg.PendingDeliveryWait; errors.Is(err, repo.ErrDeliveryPending) && left > 0; wait *= 2 {
+		wait = min(wait, left)
+		left -= wait
+		w.cfg.Metrics.Add(observe.PendingWaits, 1)
+		if sleep(ctx, wait); ctx.Err() != nil {
+			break // stopping: the caller hands the delivery back
+		}
+		attempt, lease, err = w.cfg.Repo.AcquireLease(wctx, w.pool, p)
+	}
+	return attempt, lease, err
 }
 
 // completed records the outcome of a handler that returned nil, given what

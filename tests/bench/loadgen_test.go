@@ -16,6 +16,8 @@ import (
 // LOADGEN_SECONDS (10), LOADGEN_PRODUCERS (8), LOADGEN_SPACES (1: the
 // knowledge spaces the attempts are spread over), LOADGEN_RATE (unset:
 // unpaced; else attempts started per second by all producers) and
+// LOADGEN_PENDING_WAIT (worker.Config.PendingDeliveryWait, e.g. 20ms;
+// -1ms hands deliveries that beat their mark back at once) and
 // LOADGEN_WORKERS (8,
 // comma-separated for several runs) and LOADGEN_STEPS (1: the handler
 // writes every checkpoint; default 0: it completes through them in one
@@ -48,6 +50,14 @@ func TestLoadgen(t *testing.T) {
 	steps := os.Getenv("LOADGEN_STEPS") == "1"
 	async := os.Getenv("LOADGEN_ASYNC") == "1"
 	single := os.Getenv("LOADGEN_SINGLE_COMPLETIONS") == "1"
+	var pendingWait time.Duration
+	if s := os.Getenv("LOADGEN_PENDING_WAIT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("LOADGEN_PENDING_WAIT=%q: want a duration (negative: hand back at once)", s)
+		}
+		pendingWait = d
+	}
 	variant := os.Getenv("LOADGEN_INDEXES")
 	if variant != "" {
 		ddl, ok := indexVariants[variant]
@@ -63,14 +73,14 @@ func TestLoadgen(t *testing.T) {
 	for _, w := range workers {
 		res, err := loadgen.Run(context.Background(), &loadgen.Config{
 			DatabaseURL: env.url, Duration: time.Duration(secs) * time.Second, Producers: producers, Workers: w, Spaces: spaces, Rate: rate,
-			StepCheckpoints: steps, AsyncProgressCommits: async, SingleCompletions: single,
+			StepCheckpoints: steps, AsyncProgressCommits: async, SingleCompletions: single, PendingDeliveryWait: pendingWait,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var sb strings.Builder
 		res.WriteTable(&sb)
-		t.Logf("loadgen producers=%d workers=%d spaces=%d rate=%.0f steps=%v async=%v single-completions=%v:\n%s", producers, w, spaces, rate, steps, async, single, sb.String())
+		t.Logf("loadgen producers=%d workers=%d spaces=%d rate=%.0f steps=%v async=%v single-completions=%v pending-wait=%s:\n%s", producers, w, spaces, rate, steps, async, single, pendingWait, sb.String())
 	}
 }
 

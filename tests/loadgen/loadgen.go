@@ -97,6 +97,10 @@ type Config struct {
 	// completes its attempt itself instead of handing it to the worker's
 	// completer. Defaults to false.
 	SingleCompletions bool
+	// PendingDeliveryWait is worker.Config.PendingDeliveryWait (0: its
+	// default; negative: deliveries that beat their mark are handed back
+	// at once).
+	PendingDeliveryWait time.Duration
 }
 
 // StatementStats are the latencies of one named statement.
@@ -223,7 +227,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	wk, err := worker.New(pool, src, noopHandler(sc, &handled, c.StepCheckpoints), &worker.Config{Logger: c.Logger, Repo: r, Concurrency: c.Workers, SingleCompletions: c.SingleCompletions})
+	wk, err := worker.New(pool, src, noopHandler(sc, &handled, c.StepCheckpoints), &worker.Config{Logger: c.Logger, Repo: r, Concurrency: c.Workers, SingleCompletions: c.SingleCompletions, PendingDeliveryWait: c.PendingDeliveryWait})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
@@ -58,6 +59,27 @@ func (b *workerBundle) start(t *testing.T, maxAttempts int32) *kfstype.Attempt {
 	res, err := b.repo.Start(b.ctx, b.pool, p)
 	require.NoError(t, err)
 	return res.Attempt
+}
+
+// startWithMarkOpen starts an attempt, claims its outbox row and records
+// its publication as jobID with MarkDispatched in a transaction left open
+// (rolled back at cleanup unless the test commits it): the relay has
+// published, its record is not yet committed.
+func (b *workerBundle) startWithMarkOpen(t *testing.T, jobID string) (repo.Delivery, pgx.Tx) {
+	t.Helper()
+	a := b.start(t, 0)
+	claimed, err := b.repo.ClaimOutbox(b.ctx, b.pool, &repo.ClaimParams{RelayID: "relay-test", BatchSize: 1})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) })
+	mark, err := b.repo.MarkDispatched(b.ctx, tx, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
+		OutboxID: claimed[0].ID, LockToken: *claimed[0].LockToken, QueueJobID: jobID,
+	}}})
+	require.NoError(t, err)
+	require.Len(t, mark.Marked, 1)
+	return repo.Delivery{AttemptID: a.ID, QueueJobID: jobID}, tx
 }
 
 // publish runs the relay once and requires it published want rows.
@@ -384,27 +406,14 @@ func TestWorker(t *testing.T) {
 	t.Run("DeliveryRacingMarkDispatchedIsPendingNotRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t)
-		a := b.start(t, 0)
-		claimed, err := b.repo.ClaimOutbox(b.ctx, b.pool, &repo.ClaimParams{RelayID: "relay-test", BatchSize: 1})
-		require.NoError(t, err)
-		require.Len(t, claimed, 1)
-
 		// The relay's MarkDispatched is in flight in its own transaction
 		// and commits between AcquireLease's statement and the read that
 		// explains its refusal: the delivery raced the record of its own
 		// publication, which is ErrDeliveryPending (retry in 100 ms), not
 		// an invalid transition (retry in 1 s).
-		tx, err := b.pool.Begin(b.ctx)
-		require.NoError(t, err)
-		defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
-		mark, err := b.repo.MarkDispatched(b.ctx, tx, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
-			OutboxID: claimed[0].ID, LockToken: *claimed[0].LockToken, QueueJobID: "job-racing",
-		}}})
-		require.NoError(t, err)
-		require.Len(t, mark.Marked, 1)
+		d, tx := b.startWithMarkOpen(t, "job-racing")
 		racing := &commitAfterFirstStatement{DBTX: b.pool, commit: func() { require.NoError(t, tx.Commit(b.ctx)) }}
-		d := repo.Delivery{AttemptID: a.ID, QueueJobID: "job-racing"}
-		_, _, err = b.repo.AcquireLease(b.ctx, racing, &repo.AcquireLeaseParams{Delivery: d, WorkerID: "worker-test"})
+		_, _, err := b.repo.AcquireLease(b.ctx, racing, &repo.AcquireLeaseParams{Delivery: d, WorkerID: "worker-test"})
 		require.ErrorIs(t, err, repo.ErrDeliveryPending)
 		require.True(t, racing.committed)
 
@@ -414,6 +423,64 @@ func TestWorker(t *testing.T) {
 			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
 		}, worker.Config{})
 		require.Equal(t, worker.OutcomeCompleted, w.Process(b.ctx, b.receive(t)).Outcome)
+	})
+}
+
+// TestPendingDeliveryWaitsInSlot: a delivery that arrives before its
+// relay's MarkDispatched commits is leased in the slot once the mark
+// lands, within Config.PendingDeliveryWait, and is not handed back; with
+// the wait disabled it is handed back at once.
+func TestPendingDeliveryWaitsInSlot(t *testing.T) {
+	t.Parallel()
+	compile := func(b *workerBundle) worker.HandlerFunc {
+		return func(ctx context.Context, job *worker.Job) error {
+			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
+		}
+	}
+
+	t.Run("LeasedOnceTheMarkCommits", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorker(t)
+		d, tx := b.startWithMarkOpen(t, "job-early")
+		b.q.Inject(d)
+		var metrics observe.Counts
+		// A wait long enough for this test's own commit below.
+		w := b.worker(t, compile(b), worker.Config{PendingDeliveryWait: time.Minute, Metrics: &metrics})
+		done := make(chan worker.Result, 1)
+		go func() { done <- w.Process(b.ctx, b.receive(t)) }()
+		require.Eventually(t, func() bool { return metrics.Get(observe.PendingWaits) >= 2 },
+			10*time.Second, time.Millisecond, "the slot keeps trying while the mark is uncommitted")
+		require.NoError(t, tx.Commit(b.ctx))
+		res := <-done
+		require.Equal(t, worker.OutcomeCompleted, res.Outcome, "%v", res.Err)
+		require.Zero(t, metrics.Get(observe.DeferredDelivery), "never handed back")
+		require.Equal(t, int32(1), b.calls.Load())
+		require.Equal(t, kfstype.RunStateSucceeded, b.rows(t, res.AttemptID).Attempt.RunState)
+	})
+
+	t.Run("HandedBackWhenTheWaitIsOver", func(t *testing.T) {
+		t.Parallel()
+		for name, wait := range map[string]time.Duration{"Disabled": -1, "Short": 5 * time.Millisecond} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				b := setupWorker(t)
+				d, _ := b.startWithMarkOpen(t, "job-early")
+				b.q.Inject(d)
+				var metrics observe.Counts
+				w := b.worker(t, compile(b), worker.Config{PendingDeliveryWait: wait, Metrics: &metrics})
+				res := w.Process(b.ctx, b.receive(t))
+				require.Equal(t, worker.OutcomeDeferred, res.Outcome)
+				require.ErrorIs(t, res.Err, repo.ErrDeliveryPending)
+				require.Equal(t, int64(1), metrics.Get(observe.DeferredDelivery))
+				if wait < 0 {
+					require.Zero(t, metrics.Get(observe.PendingWaits))
+				} else {
+					// 1, 2 and the 2 ms left of 5 ms.
+					require.Equal(t, int64(3), metrics.Get(observe.PendingWaits))
+				}
+				require.Zero(t, b.calls.Load())
+			})
+		}
 	})
 }
 

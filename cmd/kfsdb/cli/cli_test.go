@@ -15,6 +15,17 @@ func TestMain(m *testing.M) {
 
 func noEnv(string) string { return "" }
 
+// requireValidateErr asserts an options Validate result: no error when
+// wantErr is empty, else an error containing it.
+func requireValidateErr(t *testing.T, err error, wantErr string) {
+	t.Helper()
+	if wantErr == "" {
+		require.NoError(t, err)
+		return
+	}
+	require.ErrorContains(t, err, wantErr)
+}
+
 func TestMigrateOptsValidate(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
@@ -30,12 +41,7 @@ func TestMigrateOptsValidate(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			err := tc.opts.Validate()
-			if tc.wantErr == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorContains(t, err, tc.wantErr)
+			requireValidateErr(t, tc.opts.Validate(), tc.wantErr)
 		})
 	}
 }

@@ -31,12 +31,7 @@ func TestDemoOptsValidate(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			err := tc.opts.Validate()
-			if tc.wantErr == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorContains(t, err, tc.wantErr)
+			requireValidateErr(t, tc.opts.Validate(), tc.wantErr)
 		})
 	}
 }
@@ -55,12 +50,7 @@ func TestRelayOptsValidate(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			err := tc.opts.Validate()
-			if tc.wantErr == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorContains(t, err, tc.wantErr)
+			requireValidateErr(t, tc.opts.Validate(), tc.wantErr)
 		})
 	}
 }
@@ -85,12 +75,7 @@ func TestPurgeOptsValidate(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			err := tc.opts.Validate()
-			if tc.wantErr == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorContains(t, err, tc.wantErr)
+			requireValidateErr(t, tc.opts.Validate(), tc.wantErr)
 		})
 	}
 }

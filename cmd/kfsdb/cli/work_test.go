@@ -35,12 +35,7 @@ func TestWorkOptsValidate(t *testing.T) {
 			t.Parallel()
 			o := valid
 			tc.edit(&o)
-			err := o.Validate()
-			if tc.wantErr == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorContains(t, err, tc.wantErr)
+			requireValidateErr(t, o.Validate(), tc.wantErr)
 		})
 	}
 }

@@ -1,7 +1,8 @@
 // Command benchsummary reads `go test -bench` output of package bench and
 // prints a Markdown table of the median throughput per operation and
 // implementation, the repo/raw ratio and the ratio to pgbench's
-// single-row UPDATE from the same run.
+// single-row UPDATE and (if measured) to pgbench running the seed
+// schema's heartbeat shape, all from the same run.
 //
 //	go run ./bench/benchsummary bench/out/bench.txt
 package main
@@ -73,18 +74,16 @@ func summarize(r io.Reader, w io.Writer) error {
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	var pgbench float64
-	for k, v := range vals {
-		if k.impl == "pgbench" {
-			pgbench = median(v)
-		}
-	}
+	// The references: pgbench's narrow UPDATE, and (if measured) pgbench
+	// running the seed schema's heartbeat shape.
+	pgbench := median(vals[key{"Pgbench", "NarrowUpdate", "pgbench"}])
+	seedShape := median(vals[key{"Pgbench", "SeedHeartbeat", "pgbench"}])
 	for _, c := range dedupe(config) {
 		fmt.Fprintf(w, "%s  \n", c)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| operation | unit | repo (median) | raw (median) | repo/raw | repo/pgbench | runs |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| operation | unit | repo (median) | raw (median) | repo/raw | repo/pgbench | repo/seed shape | runs |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
 	seen := map[[2]string]bool{}
 	for _, k := range order {
 		id := [2]string{k.group, k.op}
@@ -94,18 +93,29 @@ func summarize(r io.Reader, w io.Writer) error {
 		seen[id] = true
 		rk, wk := key{k.group, k.op, "repo"}, key{k.group, k.op, "raw"}
 		if k.impl == "pgbench" {
-			fmt.Fprintf(w, "| %s/%s (pgbench) | %s | %.0f | | | 1.00 | %d |\n", k.group, k.op, units[k], pgbench, len(vals[k]))
+			v := median(vals[k])
+			vsPg, vsSeed := "", ""
+			if pgbench > 0 {
+				vsPg = fmt.Sprintf("%.2f", v/pgbench)
+			}
+			if seedShape > 0 {
+				vsSeed = fmt.Sprintf("%.2f", v/seedShape)
+			}
+			fmt.Fprintf(w, "| %s/%s (pgbench) | %s | %.0f | | | %s | %s | %d |\n", k.group, k.op, units[k], v, vsPg, vsSeed, len(vals[k]))
 			continue
 		}
 		repoV, rawV := median(vals[rk]), median(vals[wk])
-		ratio, vsPg := "", ""
+		ratio, vsPg, vsSeed := "", "", ""
 		if repoV > 0 && rawV > 0 {
 			ratio = fmt.Sprintf("%.2f", repoV/rawV)
 		}
 		if pgbench > 0 && units[rk] == "tx/s" {
 			vsPg = fmt.Sprintf("%.2f", repoV/pgbench)
 		}
-		fmt.Fprintf(w, "| %s/%s | %s | %.0f | %.0f | %s | %s | %d |\n", k.group, k.op, units[rk], repoV, rawV, ratio, vsPg, len(vals[rk]))
+		if seedShape > 0 && units[rk] == "tx/s" {
+			vsSeed = fmt.Sprintf("%.2f", repoV/seedShape)
+		}
+		fmt.Fprintf(w, "| %s/%s | %s | %.0f | %.0f | %s | %s | %s | %d |\n", k.group, k.op, units[rk], repoV, rawV, ratio, vsPg, vsSeed, len(vals[rk]))
 	}
 	return nil
 }
