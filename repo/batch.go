@@ -77,16 +77,13 @@ func (r *Repo) CompleteMany(ctx context.Context, db DBTX, entries []CompleteMany
 		return nil, fmt.Errorf("complete %d attempts: %w", n, mapError(err))
 	}
 	out := make([]CompleteManyResult, n)
-	done := make([]bool, n)
 	for _, row := range rows {
 		a := attemptFromRow(row)
-		i := index[a.ID]
-		out[i] = CompleteManyResult{Attempt: a}
-		done[i] = true
+		out[index[a.ID]] = CompleteManyResult{Attempt: a}
 	}
 	for i := range entries {
-		if done[i] {
-			continue
+		if out[i].Attempt != nil {
+			continue // completed by the statement
 		}
 		a, err := r.CompleteEntry(ctx, db, &entries[i])
 		out[i] = CompleteManyResult{Attempt: a, Err: err}

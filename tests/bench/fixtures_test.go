@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"reflect"
 
@@ -11,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 const (
@@ -55,8 +54,7 @@ type state struct {
 // ANALYZEs and CHECKPOINTs so every run starts alike.
 func makeFixtures(ctx context.Context, db *pgx.Conn, n int, st state) (*fixtureSet, error) {
 	fs := &fixtureSet{SpaceID: uuid.New(), GenerationID: uuid.New(), CandidateID: uuid.New(), Items: make([]fixture, n)}
-	sum := sha256.Sum256([]byte(fs.CandidateID.String()))
-	fs.Fingerprint = "projection-set-sha256:" + hex.EncodeToString(sum[:])
+	fs.Fingerprint = testfactory.Fingerprint(fs.CandidateID.String())
 	assets, attempts, outboxes, leases := make([]uuid.UUID, n), make([]uuid.UUID, n), make([]uuid.UUID, n), make([]uuid.UUID, n)
 	jobs := make([]string, n)
 	for i := range fs.Items {

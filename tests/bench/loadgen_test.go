@@ -12,18 +12,21 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/loadgen"
 )
 
-// TestLoadgen runs the lifecycle load driver when KFS_LOADGEN=1, with
-// LOADGEN_SECONDS (10), LOADGEN_PRODUCERS (8), LOADGEN_SPACES (1: the
-// knowledge spaces the attempts are spread over), LOADGEN_RATE (unset:
-// unpaced; else attempts started per second by all producers) and
-// LOADGEN_PENDING_WAIT (worker.Config.PendingDeliveryWait, e.g. 20ms;
-// -1ms hands deliveries that beat their mark back at once) and
-// LOADGEN_WORKERS (8,
-// comma-separated for several runs) and LOADGEN_STEPS (1: the handler
-// writes every checkpoint; default 0: it completes through them in one
-// write), LOADGEN_ASYNC (1: repo.Config.AsyncProgressCommits for the
-// relay and worker) and LOADGEN_SINGLE_COMPLETIONS (1: each slot completes
-// its own attempt), and logs its tables.
+// TestLoadgen runs the lifecycle load driver when KFS_LOADGEN=1 and logs
+// its tables. Environment (defaults in brackets):
+//   - LOADGEN_SECONDS [10], LOADGEN_PRODUCERS [8];
+//   - LOADGEN_WORKERS [8], comma-separated for several runs;
+//   - LOADGEN_SPACES [1]: the knowledge spaces the attempts are spread over;
+//   - LOADGEN_RATE [unset: unpaced]: attempts started per second by all
+//     producers together;
+//   - LOADGEN_STEPS=1: the handler writes every checkpoint [it completes
+//     through them in one write];
+//   - LOADGEN_ASYNC=1: repo.Config.AsyncProgressCommits for the relay and
+//     worker;
+//   - LOADGEN_SINGLE_COMPLETIONS=1: each slot completes its own attempt;
+//   - LOADGEN_PENDING_WAIT: worker.Config.PendingDeliveryWait, e.g. 20ms
+//     (-1ms hands deliveries that beat their mark back at once);
+//   - LOADGEN_INDEXES: an index what-if (indexVariants).
 func TestLoadgen(t *testing.T) {
 	if os.Getenv("KFS_LOADGEN") != "1" {
 		t.Skip("set KFS_LOADGEN=1 (make loadgen)")

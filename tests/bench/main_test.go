@@ -120,3 +120,14 @@ func requireEnv(tb testing.TB) {
 }
 
 func gomaxprocs() int { return runtime.GOMAXPROCS(0) }
+
+// execEach runs each statement on its own (VACUUM cannot share a
+// transaction) and fails tb on the first error.
+func execEach(tb testing.TB, pool *pgxpool.Pool, stmts ...string) {
+	tb.Helper()
+	for _, q := range stmts {
+		if _, err := pool.Exec(context.Background(), q); err != nil {
+			tb.Fatalf("%s: %v", q, err)
+		}
+	}
+}

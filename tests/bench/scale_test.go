@@ -66,14 +66,9 @@ func BenchmarkScale(b *testing.B) {
 			// not the aftermath of a bulk load: without this, the
 			// autovacuum and checkpoint that the load triggers run during
 			// the first statements timed.
-			for _, q := range []string{
+			execEach(b, pool,
 				"VACUUM (ANALYZE) document_compilation_attempts, document_compilation_outbox",
-				"CHECKPOINT",
-			} {
-				if _, err := pool.Exec(ctx, q); err != nil {
-					b.Fatal(err)
-				}
-			}
+				"CHECKPOINT")
 		}
 		b.Run(fmt.Sprintf("history=%d", level), func(b *testing.B) {
 			ops := []struct {
@@ -118,14 +113,9 @@ func BenchmarkScale(b *testing.B) {
 					// Park what earlier ops left due (started, or claimed
 					// with a lock that has since expired), so that every
 					// op's claim finds exactly its own row, at every level.
-					for _, q := range []string{
+					execEach(b, pool,
 						"UPDATE document_compilation_outbox SET available_at = 'infinity' WHERE status = 'pending'",
-						"UPDATE document_compilation_outbox SET locked_until = 'infinity' WHERE status = 'dispatching'",
-					} {
-						if _, err := pool.Exec(ctx, q); err != nil {
-							b.Fatal(err)
-						}
-					}
+						"UPDATE document_compilation_outbox SET locked_until = 'infinity' WHERE status = 'dispatching'")
 					lat := make([]time.Duration, 0, b.N)
 					b.ResetTimer()
 					for range b.N {

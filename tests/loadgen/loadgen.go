@@ -257,7 +257,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 					}
 				}
 				t0 := time.Now()
-				res, err := r.Start(ctx, pool, &repo.StartParams{TenantID: sc.tenant, KnowledgeSpaceID: sc.spaces[i%len(sc.spaces)].id,
+				res, err := r.Start(ctx, pool, &repo.StartParams{TenantID: sc.tenant, KnowledgeSpaceID: sc.spaceOf(i),
 					DocumentAssetID: sc.assets[i], DocumentVersion: 1, PublicationGenerationID: sc.generation})
 				if err != nil {
 					prodErr.Store(&err)
@@ -348,6 +348,9 @@ type scenario struct {
 	assets     []uuid.UUID
 }
 
+// spaceOf is the knowledge space of asset i.
+func (sc *scenario) spaceOf(i int) uuid.UUID { return sc.spaces[i%len(sc.spaces)].id }
+
 // spaceSpec is one knowledge space and the candidate its attempts bind.
 type spaceSpec struct {
 	id, candidate uuid.UUID
@@ -371,7 +374,7 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n, spaces int) (*scenario, e
 	assetSpaces := make([]uuid.UUID, n)
 	for i := range sc.assets {
 		sc.assets[i] = uuid.New()
-		assetSpaces[i] = sc.spaces[i%spaces].id
+		assetSpaces[i] = sc.spaceOf(i)
 	}
 	for _, s := range []struct {
 		sql  string
