@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,9 +32,11 @@ import (
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
-// NotifyChannel is the channel Start, RetryFailed, ReleaseDeferred and
-// ScheduleRetry notify in their transaction; the payload is the row's due
-// time.
+// NotifyChannel is the channel on which a commit that made an outbox row
+// due (Start, StartMany, RetryFailed, ReleaseDeferred, ScheduleRetry, a
+// relay's backoff) notifies idle relays; the payload is the row's due
+// time. Migration 0007's trigger sends it, at commit, and only while some
+// relay is registered idle (repo.OutboxListenerIdle).
 const NotifyChannel = "kfsdb_outbox"
 
 // Message is one outbox row to publish.
@@ -106,9 +109,9 @@ type Config struct {
 	// the relay. Defaults to 1 s.
 	PollInterval time.Duration
 	// FollowUpInterval is the wait before claiming again after a batch
-	// that found rows but was not full. Start notifies only when no other
-	// row is due, so while rows keep arriving the relay must look again
-	// soon on its own. Defaults to 20 ms.
+	// that found rows but was not full: a busy relay is not notified, so
+	// it looks again soon on its own, and rows arriving meanwhile go out
+	// together. Defaults to 20 ms.
 	FollowUpInterval time.Duration
 	// PollOnly disables LISTEN/NOTIFY, for PgBouncer in transaction pooling
 	// mode, where a session's LISTEN does not survive. Defaults to false.
@@ -198,8 +201,11 @@ type Relay struct {
 	pool *pgxpool.Pool
 	pub  Publisher
 	log  *slog.Logger
-	// wake is poked by LISTEN notifications; it carries the due time.
-	wake chan time.Time
+	// wake holds the earliest due time LISTEN notifications announced.
+	wake *wakeup
+	// listening is true while the LISTEN connection is in place; only then
+	// may the relay register idle and sleep on notifications.
+	listening atomic.Bool
 }
 
 // New returns a relay publishing through pub. cfg may be nil.
@@ -217,131 +223,11 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg *Config) (*Relay, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: c, pool: pool, pub: pub, log: c.Logger.With("relay", c.ID), wake: make(chan time.Time, 1)}, nil
+	return &Relay{cfg: c, pool: pool, pub: pub, log: c.Logger.With("relay", c.ID), wake: newWakeup()}, nil
 }
 
 // ID returns the relay's id.
 func (r *Relay) ID() string { return r.cfg.ID }
-
-// Run claims and publishes until ctx ends, then returns ctx.Err(). It
-// claims again at once after a full batch, after FollowUpInterval after a
-// batch that found rows, otherwise after PollInterval or as soon as a
-// notification says a row is due. On shutdown it stops
-// claiming; rows of an interrupted batch that were published are still
-// marked, the rest stay claimed until their lock deadline and are then
-// reclaimed.
-func (r *Relay) Run(ctx context.Context) error {
-	if !r.cfg.PollOnly {
-		listenDone := make(chan struct{})
-		lctx, cancel := context.WithCancel(ctx)
-		go func() {
-			defer close(listenDone)
-			r.listen(lctx)
-		}()
-		defer func() { cancel(); <-listenDone }()
-	}
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		n, err := r.RunOnce(ctx)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil {
-			r.log.ErrorContext(ctx, "relay batch failed", "err", err)
-		}
-		if n == int(r.cfg.BatchSize) && err == nil {
-			continue // a full batch: more rows are likely due
-		}
-		wait := r.cfg.PollInterval
-		if n > 0 {
-			wait = r.cfg.FollowUpInterval // rows are arriving; their Starts may not have notified
-		}
-		if err := r.sleep(ctx, timer, time.Now().Add(wait)); err != nil {
-			return err
-		}
-	}
-}
-
-// sleep waits until deadline, or until a notification says a row is due
-// (now, or before the deadline: then until that time).
-func (r *Relay) sleep(ctx context.Context, timer *time.Timer, deadline time.Time) error {
-	for {
-		timer.Reset(time.Until(deadline))
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-			return nil
-		case due := <-r.wake:
-			if !due.After(time.Now()) {
-				timer.Stop()
-				return nil
-			}
-			if due.Before(deadline) {
-				deadline = due
-			}
-		}
-	}
-}
-
-// listen holds one pooled connection in LISTEN and forwards notifications
-// to wake, reconnecting with backoff until ctx ends.
-func (r *Relay) listen(ctx context.Context) {
-	for attempt := int32(1); ctx.Err() == nil; attempt++ {
-		err := r.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		delay := backoff.Jitter(backoff.Exponential(100*time.Millisecond, 5*time.Second, attempt), 0.2)
-		r.log.WarnContext(ctx, "relay listener lost; polling until it is back", "err", err, "retry_in", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context) error {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// A connection that was LISTENing goes back to nobody: destroy it.
-	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return err
-	}
-	r.cfg.TestSignals.Listening.Signal(struct{}{})
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		due := time.Now()
-		if t, perr := parseDue(n.Payload); perr == nil {
-			due = t
-		}
-		select {
-		case r.wake <- due:
-		default:
-			// A wake-up is already pending; the claim it triggers sees
-			// this row too, or the poll does.
-		}
-	}
-}
-
-// parseDue reads a notification payload: a timestamptz in PostgreSQL's
-// text form.
-func parseDue(s string) (time.Time, error) {
-	for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05-07"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("relay: unparsable due time %q", s)
-}
 
 // outcome is the result of publishing one claimed row.
 type outcome struct {

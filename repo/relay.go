@@ -82,6 +82,77 @@ func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimParams) ([]*kfs
 	return out, nil
 }
 
+// ListenerIdleParams registers a relay that found nothing to claim as idle,
+// so that commits which make an outbox row due notify it.
+type ListenerIdleParams struct {
+	// ListenerID is the relay's id (the RelayID it claims with), 1..255
+	// characters: its next claim that finds rows ends the registration.
+	ListenerID string
+	// TTL (> 0) is how long the registration lasts unless refreshed by the
+	// next OutboxListenerIdle; a relay that died asleep is forgotten then.
+	TTL time.Duration
+}
+
+// ListenerIdleResult says whether the relay may sleep.
+type ListenerIdleResult struct {
+	// Registered: commits that make a row due now notify the relay. When
+	// false (a commit was checking at that instant), the relay must poll
+	// again shortly instead of sleeping.
+	Registered bool
+	// Inserted: the registration is new. Claim once more before sleeping;
+	// a row committed just before the registration is found by that claim.
+	Inserted bool
+	// NextDueIn is how long until the earliest outbox row is or becomes
+	// due, by the database's clock; nil when none will (only deferred rows
+	// wait, or none). Zero or less: a due row was not claimed, because
+	// another relay or a control-plane call held its lock.
+	NextDueIn *time.Duration
+}
+
+// OutboxListenerIdle registers a relay as idle before it sleeps on LISTEN
+// (migration 0007 describes the handshake with committing transactions).
+// It never waits for a lock. Call it on the pool, not in a transaction:
+// the registration must commit before the claim that follows it.
+//
+// Errors: *InputError.
+func (r *Repo) OutboxListenerIdle(ctx context.Context, db DBTX, p *ListenerIdleParams) (*ListenerIdleResult, error) {
+	var v validator
+	if p == nil {
+		v.fail("ListenerIdleParams", "must be set")
+	} else {
+		v.text("ListenerID", p.ListenerID, MaxWorkerIDLength)
+		v.duration("TTL", p.TTL)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.OutboxListenerIdle(ctx, db, &gen.OutboxListenerIdleParams{Now: r.now(), Ttl: p.TTL, ListenerID: p.ListenerID})
+	if err != nil {
+		return nil, fmt.Errorf("register relay %q idle: %w", p.ListenerID, mapError(err))
+	}
+	res := &ListenerIdleResult{Registered: row.Registered, Inserted: row.Inserted}
+	if row.HasNextDue {
+		res.NextDueIn = new(time.Duration(row.NextDueInUs) * time.Microsecond)
+	}
+	return res, nil
+}
+
+// OutboxListenerAwake ends a relay's idle registration: it stops, or it
+// lost its LISTEN connection and polls until that is back.
+//
+// Errors: *InputError.
+func (r *Repo) OutboxListenerAwake(ctx context.Context, db DBTX, listenerID string) error {
+	var v validator
+	v.text("ListenerID", listenerID, MaxWorkerIDLength)
+	if err := v.result(); err != nil {
+		return err
+	}
+	if err := r.q.OutboxListenerAwake(ctx, db, listenerID); err != nil {
+		return fmt.Errorf("end idle registration of relay %q: %w", listenerID, mapError(err))
+	}
+	return nil
+}
+
 // Dispatch records one successful publication of a claimed row.
 type Dispatch struct {
 	OutboxID  uuid.UUID

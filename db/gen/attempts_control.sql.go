@@ -174,7 +174,7 @@ released AS (
          updated_at = coalesce($1::timestamptz, now())
     FROM outbox
    WHERE o.id = outbox.id
-  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
+  RETURNING o.id
 )
 UPDATE document_compilation_attempts a
    SET row_version = a.row_version + 1,
@@ -267,7 +267,7 @@ outbox AS (
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
    WHERE o.attempt_id = attempt.id
-  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
+  RETURNING o.id
 )
 UPDATE document_compilation_attempts a
    SET run_state = 'dispatch_pending',
@@ -400,18 +400,10 @@ outbox AS (
          END,
          i.created_at, i.created_at
     FROM inserted i
-  -- Wake relays listening on kfsdb_outbox (delivered at commit; the
-  -- payload is when the row is due), but only when no other row is due:
-  -- then a relay is already busy and claims this one too (it claims again
-  -- right after any non-empty batch). A notifying commit holds PostgreSQL's
-  -- global notify lock through its WAL flush, so notifying on every Start
-  -- would serialize all Start commits. A deferred row wakes nobody.
-  RETURNING CASE WHEN NOT $11::boolean
-                  AND NOT EXISTS (
-                    SELECT 1 FROM document_compilation_outbox due
-                     WHERE due.status = 'pending'
-                       AND due.available_at <= coalesce($9::timestamptz, now()))
-                 THEN pg_notify('kfsdb_outbox', available_at::text) END AS notified
+  -- No notify here: the row is visible only at the caller's commit, so
+  -- migration 0007's deferred trigger decides then whether an idle relay
+  -- must be woken. A deferred row (at infinity) wakes nobody.
+  RETURNING id
 )
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
 UNION ALL
@@ -656,12 +648,8 @@ outbox AS (
          'pending', 0, ins.created_at, ins.created_at, ins.created_at
     FROM inserted ins
     JOIN input i ON i.id = ins.id
-  -- As StartAttempt: notify only when no other row is due.
-  RETURNING CASE WHEN NOT EXISTS (
-                   SELECT 1 FROM document_compilation_outbox due
-                    WHERE due.status = 'pending'
-                      AND due.available_at <= coalesce($10::timestamptz, now()))
-                 THEN pg_notify('kfsdb_outbox', available_at::text) END
+  -- Idle relays are woken at commit (migration 0007), as for StartAttempt.
+  RETURNING id
 )
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
 UNION ALL

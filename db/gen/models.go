@@ -79,6 +79,11 @@ type DocumentCompilationOutbox struct {
 	UpdatedAt        time.Time
 }
 
+type DocumentCompilationOutboxIdleListener struct {
+	ListenerID string
+	ExpiresAt  time.Time
+}
+
 type KnowledgeSpace struct {
 	ID          uuid.UUID
 	TenantID    string

@@ -25,6 +25,11 @@ WITH due AS (
    ORDER BY o.available_at, o.created_at, o.id
    LIMIT $5::integer
      FOR UPDATE SKIP LOCKED
+),
+awake AS (
+  DELETE FROM document_compilation_outbox_idle_listeners l
+   WHERE l.listener_id = $1::text
+     AND EXISTS (SELECT 1 FROM due)
 )
 UPDATE document_compilation_outbox o
    SET status = 'dispatching',
@@ -60,6 +65,8 @@ type ClaimOutboxParams struct {
 // Claims up to batch_size due rows, oldest due first: rows waiting to be
 // (re)published (delivery_due_idx) and rows whose relay lock expired
 // (lock_recovery_idx). Each claimed row gets its own random lock token.
+// A claim that found rows also ends the relay's idle registration
+// (OutboxListenerIdle), so commits stop notifying while it is busy.
 func (q *Queries) ClaimOutbox(ctx context.Context, db DBTX, arg *ClaimOutboxParams) ([]*DocumentCompilationOutbox, error) {
 	rows, err := db.Query(ctx, claimOutbox,
 		arg.RelayID,
@@ -219,6 +226,97 @@ func (q *Queries) MarkDispatched(ctx context.Context, db DBTX, arg *MarkDispatch
 		return nil, err
 	}
 	return items, nil
+}
+
+const outboxListenerAwake = `-- name: OutboxListenerAwake :exec
+DELETE FROM document_compilation_outbox_idle_listeners l
+ WHERE l.listener_id = $1::text
+`
+
+// Ends a relay's idle registration (the relay stops, or lost its LISTEN).
+func (q *Queries) OutboxListenerAwake(ctx context.Context, db DBTX, listenerID string) error {
+	_, err := db.Exec(ctx, outboxListenerAwake, listenerID)
+	return err
+}
+
+const outboxListenerIdle = `-- name: OutboxListenerIdle :one
+WITH refreshed AS (
+  UPDATE document_compilation_outbox_idle_listeners l
+     SET expires_at = coalesce($1::timestamptz, now()) + $2::interval
+   WHERE l.listener_id = $3::text
+  RETURNING l.listener_id
+),
+inserted AS (
+  INSERT INTO document_compilation_outbox_idle_listeners (listener_id, expires_at)
+  SELECT $3::text, coalesce($1::timestamptz, now()) + $2::interval
+   WHERE CASE WHEN EXISTS (SELECT 1 FROM refreshed) THEN false
+              ELSE pg_try_advisory_xact_lock(1801876324, 1) END
+  ON CONFLICT (listener_id) DO NOTHING
+  RETURNING listener_id
+),
+expired AS (
+  DELETE FROM document_compilation_outbox_idle_listeners l
+   WHERE l.expires_at < coalesce($1::timestamptz, now())
+     AND l.listener_id <> $3::text
+),
+next_due AS (
+  SELECT min(heads.due_at) AS due_at
+    FROM ((SELECT o.available_at AS due_at FROM document_compilation_outbox o
+            WHERE o.status = 'pending' AND o.available_at < 'infinity'
+            ORDER BY o.available_at LIMIT 1)
+          UNION ALL
+          (SELECT o.available_at FROM document_compilation_outbox o
+            WHERE o.status = 'dispatched' ORDER BY o.available_at LIMIT 1)
+          UNION ALL
+          (SELECT o.available_at FROM document_compilation_outbox o
+            WHERE o.status = 'leased' ORDER BY o.available_at LIMIT 1)
+          UNION ALL
+          (SELECT o.locked_until FROM document_compilation_outbox o
+            WHERE o.status = 'dispatching' ORDER BY o.locked_until LIMIT 1)) heads
+)
+SELECT (EXISTS (SELECT 1 FROM refreshed) OR EXISTS (SELECT 1 FROM inserted))::boolean AS registered,
+       EXISTS (SELECT 1 FROM inserted)::boolean AS inserted,
+       (next_due.due_at IS NOT NULL)::boolean AS has_next_due,
+       coalesce(floor(extract(epoch FROM next_due.due_at - coalesce($1::timestamptz, now())) * 1e6), 0)::bigint AS next_due_in_us
+  FROM next_due
+`
+
+type OutboxListenerIdleParams struct {
+	Now        *time.Time
+	Ttl        time.Duration
+	ListenerID string
+}
+
+type OutboxListenerIdleRow struct {
+	Registered  bool
+	Inserted    bool
+	HasNextDue  bool
+	NextDueInUs int64
+}
+
+// A relay found nothing to claim and is about to sleep on LISTEN: register
+// it idle, so that commits making a row due notify it (migration 0007).
+// Refreshing an existing registration needs no lock: it has been in place
+// since its relay last claimed. A new one takes the wake-up lock
+// exclusively without waiting; when a commit is checking (it holds the
+// lock shared) the registration is refused (registered = false) and the
+// relay polls again shortly instead. After a new registration (inserted)
+// the relay must claim once more before it sleeps: a commit that checked
+// before the registration is visible to that claim. Also deletes other
+// relays' expired registrations, and returns how long until the next row
+// becomes due, in microseconds (zero or less: one is due now;
+// has_next_due false: none will), read from the heads of delivery_due_idx
+// and lock_recovery_idx.
+func (q *Queries) OutboxListenerIdle(ctx context.Context, db DBTX, arg *OutboxListenerIdleParams) (*OutboxListenerIdleRow, error) {
+	row := db.QueryRow(ctx, outboxListenerIdle, arg.Now, arg.Ttl, arg.ListenerID)
+	var i OutboxListenerIdleRow
+	err := row.Scan(
+		&i.Registered,
+		&i.Inserted,
+		&i.HasNextDue,
+		&i.NextDueInUs,
+	)
+	return &i, err
 }
 
 const releaseOutbox = `-- name: ReleaseOutbox :one

@@ -949,7 +949,7 @@ outbox AS (
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
    WHERE o.attempt_id = attempt.id
-  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
+  RETURNING o.id
 )
 UPDATE document_compilation_attempts a
    SET run_state = 'retry_wait',
@@ -977,8 +977,8 @@ type ScheduleRetryParams struct {
 
 // The lease holder asks for another execution after retry_delay (so
 // retry_at > now always): retry_wait, lease and job ids cleared; the outbox
-// row becomes due again at retry_at with a fresh dispatch budget. The notify
-// carries retry_at so a relay can set its timer.
+// row becomes due again at retry_at with a fresh dispatch budget (an idle
+// relay is told at commit, by migration 0007's trigger, to set its timer).
 func (q *Queries) ScheduleRetry(ctx context.Context, db DBTX, arg *ScheduleRetryParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, scheduleRetry,
 		arg.Now,

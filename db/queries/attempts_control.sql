@@ -70,18 +70,10 @@ outbox AS (
          END,
          i.created_at, i.created_at
     FROM inserted i
-  -- Wake relays listening on kfsdb_outbox (delivered at commit; the
-  -- payload is when the row is due), but only when no other row is due:
-  -- then a relay is already busy and claims this one too (it claims again
-  -- right after any non-empty batch). A notifying commit holds PostgreSQL's
-  -- global notify lock through its WAL flush, so notifying on every Start
-  -- would serialize all Start commits. A deferred row wakes nobody.
-  RETURNING CASE WHEN NOT @deferred::boolean
-                  AND NOT EXISTS (
-                    SELECT 1 FROM document_compilation_outbox due
-                     WHERE due.status = 'pending'
-                       AND due.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
-                 THEN pg_notify('kfsdb_outbox', available_at::text) END AS notified
+  -- No notify here: the row is visible only at the caller's commit, so
+  -- migration 0007's deferred trigger decides then whether an idle relay
+  -- must be woken. A deferred row (at infinity) wakes nobody.
+  RETURNING id
 )
 SELECT * FROM inserted
 UNION ALL
@@ -146,7 +138,7 @@ released AS (
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM outbox
    WHERE o.id = outbox.id
-  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
+  RETURNING o.id
 )
 UPDATE document_compilation_attempts a
    SET row_version = a.row_version + 1,
@@ -263,7 +255,7 @@ outbox AS (
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
    WHERE o.attempt_id = attempt.id
-  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
+  RETURNING o.id
 )
 UPDATE document_compilation_attempts a
    SET run_state = 'dispatch_pending',
@@ -372,12 +364,8 @@ outbox AS (
          'pending', 0, ins.created_at, ins.created_at, ins.created_at
     FROM inserted ins
     JOIN input i ON i.id = ins.id
-  -- As StartAttempt: notify only when no other row is due.
-  RETURNING CASE WHEN NOT EXISTS (
-                   SELECT 1 FROM document_compilation_outbox due
-                    WHERE due.status = 'pending'
-                      AND due.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
-                 THEN pg_notify('kfsdb_outbox', available_at::text) END
+  -- Idle relays are woken at commit (migration 0007), as for StartAttempt.
+  RETURNING id
 )
 SELECT * FROM inserted
 UNION ALL

@@ -351,8 +351,8 @@ RETURNING a.*;
 -- name: ScheduleRetry :one
 -- The lease holder asks for another execution after retry_delay (so
 -- retry_at > now always): retry_wait, lease and job ids cleared; the outbox
--- row becomes due again at retry_at with a fresh dispatch budget. The notify
--- carries retry_at so a relay can set its timer.
+-- row becomes due again at retry_at with a fresh dispatch budget (an idle
+-- relay is told at commit, by migration 0007's trigger, to set its timer).
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
@@ -374,7 +374,7 @@ outbox AS (
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
    WHERE o.attempt_id = attempt.id
-  RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
+  RETURNING o.id
 )
 UPDATE document_compilation_attempts a
    SET run_state = 'retry_wait',

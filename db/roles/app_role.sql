@@ -33,6 +33,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE
   ON TABLE document_compilation_attempts, document_compilation_outbox
   TO kfsdb_app;
 
+-- Idle relays register here (migration 0007); every commit that makes an
+-- outbox row due reads it in a trigger.
+GRANT SELECT, INSERT, UPDATE, DELETE
+  ON TABLE document_compilation_outbox_idle_listeners
+  TO kfsdb_app;
+
 -- Tables kfsdb reads but never writes (Start checks the space, asset
 -- version and publication head; Advance checks the candidate publication).
 -- The platform's own role writes them.

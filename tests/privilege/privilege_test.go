@@ -103,6 +103,8 @@ func TestLeastPrivilege(t *testing.T) {
 			"document_compilation_attempts:SELECT", "document_compilation_attempts:UPDATE",
 			"document_compilation_outbox:DELETE", "document_compilation_outbox:INSERT",
 			"document_compilation_outbox:SELECT", "document_compilation_outbox:UPDATE",
+			"document_compilation_outbox_idle_listeners:DELETE", "document_compilation_outbox_idle_listeners:INSERT",
+			"document_compilation_outbox_idle_listeners:SELECT", "document_compilation_outbox_idle_listeners:UPDATE",
 			"knowledge_spaces:SELECT",
 			"projection_set_publication_heads:SELECT",
 			"projection_set_publications:SELECT",

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -21,7 +22,7 @@ import (
 // starts, for measuring Start-to-handler latency.
 type latencyBundle struct {
 	ctx     context.Context
-	pool    repo.DBTX
+	pool    *pgxpool.Pool
 	repo    *repo.Repo
 	docs    []testfactory.Document
 	started chan uuid.UUID
@@ -108,4 +109,106 @@ func TestPollOnlyStillDelivers(t *testing.T) {
 		require.Fail(t, "a PollOnly relay must not LISTEN")
 	default:
 	}
+}
+
+// awaitHandler waits until the handler starts attempt id and returns how
+// long that took since t0. Other attempts' starts are not expected.
+func (b *latencyBundle) awaitHandler(t *testing.T, id uuid.UUID, t0 time.Time, timeout time.Duration) time.Duration {
+	t.Helper()
+	select {
+	case got := <-b.started:
+		require.Equal(t, id, got, "the handler started another attempt")
+		return time.Since(t0)
+	case <-time.After(timeout):
+		require.FailNow(t, "handler did not start", "attempt %s within %s", id, timeout)
+		return 0
+	}
+}
+
+// settle gives the relay time to drain what it saw, go idle and sleep: the
+// state in which a missed wake-up costs a whole poll interval.
+func settle() { time.Sleep(300 * time.Millisecond) }
+
+// TestStartInCallerTxWakesIdleRelay: a Start inside the caller's
+// transaction becomes visible only at the caller's commit. Here another
+// row is due by the Start's statement clock (so a statement-time "is a
+// relay already busy" test skips the notify), the relay drains that row and
+// goes idle, and only then the caller commits: the commit itself must wake
+// the relay, long before the 5 s poll. Failed before migration 0007
+// (≈ 3.7 s).
+func TestStartInCallerTxWakesIdleRelay(t *testing.T) {
+	const samples = 3
+	const poll = 5 * time.Second
+	b, cfg := setupLatency(t, 2*samples+1, relay.Config{PollInterval: poll})
+	cfg.TestSignals.Listening.WaitOrTimeout(t, 10*time.Second)
+	b.startAndWait(t, 0, 2*poll)
+
+	var latencies []time.Duration
+	for i := range samples {
+		first, inTx := b.docs[1+2*i], b.docs[2+2*i]
+		p := first.Scope.StartParams()
+		p.AvailableAt = new(time.Now().Add(200 * time.Millisecond))
+		res, err := b.repo.Start(b.ctx, b.pool, p)
+		require.NoError(t, err)
+
+		// The caller's transaction runs a second ahead: by its clock the
+		// first row is already due when its Start runs.
+		dueAt := time.Now().Add(time.Second)
+		clock := testfactory.NewClock()
+		clock.Advance(dueAt.Sub(clock.Now()))
+		tx, err := b.pool.Begin(b.ctx)
+		require.NoError(t, err)
+		late, err := repo.New(&repo.Config{Clock: clock}).Start(b.ctx, tx, inTx.Scope.StartParams())
+		require.NoError(t, err)
+
+		b.awaitHandler(t, res.Attempt.ID, time.Now(), 2*poll)
+		time.Sleep(time.Until(dueAt))
+		settle()
+		t0 := time.Now()
+		require.NoError(t, tx.Commit(b.ctx))
+		latencies = append(latencies, b.awaitHandler(t, late.Attempt.ID, t0, 2*poll))
+	}
+	med := median(latencies)
+	t.Logf("caller-tx Start: commit -> handler start median %s over %d, poll %s", med.Round(time.Microsecond), samples, poll)
+	require.Less(t, med, time.Second, "a committed Start must wake an idle relay")
+}
+
+// TestLockedDueRowDoesNotStallRelay: a due row whose outbox row another
+// transaction holds locked (a control-plane call in a caller's
+// transaction does) is skipped by the relay's SKIP LOCKED claim. A Start
+// committed meanwhile must still wake the relay at once, and the locked
+// row must go out soon after its lock is released, not a poll later.
+// Failed before migration 0007 (the second Start waited ≈ 4.9 s).
+func TestLockedDueRowDoesNotStallRelay(t *testing.T) {
+	const poll = 5 * time.Second
+	b, cfg := setupLatency(t, 3, relay.Config{PollInterval: poll})
+	cfg.TestSignals.Listening.WaitOrTimeout(t, 10*time.Second)
+	b.startAndWait(t, 0, 2*poll)
+	settle()
+
+	// Due in 300 ms, and locked before then: the relay's timer claim finds
+	// it locked and skips it.
+	p := b.docs[1].Scope.StartParams()
+	p.AvailableAt = new(time.Now().Add(300 * time.Millisecond))
+	locked, err := b.repo.Start(b.ctx, b.pool, p)
+	require.NoError(t, err)
+	holder, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(context.WithoutCancel(b.ctx)) }()
+	_, err = holder.Exec(b.ctx, `SELECT 1 FROM document_compilation_outbox WHERE attempt_id = $1 FOR UPDATE`, locked.Attempt.ID)
+	require.NoError(t, err)
+	time.Sleep(600 * time.Millisecond)
+
+	t0 := time.Now()
+	res, err := b.repo.Start(b.ctx, b.pool, b.docs[2].Scope.StartParams())
+	require.NoError(t, err)
+	second := b.awaitHandler(t, res.Attempt.ID, t0, 2*poll)
+	t.Logf("Start while a due row is locked: Start -> handler start %s (poll %s)", second.Round(time.Microsecond), poll)
+	require.Less(t, second, time.Second, "a Start committed while a due row was locked must wake the relay")
+
+	t0 = time.Now()
+	require.NoError(t, holder.Commit(b.ctx))
+	released := b.awaitHandler(t, locked.Attempt.ID, t0, 2*poll)
+	t.Logf("locked due row: unlock -> handler start %s (poll %s)", released.Round(time.Microsecond), poll)
+	require.Less(t, released, time.Second, "a due row must go out soon after its lock is released")
 }

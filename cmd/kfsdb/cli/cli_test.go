@@ -77,12 +77,13 @@ func TestMigrateCommandsOnFreshDatabase(t *testing.T) {
 	require.Contains(t, run("version"), "version: 0")
 	up := run("up")
 	require.Contains(t, up, "00006_document_compilation_attempts.sql")
-	require.Contains(t, up, "version: 6")
+	require.Contains(t, up, "00007_outbox_wakeups.sql")
+	require.Contains(t, up, "version: 7")
 	require.Contains(t, run("up"), "no migrations to apply")
 	status := run("status")
 	require.Contains(t, status, "applied")
 	require.NotContains(t, status, "pending")
-	require.Contains(t, run("down"), "version: 4")
+	require.Contains(t, run("down"), "version: 6")
 	require.Contains(t, run("status"), "pending")
 }
 
