@@ -2,11 +2,14 @@ package runtime_test
 
 import (
 	"context"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -211,4 +214,66 @@ func TestLockedDueRowDoesNotStallRelay(t *testing.T) {
 	released := b.awaitHandler(t, locked.Attempt.ID, t0, 2*poll)
 	t.Logf("locked due row: unlock -> handler start %s (poll %s)", released.Round(time.Microsecond), poll)
 	require.Less(t, released, time.Second, "a due row must go out soon after its lock is released")
+}
+
+// TestNoWakeupLostUnderChurn: with a 30 s poll, only wake-ups deliver
+// quickly. In each of many rounds four producers start attempts at once, on
+// the pool and in transactions held open for random times, racing the
+// relay as it drains, goes idle and registers; then they wait, so the
+// round's last commit has no later Start to rescue a lost wake-up. Every
+// round's rows must be claimed within 5 s; a lost wake-up costs the poll.
+func TestNoWakeupLostUnderChurn(t *testing.T) {
+	t.Parallel()
+	const producers, rounds = 4, 30
+	const poll = 30 * time.Second
+	b, cfg := setupLatency(t, producers*rounds, relay.Config{PollInterval: poll})
+	cfg.TestSignals.Listening.WaitOrTimeout(t, 10*time.Second)
+	rng := rand.New(rand.NewPCG(1, 7))
+	var worst time.Duration
+	for r := range rounds {
+		ids := make([]uuid.UUID, producers)
+		holds := make([]time.Duration, producers) // < 0: on the pool
+		for p := range holds {
+			holds[p] = time.Duration(rng.IntN(4000)-1000) * time.Microsecond
+		}
+		var wg sync.WaitGroup
+		for p := range producers {
+			wg.Go(func() {
+				doc := b.docs[r*producers+p]
+				if holds[p] < 0 {
+					res, err := b.repo.Start(b.ctx, b.pool, doc.Scope.StartParams())
+					if assert.NoError(t, err) {
+						ids[p] = res.Attempt.ID
+					}
+					return
+				}
+				tx, err := b.pool.Begin(b.ctx)
+				if !assert.NoError(t, err) {
+					return
+				}
+				defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+				res, err := b.repo.Start(b.ctx, tx, doc.Scope.StartParams())
+				if !assert.NoError(t, err) {
+					return
+				}
+				time.Sleep(holds[p])
+				if assert.NoError(t, tx.Commit(b.ctx)) {
+					ids[p] = res.Attempt.ID
+				}
+			})
+		}
+		wg.Wait()
+		committed := time.Now()
+		require.Eventually(t, func() bool {
+			var pending int
+			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM document_compilation_outbox WHERE attempt_id = ANY($1) AND status = 'pending'`, ids).Scan(&pending))
+			return pending == 0
+		}, 5*time.Second, time.Millisecond, "round %d: a committed row was not claimed: its wake-up was lost", r)
+		worst = max(worst, time.Since(committed))
+		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // the relay goes idle at a different moment each round
+	}
+	for range producers * rounds {
+		<-b.started
+	}
+	t.Logf("%d rounds of %d Starts: worst last commit -> claimed %s (poll %s)", rounds, producers, worst.Round(time.Millisecond), poll)
 }

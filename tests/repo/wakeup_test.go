@@ -1,0 +1,230 @@
+package repo_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/relay"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// listeners returns the ids registered idle.
+func (b *testBundle) listeners(t *testing.T) []string {
+	t.Helper()
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT listener_id FROM document_compilation_outbox_idle_listeners ORDER BY 1`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return ids
+}
+
+func (b *testBundle) idle(t *testing.T, id string, ttl time.Duration) *repo.ListenerIdleResult {
+	t.Helper()
+	res, err := b.repo.OutboxListenerIdle(b.ctx, b.db.Pool, &repo.ListenerIdleParams{ListenerID: id, TTL: ttl})
+	require.NoError(t, err)
+	return res
+}
+
+func TestOutboxListenerIdle(t *testing.T) {
+	t.Run("RegistersThenRefreshes", func(t *testing.T) {
+		b := setup(t)
+		res := b.idle(t, "relay-a", time.Minute)
+		require.Equal(t, &repo.ListenerIdleResult{Registered: true, Inserted: true}, res, "nothing due, nothing registered before")
+		res = b.idle(t, "relay-a", time.Minute)
+		require.Equal(t, &repo.ListenerIdleResult{Registered: true}, res, "a refresh is not a new registration")
+		var expires time.Time
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT expires_at FROM document_compilation_outbox_idle_listeners WHERE listener_id = 'relay-a'`).Scan(&expires))
+		require.Equal(t, b.clock.Now().Add(time.Minute), expires.UTC())
+	})
+
+	t.Run("RefusedWhileACommitChecks", func(t *testing.T) {
+		b := setup(t)
+		scope := b.scope(t)
+		tx, err := b.db.Pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+		_, err = b.repo.Start(b.ctx, tx, scope.StartParams())
+		require.NoError(t, err)
+		// Fires the deferred wake-up check now; it holds the lock shared
+		// until this transaction ends, as a commit in progress does.
+		_, err = tx.Exec(b.ctx, `SET CONSTRAINTS ALL IMMEDIATE`)
+		require.NoError(t, err)
+
+		res := b.idle(t, "relay-a", time.Minute)
+		require.False(t, res.Registered, "a new registration must not pass a commit that is checking")
+		require.False(t, res.Inserted)
+		require.Empty(t, b.listeners(t))
+
+		require.NoError(t, tx.Commit(b.ctx))
+		res = b.idle(t, "relay-a", time.Minute)
+		require.True(t, res.Registered)
+		require.True(t, res.Inserted)
+		require.NotNil(t, res.NextDueIn)
+		require.LessOrEqual(t, *res.NextDueIn, time.Duration(0), "the committed Start's row is due: claim before sleeping")
+	})
+
+	t.Run("RefreshNeedsNoLock", func(t *testing.T) {
+		b := setup(t)
+		b.idle(t, "relay-a", time.Minute)
+		tx, err := b.db.Pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+		_, err = tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock_shared(1801876324, 1)`)
+		require.NoError(t, err)
+		require.Equal(t, &repo.ListenerIdleResult{Registered: true}, b.idle(t, "relay-a", time.Minute))
+	})
+
+	t.Run("ClaimThatFindsRowsEndsRegistration", func(t *testing.T) {
+		b := setup(t)
+		claim := func(relayID string) int {
+			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: relayID, BatchSize: 10})
+			require.NoError(t, err)
+			return len(msgs)
+		}
+		b.idle(t, "relay-a", time.Minute)
+		b.idle(t, "relay-b", time.Minute)
+		require.Zero(t, claim("relay-a"))
+		require.Equal(t, []string{"relay-a", "relay-b"}, b.listeners(t), "an empty claim keeps the relay idle")
+		b.drv.Start(b.ctx, t, b.scope(t))
+		require.Equal(t, 1, claim("relay-a"))
+		require.Equal(t, []string{"relay-b"}, b.listeners(t), "only the claiming relay is awake")
+		require.NoError(t, b.repo.OutboxListenerAwake(b.ctx, b.db.Pool, "relay-b"))
+		require.Empty(t, b.listeners(t))
+	})
+
+	t.Run("DeletesOthersExpiredRegistrations", func(t *testing.T) {
+		b := setup(t)
+		b.idle(t, "relay-a", time.Second)
+		b.idle(t, "relay-b", time.Hour)
+		b.clock.Advance(2 * time.Second)
+		b.idle(t, "relay-c", time.Minute)
+		require.Equal(t, []string{"relay-b", "relay-c"}, b.listeners(t))
+	})
+
+	t.Run("NextDueIn", func(t *testing.T) {
+		b := setup(t)
+		require.Nil(t, b.idle(t, "relay-a", time.Minute).NextDueIn, "an empty outbox")
+
+		deferred := b.scope(t).StartParams()
+		deferred.Deferred = true
+		_, err := b.repo.Start(b.ctx, b.db.Pool, deferred)
+		require.NoError(t, err)
+		require.Nil(t, b.idle(t, "relay-a", time.Minute).NextDueIn, "a deferred row never comes due by itself")
+
+		later := b.scope(t).StartParams()
+		later.AvailableAt = new(b.clock.Now().Add(90 * time.Second))
+		_, err = b.repo.Start(b.ctx, b.db.Pool, later)
+		require.NoError(t, err)
+		require.Equal(t, new(90*time.Second), b.idle(t, "relay-a", time.Minute).NextDueIn)
+
+		// A claimed row comes due again when its lock expires.
+		now := b.drv.Start(b.ctx, t, b.scope(t))
+		_, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-b", BatchSize: 1, LockDuration: 30 * time.Second})
+		require.NoError(t, err)
+		require.Equal(t, new(30*time.Second), b.idle(t, "relay-a", time.Minute).NextDueIn, "attempt %s's claim", now.ID)
+	})
+
+	t.Run("InputErrors", func(t *testing.T) {
+		b := setup(t)
+		for _, p := range []*repo.ListenerIdleParams{nil, {TTL: time.Second}, {ListenerID: "r"}, {ListenerID: "r", TTL: -time.Second}} {
+			_, err := b.repo.OutboxListenerIdle(b.ctx, b.db.Pool, p)
+			var inputErr *repo.InputError
+			require.True(t, errors.As(err, &inputErr), "params %+v: %v", p, err)
+		}
+		require.ErrorIs(t, b.repo.OutboxListenerAwake(b.ctx, b.db.Pool, ""), repo.ErrInvalidInput)
+		require.Empty(t, b.listeners(t))
+	})
+}
+
+// notifications is a connection LISTENing on the relay channel.
+type notifications struct {
+	b    *testBundle
+	conn *pgx.Conn
+}
+
+func listenRelay(t *testing.T, b *testBundle) *notifications {
+	t.Helper()
+	conn, err := pgx.Connect(b.ctx, b.db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.WithoutCancel(b.ctx)) })
+	_, err = conn.Exec(b.ctx, "LISTEN "+relay.NotifyChannel)
+	require.NoError(t, err)
+	return &notifications{b: b, conn: conn}
+}
+
+// next sends a sentinel notification and returns the payloads that arrived
+// before it: notifications are delivered in commit order, so this is what
+// every transaction committed so far sent, with no sleep.
+func (n *notifications) next(t *testing.T) []string {
+	t.Helper()
+	_, err := n.b.db.Pool.Exec(n.b.ctx, `SELECT pg_notify($1, 'sentinel')`, relay.NotifyChannel)
+	require.NoError(t, err)
+	var got []string
+	for {
+		ctx, cancel := context.WithTimeout(n.b.ctx, 10*time.Second)
+		msg, err := n.conn.WaitForNotification(ctx)
+		cancel()
+		require.NoError(t, err)
+		if msg.Payload == "sentinel" {
+			return got
+		}
+		got = append(got, msg.Payload)
+	}
+}
+
+// TestCommitNotifiesOnlyIdleRelays: the deferred trigger of migration 0007
+// notifies at commit, and only while a relay is registered idle, so a busy
+// system's commits never take PostgreSQL's notify lock.
+func TestCommitNotifiesOnlyIdleRelays(t *testing.T) {
+	b := setup(t)
+	n := listenRelay(t, b)
+
+	b.drv.Start(b.ctx, t, b.scope(t))
+	require.Empty(t, n.next(t), "no relay is idle: a Start notifies nobody")
+
+	b.idle(t, "relay-a", time.Minute)
+	tx, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = b.repo.Start(b.ctx, tx, b.scope(t).StartParams())
+	require.NoError(t, err)
+	require.Empty(t, n.next(t), "nothing before the caller's commit")
+	require.NoError(t, tx.Commit(b.ctx))
+	require.Len(t, n.next(t), 1, "the commit notifies the idle relay")
+
+	parkedScope := b.scope(t)
+	deferred := parkedScope.StartParams()
+	deferred.Deferred = true
+	parked, err := b.repo.Start(b.ctx, b.db.Pool, deferred)
+	require.NoError(t, err)
+	require.Empty(t, n.next(t), "a deferred row wakes nobody")
+	_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(parkedScope.Ref(parked.Attempt.ID)))
+	require.NoError(t, err)
+	require.Len(t, n.next(t), 1, "releasing it does")
+
+	rolledBack, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = b.repo.Start(b.ctx, rolledBack, b.scope(t).StartParams())
+	require.NoError(t, err)
+	require.NoError(t, rolledBack.Rollback(b.ctx))
+	require.Empty(t, n.next(t), "a rolled-back Start notifies nobody")
+
+	// The relay claims, so it is busy: commits stop notifying.
+	_, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 100})
+	require.NoError(t, err)
+	b.drv.Start(b.ctx, t, b.scope(t))
+	require.Empty(t, n.next(t))
+
+	// Under REPEATABLE READ the check could read an old snapshot: always
+	// notify.
+	rr, err := b.db.Pool.BeginTx(b.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	require.NoError(t, err)
+	_, err = b.repo.Start(b.ctx, rr, b.scope(t).StartParams())
+	require.NoError(t, err)
+	require.NoError(t, rr.Commit(b.ctx))
+	require.Len(t, n.next(t), 1)
+}
