@@ -161,6 +161,12 @@ bench-scale: ## Hot statements' p50/p99 at 0, 10^4, 10^5, 10^6 historical attemp
 	mkdir -p $(BENCH_OUT)
 	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkScale' -benchtime 200x -timeout 60m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/scale.txt
 
+.PHONY: bench-wakeup
+bench-wakeup: ## An idle relay's wake-up latency: Start on the pool, a caller's commit, a locked due row's unlock (BENCH_COUNT runs).
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkWakeup' -benchtime 50x -count $(BENCH_COUNT) -timeout 30m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/wakeup.txt
+
 .PHONY: soak
 soak: ## The long forms: model-based soak, fault injection and multi-process races (KFS_SOAK=1).
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))

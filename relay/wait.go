@@ -161,6 +161,8 @@ func (r *Relay) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		// Nobody hears notifications now: commits need not send them.
+		r.awake(ctx)
 		delay := backoff.Jitter(backoff.Exponential(100*time.Millisecond, 5*time.Second, attempt), 0.2)
 		r.log.WarnContext(ctx, "relay listener lost; polling until it is back", "err", err, "retry_in", delay)
 		select {
