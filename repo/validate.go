@@ -103,6 +103,12 @@ func ValidateFingerprint(s string) error {
 // (invalid UTF-8 and NUL bytes) with U+FFFD.
 func TruncateMessage(s string) string { return truncateText(s, MaxErrorMessageRunes) }
 
+// TruncateErrorCode cuts s to at most MaxErrorCodeLength runes and
+// sanitizes it exactly as TruncateMessage does, so that a code from
+// anywhere (a handler's worker.Fatal) is one Fail and ScheduleRetry
+// accept, unless it is empty.
+func TruncateErrorCode(s string) string { return truncateText(s, MaxErrorCodeLength) }
+
 // truncateText is TruncateMessage with the limit as a parameter, so that
 // fuzzing reaches the cut with short inputs.
 func truncateText(s string, max int) string {

@@ -104,8 +104,10 @@ func Retryable(err error) error {
 }
 
 // Fatal fails the attempt with code (1..64 characters) and err's text. An
-// empty code means DOCUMENT_COMPILATION_FAILED; err may be nil: the code
-// is then the message.
+// empty code means DOCUMENT_COMPILATION_FAILED; a longer one is cut to 64
+// characters, and invalid UTF-8 and NUL bytes in it are replaced with
+// U+FFFD (repo.TruncateErrorCode). err may be nil: the code is then the
+// message; an empty message is replaced with one naming the error's type.
 func Fatal(code string, err error) error {
 	return &Error{Code: code, Err: err}
 }
@@ -587,7 +589,9 @@ type verdict struct {
 	shutdown bool
 	// retry: ScheduleRetry while attempts remain; otherwise Fail.
 	retry bool
-	// code and message are what is stored: never empty.
+	// code and message are what is stored: never empty, valid UTF-8
+	// without NUL, the code at most 64 characters, so that Fail and
+	// ScheduleRetry accept them.
 	code    string
 	message string
 	// err is Result.Err: the handler's error, or one describing it when
@@ -619,20 +623,19 @@ func (w *Worker) judge(herr error, stopping bool) (v verdict) {
 	switch {
 	case stopping && errors.Is(herr, context.Canceled):
 		v.shutdown, v.retry, v.code = true, true, ErrorCodeWorkerShutdown
-		v.message = ErrorCodeWorkerShutdown + ": " + herr.Error()
+		v.message = repo.TruncateMessage(ErrorCodeWorkerShutdown + ": " + herr.Error())
 		return v
 	case marked && e.Retryable, repo.IsRetryable(herr):
 		v.retry, v.code = true, kfstype.ErrorCodeCompilationRetryable
 	default:
 		v.code = kfstype.ErrorCodeCompilationFailed
 	}
-	if marked && e.Code != "" {
-		v.code = e.Code
+	if marked {
+		// Cut to 64 characters at a rune boundary; invalid UTF-8 and NUL
+		// (which PostgreSQL's text refuses) become U+FFFD.
+		v.code = cmp.Or(repo.TruncateErrorCode(e.Code), v.code)
 	}
-	if len(v.code) > repo.MaxErrorCodeLength {
-		v.code = v.code[:repo.MaxErrorCodeLength]
-	}
-	v.message = herr.Error()
+	v.message = cmp.Or(repo.TruncateMessage(herr.Error()), fmt.Sprintf("the handler returned a %T with an empty message", herr))
 	return v
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,8 +41,9 @@ type handlerResult struct {
 	message string
 }
 
-// handlerResults are the results issue 13 found crashing the worker or
-// looping it.
+// handlerResults are the results issue 13 found crashing the worker,
+// storing a mangled code, or leaving the outcome unrecorded (the attempt
+// was then run again).
 var handlerResults = []handlerResult{
 	{name: "FatalNilErr", err: func() error { return worker.Fatal("PDF_ENCRYPTED", nil) },
 		state: kfstype.RunStateFailed, code: "PDF_ENCRYPTED"},
@@ -63,6 +65,28 @@ var handlerResults = []handlerResult{
 		state: kfstype.RunStateFailed, code: kfstype.ErrorCodeHandlerPanic},
 	{name: "RetryableOfPanickingError", err: func() error { return worker.Retryable(panickyError{}) },
 		state: kfstype.RunStateFailed, code: kfstype.ErrorCodeHandlerPanic},
+
+	// Codes are cut to 64 characters (runes), never inside a rune, and
+	// sanitized; messages are never empty.
+	{name: "MultibyteCodeCutByRunes", err: func() error { return worker.Fatal("X"+strings.Repeat("é", 70), errors.New("boom")) },
+		state: kfstype.RunStateFailed, code: "X" + strings.Repeat("é", 63)},
+	{name: "EmojiCodeCutByRunes", err: func() error { return worker.Fatal(strings.Repeat("🔥", 70), errors.New("boom")) },
+		state: kfstype.RunStateFailed, code: strings.Repeat("🔥", 64)},
+	{name: "RetryableMultibyteCode", err: func() error {
+		return &worker.Error{Code: "R" + strings.Repeat("ü", 80), Retryable: true, Err: errors.New("later")}
+	}, state: kfstype.RunStateRetryWait, code: "R" + strings.Repeat("ü", 63)},
+	{name: "InvalidUTF8Code", err: func() error { return worker.Fatal("BAD\xffCODE", errors.New("boom")) },
+		state: kfstype.RunStateFailed, code: "BAD\uFFFDCODE"},
+	{name: "NULInCode", err: func() error { return worker.Fatal("NUL\x00CODE", errors.New("boom")) },
+		state: kfstype.RunStateFailed, code: "NUL\uFFFDCODE"},
+	{name: "EmptyMessage", err: func() error { return errors.New("") },
+		state: kfstype.RunStateFailed, code: kfstype.ErrorCodeCompilationFailed},
+	{name: "RetryableEmptyMessage", err: func() error { return &worker.Error{Retryable: true, Err: errors.New("")} },
+		state: kfstype.RunStateRetryWait, code: kfstype.ErrorCodeCompilationRetryable},
+	{name: "NULInMessage", err: func() error { return errors.New("a\x00b") },
+		state: kfstype.RunStateFailed, code: kfstype.ErrorCodeCompilationFailed, message: "a\uFFFDb"},
+	{name: "InvalidUTF8Message", err: func() error { return errors.New("a\xffb") },
+		state: kfstype.RunStateFailed, code: kfstype.ErrorCodeCompilationFailed, message: "a\uFFFDb"},
 }
 
 // TestHandlerResultsAreRecorded runs a relay and a worker (Run, the
@@ -127,6 +151,7 @@ func runHandlerResults(t *testing.T, cases []handlerResult) {
 			msg := *rows.Attempt.LastErrorMessage
 			require.NotEmpty(t, msg)
 			require.True(t, utf8.ValidString(msg))
+			require.LessOrEqual(t, utf8.RuneCountInString(*rows.Attempt.LastErrorCode), repo.MaxErrorCodeLength)
 			if c.message != "" {
 				require.Equal(t, c.message, msg)
 			}
