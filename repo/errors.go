@@ -90,6 +90,9 @@ type InputError struct {
 }
 
 func (e *InputError) Error() string {
+	if e == nil {
+		return ErrInvalidInput.Error()
+	}
 	return fmt.Sprintf("kfsdb: invalid input: %s %s", e.Field, e.Reason)
 }
 
@@ -113,6 +116,9 @@ type TransitionError struct {
 }
 
 func (e *TransitionError) Error() string {
+	if e == nil {
+		return ErrInvalidTransition.Error()
+	}
 	msg := fmt.Sprintf("kfsdb: %s attempt %s: invalid transition %s -> %s", e.Transition, e.AttemptID, e.From, e.To)
 	if e.Reason != "" {
 		msg += ": " + e.Reason
@@ -131,6 +137,9 @@ type HeadConflictError struct {
 }
 
 func (e *HeadConflictError) Error() string {
+	if e == nil {
+		return ErrHeadConflict.Error()
+	}
 	return fmt.Sprintf("kfsdb: publication head conflict: expected base head revision %d, head is at %d", e.Expected, e.Actual)
 }
 
@@ -146,6 +155,12 @@ type ConstraintError struct {
 }
 
 func (e *ConstraintError) Error() string {
+	switch {
+	case e == nil:
+		return ErrConstraint.Error()
+	case e.Err == nil:
+		return fmt.Sprintf("kfsdb: constraint %s on %s violated (SQLSTATE %s)", e.Constraint, e.Table, e.Code)
+	}
 	return fmt.Sprintf("kfsdb: constraint %s on %s violated (SQLSTATE %s): %s", e.Constraint, e.Table, e.Code, e.Err.Message)
 }
 
@@ -153,7 +168,12 @@ func (e *ConstraintError) Error() string {
 func (e *ConstraintError) Is(target error) bool { return target == ErrConstraint }
 
 // Unwrap returns the driver error.
-func (e *ConstraintError) Unwrap() error { return e.Err }
+func (e *ConstraintError) Unwrap() error {
+	if e == nil || e.Err == nil {
+		return nil // not a typed nil *pgconn.PgError
+	}
+	return e.Err
+}
 
 // activeSlotIndex is the unique index that allows one live attempt per
 // document version.
