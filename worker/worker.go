@@ -61,8 +61,13 @@ type Handler interface {
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, job *Job) error
 
-// Work implements Handler.
-func (f HandlerFunc) Work(ctx context.Context, job *Job) error { return f(ctx, job) }
+// Work implements Handler. A nil HandlerFunc returns an error.
+func (f HandlerFunc) Work(ctx context.Context, job *Job) error {
+	if f == nil {
+		return errors.New("worker: nil HandlerFunc")
+	}
+	return f(ctx, job)
+}
 
 // Error is a handler error with the error code the attempt fails with.
 type Error struct {
@@ -218,8 +223,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: HeartbeatInterval %s must be shorter than LeaseDuration %s", c.HeartbeatInterval, c.LeaseDuration)
 	case c.RetryBackoffCap < c.RetryBackoffBase:
 		return fmt.Errorf("worker: RetryBackoffCap %s is below RetryBackoffBase %s", c.RetryBackoffCap, c.RetryBackoffBase)
-	case len(c.ID) > repo.MaxWorkerIDLength:
-		return fmt.Errorf("worker: ID must be at most %d characters", repo.MaxWorkerIDLength)
+	case repo.ValidateWorkerID(c.ID) != nil:
+		return fmt.Errorf("worker: ID: %w", repo.ValidateWorkerID(c.ID))
+	case nilvalue.Is(c.Metrics):
+		return fmt.Errorf("worker: Metrics is a nil %T", c.Metrics)
 	}
 	return nil
 }
@@ -238,9 +245,9 @@ func New(pool *pgxpool.Pool, src Source, h Handler, cfg *Config) (*Worker, error
 	switch {
 	case pool == nil:
 		return nil, errors.New("worker: pool is nil")
-	case src == nil:
+	case nilvalue.Is(src):
 		return nil, errors.New("worker: source is nil")
-	case h == nil:
+	case nilvalue.Is(h):
 		return nil, errors.New("worker: handler is nil")
 	}
 	if cfg == nil {
@@ -253,13 +260,32 @@ func New(pool *pgxpool.Pool, src Source, h Handler, cfg *Config) (*Worker, error
 	return &Worker{cfg: c, pool: pool, src: src, handler: h, log: c.Logger.With("worker", c.ID)}, nil
 }
 
-// ID returns the worker's id.
-func (w *Worker) ID() string { return w.cfg.ID }
+// ID returns the worker's id ("" for a nil Worker).
+func (w *Worker) ID() string {
+	if w == nil || w.cfg == nil {
+		return ""
+	}
+	return w.cfg.ID
+}
+
+// usable refuses a Worker not made by New and a nil context.
+func (w *Worker) usable(ctx context.Context) error {
+	switch {
+	case w == nil || w.cfg == nil:
+		return errors.New("worker: the Worker is nil or was not made by worker.New")
+	case nilvalue.Is(ctx):
+		return errors.New("worker: ctx is nil")
+	}
+	return nil
+}
 
 // Run receives and processes deliveries with Concurrency goroutines until
 // ctx ends, then waits for them and returns ctx.Err(). Handlers see ctx's
 // cancellation; their outcome is still recorded.
 func (w *Worker) Run(ctx context.Context) error {
+	if err := w.usable(ctx); err != nil {
+		return err
+	}
 	var c *completer
 	if !w.cfg.SingleCompletions {
 		c = w.startCompleter(ctx)
@@ -302,6 +328,9 @@ const (
 	OutcomeDeferred  Outcome = "deferred"
 	OutcomeLeaseLost Outcome = "lease_lost"
 	OutcomeReleased  Outcome = "released"
+	// OutcomeRejected: Process was called on a nil Worker, with a nil
+	// context or a nil Message; nothing was done.
+	OutcomeRejected Outcome = "rejected"
 )
 
 // Result is what Process did with one delivery.
@@ -317,6 +346,12 @@ type Result struct {
 // Process handles one delivery: lease, run, record, acknowledge. It never
 // returns an error; what it did is in the Result (and the logs and metrics).
 func (w *Worker) Process(ctx context.Context, msg Message) Result {
+	if err := w.usable(ctx); err != nil {
+		return Result{Outcome: OutcomeRejected, Err: err}
+	}
+	if nilvalue.Is(msg) {
+		return Result{Outcome: OutcomeRejected, Err: errors.New("worker: msg is nil")}
+	}
 	res := w.process(ctx, msg, nil)
 	w.cfg.TestSignals.Processed.Signal(res)
 	return res
@@ -462,6 +497,12 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 	var te *repo.TransitionError
 	switch {
 	case errors.Is(err, repo.ErrDeliveryMismatch), errors.Is(err, repo.ErrNotFound):
+		res.Outcome = OutcomeStale
+	case errors.Is(err, repo.ErrInvalidInput):
+		// A malformed delivery (zero attempt id, an empty or invalid job
+		// id: forged or corrupted), since New checked the worker's own id
+		// and lease: it can never be leased, so handing it back would
+		// loop. Acknowledge it like a stale one.
 		res.Outcome = OutcomeStale
 	case errors.Is(err, repo.ErrDeliveryPending):
 		// Delivered before the relay recorded the job id: try again soon.
