@@ -53,7 +53,8 @@ var (
 	ErrHeadConflict = errors.New("kfsdb: publication head conflict")
 
 	// ErrLiveAttemptExists: RetryFailed found another live attempt for the
-	// document version (or lost the race for its active slot).
+	// document version (or lost the race for its active slot: then the
+	// unique violation's *pgconn.PgError is wrapped too).
 	ErrLiveAttemptExists = errors.New("kfsdb: a live attempt exists for the document version")
 
 	// ErrAttemptsExhausted: AcquireLease or ScheduleRetry found no
@@ -182,8 +183,9 @@ const activeSlotIndex = "document_compilation_attempts_scope_version_active_uq"
 // mapError turns driver errors into the module's: pgx.ErrNoRows into
 // ErrNotFound, integrity violations (class 23) into *ConstraintError (the
 // active-slot index into ErrLiveAttemptExists), serialization failures and
-// deadlocks (class 40) into ErrRetryTransaction. Anything else, such as
-// context and connection errors, passes through unchanged.
+// deadlocks (class 40) into ErrRetryTransaction; each of those still wraps
+// the *pgconn.PgError. Anything else, such as context and connection
+// errors, passes through unchanged.
 func mapError(err error) error {
 	if err == nil {
 		return nil
@@ -197,7 +199,9 @@ func mapError(err error) error {
 	}
 	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "23" {
 		if pgErr.Code == "23505" && pgErr.ConstraintName == activeSlotIndex {
-			return fmt.Errorf("%w (%s)", ErrLiveAttemptExists, pgErr.ConstraintName)
+			// Both wrapped: errors.Is finds the sentinel, errors.As the
+			// driver error (SQLSTATE, detail).
+			return fmt.Errorf("%w (%s): %w", ErrLiveAttemptExists, pgErr.ConstraintName, err)
 		}
 		return &ConstraintError{Constraint: pgErr.ConstraintName, Table: pgErr.TableName, Code: pgErr.Code, Err: pgErr}
 	}
