@@ -444,8 +444,11 @@ type StartManyResult struct {
 
 // StartMany starts up to 100 document versions in one statement: each
 // entry is created with its outbox row, or its live attempt is returned.
-// Entries that fail a precondition are explained one by one (a second
-// statement each) and reported in their Err. Deferred and AvailableAt are
+// Each entry the statement neither created nor returned (it failed a
+// precondition) then goes through Start alone, which runs its statement
+// and the read that explains the refusal: two more statements per refused
+// entry (three if a concurrent Start raced it), reported in its Err, or
+// its attempt if it could start after all. Deferred and AvailableAt are
 // not supported in a batch.
 //
 // Errors: *InputError for the batch (it names the entry); a database error
