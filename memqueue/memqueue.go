@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/worker"
@@ -40,16 +41,42 @@ type Queue struct {
 // New returns an empty queue.
 func New() *Queue { return &Queue{wake: make(chan struct{}, 1)} }
 
-// SetOutage makes Publish fail (true) or work again (false).
-func (q *Queue) SetOutage(down bool) { q.outage.Store(down) }
+// errNilQueue is what a nil Queue's Publish and Receive return.
+var errNilQueue = errors.New("memqueue: nil Queue (use memqueue.New)")
 
-// Stats reports messages published, acknowledged and handed back.
+// usable refuses a nil Queue and a nil context.
+func (q *Queue) usable(ctx context.Context) error {
+	switch {
+	case q == nil:
+		return errNilQueue
+	case nilvalue.Is(ctx):
+		return errors.New("memqueue: ctx is nil")
+	}
+	return ctx.Err()
+}
+
+// SetOutage makes Publish fail (true) or work again (false). It does
+// nothing on a nil Queue.
+func (q *Queue) SetOutage(down bool) {
+	if q != nil {
+		q.outage.Store(down)
+	}
+}
+
+// Stats reports messages published, acknowledged and handed back (zero
+// for a nil Queue).
 func (q *Queue) Stats() (published, acked, retried int64) {
+	if q == nil {
+		return 0, 0, 0
+	}
 	return q.pubs.Load(), q.acks.Load(), q.retries.Load()
 }
 
 // Len is the number of messages waiting (visible or not).
 func (q *Queue) Len() int {
+	if q == nil {
+		return 0
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.items)
@@ -58,8 +85,11 @@ func (q *Queue) Len() int {
 // Publish implements relay.Publisher: the message is visible at once under
 // a new queue job id.
 func (q *Queue) Publish(ctx context.Context, msg *relay.Message) (*relay.Publication, error) {
-	if err := ctx.Err(); err != nil {
+	if err := q.usable(ctx); err != nil {
 		return nil, err
+	}
+	if msg == nil {
+		return nil, errors.New("memqueue: msg is nil")
 	}
 	if q.outage.Load() {
 		return nil, ErrOutage
@@ -71,8 +101,11 @@ func (q *Queue) Publish(ctx context.Context, msg *relay.Message) (*relay.Publica
 }
 
 // Inject enqueues an arbitrary delivery (tests use it to forge stale or
-// duplicate deliveries).
+// duplicate deliveries). It does nothing on a nil Queue.
 func (q *Queue) Inject(d repo.Delivery) {
+	if q == nil {
+		return
+	}
 	q.push(&message{q: q, delivery: d, visibleAt: time.Now()})
 }
 
@@ -88,6 +121,9 @@ func (q *Queue) push(m *message) {
 
 // Receive implements worker.Source.
 func (q *Queue) Receive(ctx context.Context) (worker.Message, error) {
+	if err := q.usable(ctx); err != nil {
+		return nil, err
+	}
 	for {
 		q.mu.Lock()
 		var wait time.Duration = -1

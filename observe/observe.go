@@ -47,7 +47,8 @@ type Discard struct{}
 func (Discard) Add(Counter, int64) {}
 
 // Counts is an in-memory Metrics, for tests, the demo and simple apps.
-// The zero value is ready; safe for concurrent use.
+// The zero value is ready; safe for concurrent use. A nil *Counts counts
+// nothing.
 type Counts struct {
 	mu sync.Mutex
 	m  map[Counter]int64
@@ -55,6 +56,9 @@ type Counts struct {
 
 // Add implements Metrics.
 func (c *Counts) Add(name Counter, n int64) {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = make(map[Counter]int64)
@@ -65,6 +69,9 @@ func (c *Counts) Add(name Counter, n int64) {
 
 // Get returns one count.
 func (c *Counts) Get(name Counter) int64 {
+	if c == nil {
+		return 0
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.m[name]
@@ -72,6 +79,9 @@ func (c *Counts) Get(name Counter) int64 {
 
 // Snapshot returns every count, sorted by name.
 func (c *Counts) Snapshot() []Count {
+	if c == nil {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]Count, 0, len(c.m))

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/internal/backoff"
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/internal/testsignal"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
@@ -179,8 +180,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: BatchSize must be 1..%d, got %d", repo.MaxClaimBatch, c.BatchSize)
 	case c.Concurrency < 1:
 		return fmt.Errorf("relay: Concurrency must be > 0, got %d", c.Concurrency)
-	case len(c.ID) > repo.MaxWorkerIDLength:
-		return fmt.Errorf("relay: ID must be at most %d characters", repo.MaxWorkerIDLength)
+	case repo.ValidateWorkerID(c.ID) != nil:
+		return fmt.Errorf("relay: ID: %w", repo.ValidateWorkerID(c.ID))
+	case nilvalue.Is(c.Metrics):
+		return fmt.Errorf("relay: Metrics is a nil %T", c.Metrics)
 	case c.FollowUpInterval > c.PollInterval:
 		return fmt.Errorf("relay: FollowUpInterval %s is longer than PollInterval %s", c.FollowUpInterval, c.PollInterval)
 	case c.LockDuration < 0 || c.PollInterval < 0 || c.FollowUpInterval < 0 || c.PublishTimeout < 0 || c.VisibilityTimeout < 0 || c.WriteTimeout < 0:
@@ -213,7 +216,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg *Config) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("relay: pool is nil")
 	}
-	if pub == nil {
+	if nilvalue.Is(pub) {
 		return nil, errors.New("relay: publisher is nil")
 	}
 	if cfg == nil {
@@ -226,8 +229,24 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg *Config) (*Relay, error) {
 	return &Relay{cfg: c, pool: pool, pub: pub, log: c.Logger.With("relay", c.ID), wake: newWakeup()}, nil
 }
 
-// ID returns the relay's id.
-func (r *Relay) ID() string { return r.cfg.ID }
+// ID returns the relay's id ("" for a nil Relay).
+func (r *Relay) ID() string {
+	if r == nil || r.cfg == nil {
+		return ""
+	}
+	return r.cfg.ID
+}
+
+// usable refuses a Relay not made by New and a nil context.
+func (r *Relay) usable(ctx context.Context) error {
+	switch {
+	case r == nil || r.cfg == nil:
+		return errors.New("relay: the Relay is nil or was not made by relay.New")
+	case nilvalue.Is(ctx):
+		return errors.New("relay: ctx is nil")
+	}
+	return nil
+}
 
 // outcome is the result of publishing one claimed row.
 type outcome struct {
@@ -239,6 +258,9 @@ type outcome struct {
 // RunOnce claims one batch, publishes it and records the results. It
 // returns how many rows it claimed. Tests call it directly.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
+	if err := r.usable(ctx); err != nil {
+		return 0, err
+	}
 	msgs, err := r.cfg.Repo.ClaimOutbox(ctx, r.pool, &repo.ClaimParams{
 		RelayID: r.cfg.ID, BatchSize: r.cfg.BatchSize, LockDuration: r.cfg.LockDuration,
 	})
@@ -305,8 +327,19 @@ func (r *Relay) publish(ctx context.Context, m *kfstype.OutboxMessage) (*Publica
 	if err != nil {
 		return nil, err
 	}
-	if pub == nil || pub.QueueJobID == "" {
+	if pub == nil {
 		return nil, errors.New("publisher returned no queue job id")
+	}
+	// A job id MarkDispatched would refuse fails this publication alone,
+	// instead of the whole batch's record (which would publish every row
+	// again once its claim expired).
+	if err := repo.ValidateJobID(pub.QueueJobID); err != nil {
+		return nil, fmt.Errorf("publisher returned an unusable queue job id: %w", err)
+	}
+	if pub.ExternalJobID != nil {
+		if err := repo.ValidateJobID(*pub.ExternalJobID); err != nil {
+			return nil, fmt.Errorf("publisher returned an unusable external job id: %w", err)
+		}
 	}
 	return pub, nil
 }

@@ -21,6 +21,9 @@ import (
 // an interrupted batch that were published are still marked, the rest
 // stay claimed until their lock deadline and are then reclaimed.
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.usable(ctx); err != nil {
+		return err
+	}
 	if !r.cfg.PollOnly {
 		listenDone := make(chan struct{})
 		lctx, cancel := context.WithCancel(ctx)

@@ -42,6 +42,9 @@ type CompleteManyResult struct {
 // Errors: *InputError for the batch (it names the entry); a database error
 // fails the whole batch.
 func (r *Repo) CompleteMany(ctx context.Context, db DBTX, entries []CompleteManyEntry) ([]CompleteManyResult, error) {
+	if err := r.call(ctx, db).result(); err != nil {
+		return nil, err
+	}
 	n := len(entries)
 	if n == 0 || n > MaxWorkerBatch {
 		return nil, &InputError{Field: "Entries", Reason: fmt.Sprintf("must hold 1..%d entries", MaxWorkerBatch)}
@@ -94,6 +97,11 @@ func (r *Repo) CompleteMany(ctx context.Context, db DBTX, entries []CompleteMany
 // CompleteEntry is one CompleteMany entry on its own: CompleteThrough when
 // the entry says Through, Complete otherwise, with their errors.
 func (r *Repo) CompleteEntry(ctx context.Context, db DBTX, e *CompleteManyEntry) (*kfstype.Attempt, error) {
+	v := r.call(ctx, db)
+	set(v, "CompleteManyEntry", e)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
 	if e.Through {
 		return r.CompleteThrough(ctx, db, &CompleteThroughParams{
 			Lease: e.Lease, CandidatePublicationID: e.CandidatePublicationID, CandidateFingerprint: e.CandidateFingerprint,

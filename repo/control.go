@@ -38,8 +38,10 @@ type StartParams struct {
 	AvailableAt *time.Time
 }
 
-func (p *StartParams) validate() error {
-	var v validator
+func (p *StartParams) validate(v *validator) {
+	if !set(v, "StartParams", p) {
+		return
+	}
 	v.text("TenantID", p.TenantID, MaxTenantIDLength)
 	v.uuid("KnowledgeSpaceID", p.KnowledgeSpaceID)
 	v.uuid("DocumentAssetID", p.DocumentAssetID)
@@ -54,7 +56,9 @@ func (p *StartParams) validate() error {
 	if p.Deferred && p.AvailableAt != nil {
 		v.fail("AvailableAt", "must not be set on a deferred start")
 	}
-	return v.result()
+	if p.AvailableAt != nil {
+		v.timestamp("AvailableAt", *p.AvailableAt)
+	}
 }
 
 // StartResult is Start's outcome.
@@ -79,7 +83,9 @@ const startRaceRetries = 3
 // caller's REPEATABLE READ or SERIALIZABLE transaction raced a concurrent
 // Start of the same version (PostgreSQL aborts it: run it again).
 func (r *Repo) Start(ctx context.Context, db DBTX, p *StartParams) (*StartResult, error) {
-	if err := p.validate(); err != nil {
+	v := r.call(ctx, db)
+	p.validate(v)
+	if err := v.result(); err != nil {
 		return nil, err
 	}
 	maxAttempts := p.MaxExecutionAttempts
@@ -198,6 +204,9 @@ type AttemptRef struct {
 }
 
 func (ref *AttemptRef) validate(v *validator) {
+	if !set(v, "AttemptRef", ref) {
+		return
+	}
 	v.text("TenantID", ref.TenantID, MaxTenantIDLength)
 	v.uuid("KnowledgeSpaceID", ref.KnowledgeSpaceID)
 	v.uuid("AttemptID", ref.AttemptID)
@@ -211,8 +220,8 @@ func (ref *AttemptRef) validate(v *validator) {
 // Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
 // (not dispatch_pending, or the outbox row is not deferred).
 func (r *Repo) ReleaseDeferred(ctx context.Context, db DBTX, ref *AttemptRef) (*kfstype.Attempt, error) {
-	var v validator
-	ref.validate(&v)
+	v := r.call(ctx, db)
+	ref.validate(v)
 	if err := v.result(); err != nil {
 		return nil, err
 	}
@@ -246,12 +255,15 @@ type CancelParams struct {
 // Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
 // (the attempt is already terminal).
 func (r *Repo) Cancel(ctx context.Context, db DBTX, p *CancelParams) (*kfstype.Attempt, error) {
-	reason, err := validateEnd(&p.AttemptRef, p.Reason)
-	if err != nil {
+	v := r.call(ctx, db)
+	if set(v, "CancelParams", p) {
+		p.AttemptRef.validate(v)
+	}
+	if err := v.result(); err != nil {
 		return nil, err
 	}
 	row, err := r.q.CancelAttempt(ctx, db, &gen.CancelAttemptParams{
-		Now: r.now(), Reason: reason, AttemptID: p.AttemptID, TenantID: p.TenantID,
+		Now: r.now(), Reason: endReason(p.Reason), AttemptID: p.AttemptID, TenantID: p.TenantID,
 		KnowledgeSpaceID: p.KnowledgeSpaceID, ExpectedRowVersion: p.ExpectedRowVersion,
 	})
 	if err != nil {
@@ -273,12 +285,15 @@ type SupersedeParams struct {
 //
 // Errors: as Cancel.
 func (r *Repo) Supersede(ctx context.Context, db DBTX, p *SupersedeParams) (*kfstype.Attempt, error) {
-	reason, err := validateEnd(&p.AttemptRef, p.Reason)
-	if err != nil {
+	v := r.call(ctx, db)
+	if set(v, "SupersedeParams", p) {
+		p.AttemptRef.validate(v)
+	}
+	if err := v.result(); err != nil {
 		return nil, err
 	}
 	row, err := r.q.SupersedeAttempt(ctx, db, &gen.SupersedeAttemptParams{
-		Now: r.now(), Reason: reason, AttemptID: p.AttemptID, TenantID: p.TenantID,
+		Now: r.now(), Reason: endReason(p.Reason), AttemptID: p.AttemptID, TenantID: p.TenantID,
 		KnowledgeSpaceID: p.KnowledgeSpaceID, ExpectedRowVersion: p.ExpectedRowVersion,
 	})
 	if err != nil {
@@ -287,17 +302,14 @@ func (r *Repo) Supersede(ctx context.Context, db DBTX, p *SupersedeParams) (*kfs
 	return attemptFromRow(row), nil
 }
 
-func validateEnd(ref *AttemptRef, reason *string) (*string, error) {
-	var v validator
-	ref.validate(&v)
-	if err := v.result(); err != nil {
-		return nil, err
-	}
+// endReason is Cancel's and Supersede's reason as stored: cut and
+// sanitized like a message, or nil.
+func endReason(reason *string) *string {
 	if reason == nil {
-		return nil, nil
+		return nil
 	}
 	cut := TruncateMessage(*reason)
-	return &cut, nil
+	return &cut
 }
 
 func terminalReason(a *kfstype.Attempt, _ *kfstype.OutboxMessage) string {
@@ -312,8 +324,8 @@ func terminalReason(a *kfstype.Attempt, _ *kfstype.OutboxMessage) string {
 // (not failed), ErrLiveAttemptExists (another attempt is live for the
 // document version).
 func (r *Repo) RetryFailed(ctx context.Context, db DBTX, ref *AttemptRef) (*kfstype.Attempt, error) {
-	var v validator
-	ref.validate(&v)
+	v := r.call(ctx, db)
+	ref.validate(v)
 	if err := v.result(); err != nil {
 		return nil, err
 	}
@@ -396,13 +408,16 @@ type PurgeParams struct {
 //
 // Errors: *InputError.
 func (r *Repo) Purge(ctx context.Context, db DBTX, p *PurgeParams) (int, error) {
-	var v validator
-	v.text("TenantID", p.TenantID, MaxTenantIDLength)
-	if p.CompletedBefore.IsZero() {
-		v.fail("CompletedBefore", "must be set")
-	}
-	if p.BatchSize < 0 || p.BatchSize > MaxPurgeBatch {
-		v.fail("BatchSize", "must be 1.."+fmt.Sprint(MaxPurgeBatch)+" (or 0 for the default)")
+	v := r.call(ctx, db)
+	if set(v, "PurgeParams", p) {
+		v.text("TenantID", p.TenantID, MaxTenantIDLength)
+		if p.CompletedBefore.IsZero() {
+			v.fail("CompletedBefore", "must be set")
+		}
+		v.timestamp("CompletedBefore", p.CompletedBefore)
+		if p.BatchSize < 0 || p.BatchSize > MaxPurgeBatch {
+			v.fail("BatchSize", "must be 1.."+fmt.Sprint(MaxPurgeBatch)+" (or 0 for the default)")
+		}
 	}
 	if err := v.result(); err != nil {
 		return 0, err
@@ -429,13 +444,19 @@ type StartManyResult struct {
 
 // StartMany starts up to 100 document versions in one statement: each
 // entry is created with its outbox row, or its live attempt is returned.
-// Entries that fail a precondition are explained one by one (a second
-// statement each) and reported in their Err. Deferred and AvailableAt are
+// Each entry the statement neither created nor returned (it failed a
+// precondition) then goes through Start alone, which runs its statement
+// and the read that explains the refusal: two more statements per refused
+// entry (three if a concurrent Start raced it), reported in its Err, or
+// its attempt if it could start after all. Deferred and AvailableAt are
 // not supported in a batch.
 //
 // Errors: *InputError for the batch (it names the entry); a database error
 // fails the whole batch.
 func (r *Repo) StartMany(ctx context.Context, db DBTX, ps []*StartParams) ([]StartManyResult, error) {
+	if err := r.call(ctx, db).result(); err != nil {
+		return nil, err
+	}
 	if len(ps) == 0 || len(ps) > MaxClaimBatch {
 		return nil, &InputError{Field: "StartParams", Reason: fmt.Sprintf("must hold 1..%d entries", MaxClaimBatch)}
 	}
@@ -456,9 +477,8 @@ func (r *Repo) StartMany(ctx context.Context, db DBTX, ps []*StartParams) ([]Sta
 		if p == nil {
 			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d]", i), Reason: "must not be nil"}
 		}
-		if err := p.validate(); err != nil {
-			ie := err.(*InputError)
-			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d].%s", i, ie.Field), Reason: ie.Reason}
+		if err := entryError("StartParams", i, p.validate); err != nil {
+			return nil, err
 		}
 		if p.Deferred || p.AvailableAt != nil {
 			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d].Deferred", i), Reason: "deferred or delayed starts are not supported in a batch"}

@@ -53,7 +53,8 @@ var (
 	ErrHeadConflict = errors.New("kfsdb: publication head conflict")
 
 	// ErrLiveAttemptExists: RetryFailed found another live attempt for the
-	// document version (or lost the race for its active slot).
+	// document version (or lost the race for its active slot: then the
+	// unique violation's *pgconn.PgError is wrapped too).
 	ErrLiveAttemptExists = errors.New("kfsdb: a live attempt exists for the document version")
 
 	// ErrAttemptsExhausted: AcquireLease or ScheduleRetry found no
@@ -90,6 +91,9 @@ type InputError struct {
 }
 
 func (e *InputError) Error() string {
+	if e == nil {
+		return ErrInvalidInput.Error()
+	}
 	return fmt.Sprintf("kfsdb: invalid input: %s %s", e.Field, e.Reason)
 }
 
@@ -113,6 +117,9 @@ type TransitionError struct {
 }
 
 func (e *TransitionError) Error() string {
+	if e == nil {
+		return ErrInvalidTransition.Error()
+	}
 	msg := fmt.Sprintf("kfsdb: %s attempt %s: invalid transition %s -> %s", e.Transition, e.AttemptID, e.From, e.To)
 	if e.Reason != "" {
 		msg += ": " + e.Reason
@@ -131,6 +138,9 @@ type HeadConflictError struct {
 }
 
 func (e *HeadConflictError) Error() string {
+	if e == nil {
+		return ErrHeadConflict.Error()
+	}
 	return fmt.Sprintf("kfsdb: publication head conflict: expected base head revision %d, head is at %d", e.Expected, e.Actual)
 }
 
@@ -146,6 +156,12 @@ type ConstraintError struct {
 }
 
 func (e *ConstraintError) Error() string {
+	switch {
+	case e == nil:
+		return ErrConstraint.Error()
+	case e.Err == nil:
+		return fmt.Sprintf("kfsdb: constraint %s on %s violated (SQLSTATE %s)", e.Constraint, e.Table, e.Code)
+	}
 	return fmt.Sprintf("kfsdb: constraint %s on %s violated (SQLSTATE %s): %s", e.Constraint, e.Table, e.Code, e.Err.Message)
 }
 
@@ -153,7 +169,12 @@ func (e *ConstraintError) Error() string {
 func (e *ConstraintError) Is(target error) bool { return target == ErrConstraint }
 
 // Unwrap returns the driver error.
-func (e *ConstraintError) Unwrap() error { return e.Err }
+func (e *ConstraintError) Unwrap() error {
+	if e == nil || e.Err == nil {
+		return nil // not a typed nil *pgconn.PgError
+	}
+	return e.Err
+}
 
 // activeSlotIndex is the unique index that allows one live attempt per
 // document version.
@@ -162,8 +183,9 @@ const activeSlotIndex = "document_compilation_attempts_scope_version_active_uq"
 // mapError turns driver errors into the module's: pgx.ErrNoRows into
 // ErrNotFound, integrity violations (class 23) into *ConstraintError (the
 // active-slot index into ErrLiveAttemptExists), serialization failures and
-// deadlocks (class 40) into ErrRetryTransaction. Anything else, such as
-// context and connection errors, passes through unchanged.
+// deadlocks (class 40) into ErrRetryTransaction; each of those still wraps
+// the *pgconn.PgError. Anything else, such as context and connection
+// errors, passes through unchanged.
 func mapError(err error) error {
 	if err == nil {
 		return nil
@@ -177,7 +199,9 @@ func mapError(err error) error {
 	}
 	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && pgErr.Code[:2] == "23" {
 		if pgErr.Code == "23505" && pgErr.ConstraintName == activeSlotIndex {
-			return fmt.Errorf("%w (%s)", ErrLiveAttemptExists, pgErr.ConstraintName)
+			// Both wrapped: errors.Is finds the sentinel, errors.As the
+			// driver error (SQLSTATE, detail).
+			return fmt.Errorf("%w (%s): %w", ErrLiveAttemptExists, pgErr.ConstraintName, err)
 		}
 		return &ConstraintError{Constraint: pgErr.ConstraintName, Table: pgErr.TableName, Code: pgErr.Code, Err: pgErr}
 	}

@@ -55,3 +55,32 @@ func TestIsRetryable(t *testing.T) {
 		})
 	}
 }
+
+// TestMapErrorKeepsThePgError: each mapped driver error still unwraps to
+// the *pgconn.PgError, so callers can read its SQLSTATE and detail with
+// errors.As, and matches its sentinel with errors.Is.
+func TestMapErrorKeepsThePgError(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		pgErr    *pgconn.PgError
+		sentinel error
+	}{
+		{"ActiveSlotConflict", &pgconn.PgError{Code: "23505", ConstraintName: activeSlotIndex, Message: "duplicate key"}, ErrLiveAttemptExists},
+		{"OtherConstraint", &pgconn.PgError{Code: "23503", ConstraintName: "fk", Message: "foreign key"}, ErrConstraint},
+		{"SerializationFailure", &pgconn.PgError{Code: "40001", Message: "could not serialize"}, ErrRetryTransaction},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			err := mapError(fmt.Errorf("retry failed attempt: %w", c.pgErr))
+			if !errors.Is(err, c.sentinel) {
+				t.Fatalf("errors.Is(%v, %v) = false", err, c.sentinel)
+			}
+			var got *pgconn.PgError
+			if !errors.As(err, &got) || got != c.pgErr {
+				t.Fatalf("errors.As(%v, *pgconn.PgError) does not find the driver error", err)
+			}
+		})
+	}
+}

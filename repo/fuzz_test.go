@@ -427,13 +427,15 @@ func requireSent(t *testing.T, db *fakeDB, s string) {
 }
 
 // FuzzTruncateMessage checks the cut at a limit the fuzzer picks (0..255,
-// so that short inputs reach it) and TruncateMessage itself at 4,096.
+// so that short inputs reach it), TruncateMessage itself at 4,096 and
+// TruncateErrorCode at 64.
 func FuzzTruncateMessage(f *testing.F) {
 	f.Add("boom", uint8(2))
 	f.Add(strings.Repeat("é", MaxErrorMessageRunes+1), uint8(0))
 	f.Fuzz(func(t *testing.T, s string, limit uint8) {
 		checkTruncated(t, s, int(limit), truncateText(s, int(limit)))
 		checkTruncated(t, s, MaxErrorMessageRunes, TruncateMessage(s))
+		checkTruncated(t, s, MaxErrorCodeLength, TruncateErrorCode(s))
 	})
 }
 

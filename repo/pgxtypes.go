@@ -18,8 +18,11 @@ import (
 //		return nil
 //	}
 //
-// It is harmless in the default mode.
+// It is harmless in the default mode, and does nothing with a nil map.
 func RegisterTypes(m *pgtype.Map) {
+	if m == nil {
+		return
+	}
 	m.RegisterDefaultPgType(uuid.UUID{}, "uuid")
 	m.RegisterDefaultPgType([]uuid.UUID{}, "_uuid")
 }

@@ -16,7 +16,7 @@ import (
 //
 // Errors: *InputError, ErrNotFound (also for another tenant's attempt).
 func (r *Repo) GetAttempt(ctx context.Context, db DBTX, tenantID string, id uuid.UUID) (*kfstype.Attempt, error) {
-	var v validator
+	v := r.call(ctx, db)
 	v.text("TenantID", tenantID, MaxTenantIDLength)
 	v.uuid("AttemptID", id)
 	if err := v.result(); err != nil {
@@ -33,7 +33,7 @@ func (r *Repo) GetAttempt(ctx context.Context, db DBTX, tenantID string, id uuid
 //
 // Errors: *InputError, ErrNotFound.
 func (r *Repo) GetAttemptWithOutbox(ctx context.Context, db DBTX, tenantID string, id uuid.UUID) (*kfstype.Attempt, *kfstype.OutboxMessage, error) {
-	var v validator
+	v := r.call(ctx, db)
 	v.text("TenantID", tenantID, MaxTenantIDLength)
 	v.uuid("AttemptID", id)
 	if err := v.result(); err != nil {
@@ -59,11 +59,13 @@ type DocumentVersion struct {
 //
 // Errors: *InputError.
 func (r *Repo) ListDocumentVersionAttempts(ctx context.Context, db DBTX, dv *DocumentVersion) ([]*kfstype.Attempt, error) {
-	var v validator
-	v.text("TenantID", dv.TenantID, MaxTenantIDLength)
-	v.uuid("KnowledgeSpaceID", dv.KnowledgeSpaceID)
-	v.uuid("DocumentAssetID", dv.DocumentAssetID)
-	v.positive("DocumentVersion", dv.DocumentVersion)
+	v := r.call(ctx, db)
+	if set(v, "DocumentVersion", dv) {
+		v.text("TenantID", dv.TenantID, MaxTenantIDLength)
+		v.uuid("KnowledgeSpaceID", dv.KnowledgeSpaceID)
+		v.uuid("DocumentAssetID", dv.DocumentAssetID)
+		v.positive("DocumentVersion", dv.DocumentVersion)
+	}
 	if err := v.result(); err != nil {
 		return nil, err
 	}
@@ -86,7 +88,7 @@ func (r *Repo) ListDocumentVersionAttempts(ctx context.Context, db DBTX, dv *Doc
 //
 // Errors: *InputError.
 func (r *Repo) CountLiveAttempts(ctx context.Context, db DBTX, tenantID string) (map[kfstype.RunState]int64, error) {
-	var v validator
+	v := r.call(ctx, db)
 	v.text("TenantID", tenantID, MaxTenantIDLength)
 	if err := v.result(); err != nil {
 		return nil, err

@@ -45,13 +45,15 @@ type ClaimParams struct {
 //
 // Errors: *InputError.
 func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimParams) ([]*kfstype.OutboxMessage, error) {
-	var v validator
-	v.text("RelayID", p.RelayID, MaxWorkerIDLength)
-	if p.BatchSize < 1 || p.BatchSize > MaxClaimBatch {
-		v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxClaimBatch))
-	}
-	if p.LockDuration != 0 {
-		v.duration("LockDuration", p.LockDuration)
+	v := r.call(ctx, db)
+	if set(v, "ClaimParams", p) {
+		v.text("RelayID", p.RelayID, MaxWorkerIDLength)
+		if p.BatchSize < 1 || p.BatchSize > MaxClaimBatch {
+			v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxClaimBatch))
+		}
+		if p.LockDuration != 0 {
+			v.duration("LockDuration", p.LockDuration)
+		}
 	}
 	if err := v.result(); err != nil {
 		return nil, err
@@ -186,6 +188,9 @@ type MarkDispatchedResult struct {
 //
 // Errors: *InputError. Per-row refusals are in the result.
 func (r *Repo) MarkDispatched(ctx context.Context, db DBTX, p *MarkDispatchedParams) (*MarkDispatchedResult, error) {
+	if v := r.call(ctx, db); !set(v, "MarkDispatchedParams", p) || v.err != nil {
+		return nil, v.result()
+	}
 	var v validator
 	if len(p.Dispatches) == 0 || len(p.Dispatches) > MaxClaimBatch {
 		v.fail("Dispatches", fmt.Sprintf("must hold 1..%d entries", MaxClaimBatch))
@@ -260,15 +265,17 @@ type ReleaseOutboxParams struct {
 //
 // Errors: *InputError, ErrOutboxLockLost.
 func (r *Repo) ReleaseOutbox(ctx context.Context, db DBTX, p *ReleaseOutboxParams) (*kfstype.OutboxMessage, error) {
-	var v validator
-	v.uuid("OutboxID", p.OutboxID)
-	v.uuid("LockToken", p.LockToken)
-	v.duration("Backoff", p.Backoff)
-	if p.MaxDispatchAttempts < 0 {
-		v.fail("MaxDispatchAttempts", "must be > 0 (or 0 for the default)")
-	}
-	if p.LastError == "" {
-		v.fail("LastError", "must not be empty")
+	v := r.call(ctx, db)
+	if set(v, "ReleaseOutboxParams", p) {
+		v.uuid("OutboxID", p.OutboxID)
+		v.uuid("LockToken", p.LockToken)
+		v.duration("Backoff", p.Backoff)
+		if p.MaxDispatchAttempts < 0 {
+			v.fail("MaxDispatchAttempts", "must be > 0 (or 0 for the default)")
+		}
+		if p.LastError == "" {
+			v.fail("LastError", "must not be empty")
+		}
 	}
 	if err := v.result(); err != nil {
 		return nil, err

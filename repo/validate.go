@@ -1,12 +1,15 @@
 package repo
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 )
 
 // Limits enforced before any round trip; they mirror the schema's column
@@ -103,6 +106,30 @@ func ValidateFingerprint(s string) error {
 // (invalid UTF-8 and NUL bytes) with U+FFFD.
 func TruncateMessage(s string) string { return truncateText(s, MaxErrorMessageRunes) }
 
+// TruncateErrorCode cuts s to at most MaxErrorCodeLength runes and
+// sanitizes it exactly as TruncateMessage does, so that a code from
+// anywhere (a handler's worker.Fatal) is one Fail and ScheduleRetry
+// accept, unless it is empty.
+func TruncateErrorCode(s string) string { return truncateText(s, MaxErrorCodeLength) }
+
+// ValidateWorkerID reports whether id is a usable worker or relay id (the
+// lease's worker_id, the claim's locked_by): 1..255 characters of valid
+// UTF-8 without NUL.
+func ValidateWorkerID(id string) error {
+	var v validator
+	v.text("WorkerID", id, MaxWorkerIDLength)
+	return v.result()
+}
+
+// ValidateJobID reports whether id is a usable queue (or external) job
+// id, as a Publisher returns it: 1..255 characters of valid UTF-8 without
+// NUL.
+func ValidateJobID(id string) error {
+	var v validator
+	v.text("QueueJobID", id, MaxJobIDLength)
+	return v.result()
+}
+
 // truncateText is TruncateMessage with the limit as a parameter, so that
 // fuzzing reaches the cut with short inputs.
 func truncateText(s string, max int) string {
@@ -121,4 +148,36 @@ func truncateText(s string, max int) string {
 		n++
 	}
 	return s
+}
+
+// call starts validating a call of a Repo method: the receiver, the
+// context and the DBTX must be usable.
+func (r *Repo) call(ctx context.Context, db DBTX) *validator {
+	v := &validator{}
+	switch {
+	case r == nil:
+		v.fail("Repo", "must not be nil (use repo.New)")
+	case nilvalue.Is(ctx):
+		v.fail("ctx", "must not be nil")
+	case nilvalue.Is(db):
+		v.fail("db", "must not be nil")
+	}
+	return v
+}
+
+// set fails field when p is nil, and reports whether p is set.
+func set[T any](v *validator, field string, p *T) bool {
+	if p == nil {
+		v.fail(field, "must not be nil")
+		return false
+	}
+	return true
+}
+
+// timestamp checks that t is within PostgreSQL's timestamptz range
+// (4713 BC to 294276 AD).
+func (v *validator) timestamp(field string, t time.Time) {
+	if y := t.Year(); y < -4712 || y > 294275 {
+		v.fail(field, "is outside PostgreSQL's timestamp range")
+	}
 }

@@ -49,6 +49,9 @@ type Delivery struct {
 }
 
 func (d *Delivery) validate(v *validator) {
+	if !set(v, "Delivery", d) {
+		return
+	}
 	v.uuid("AttemptID", d.AttemptID)
 	v.text("QueueJobID", d.QueueJobID, MaxJobIDLength)
 	v.optionalText("ExternalJobID", d.ExternalJobID, MaxJobIDLength)
@@ -75,11 +78,13 @@ type AcquireLeaseParams struct {
 // *TransitionError (terminal, not yet due, or leased by another worker:
 // its Attempt says until when).
 func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams) (*kfstype.Attempt, *Lease, error) {
-	var v validator
-	p.Delivery.validate(&v)
-	v.text("WorkerID", p.WorkerID, MaxWorkerIDLength)
-	if p.LeaseDuration != 0 {
-		v.duration("LeaseDuration", p.LeaseDuration)
+	v := r.call(ctx, db)
+	if set(v, "AcquireLeaseParams", p) {
+		p.Delivery.validate(v)
+		v.text("WorkerID", p.WorkerID, MaxWorkerIDLength)
+		if p.LeaseDuration != 0 {
+			v.duration("LeaseDuration", p.LeaseDuration)
+		}
 	}
 	if err := v.result(); err != nil {
 		return nil, nil, err
@@ -106,8 +111,8 @@ func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams)
 // Errors: *InputError, ErrNotFound, ErrDeliveryMismatch, *TransitionError
 // (attempts left, terminal, or still leased).
 func (r *Repo) FailExhausted(ctx context.Context, db DBTX, d *Delivery) (*kfstype.Attempt, error) {
-	var v validator
-	d.validate(&v)
+	v := r.call(ctx, db)
+	d.validate(v)
 	if err := v.result(); err != nil {
 		return nil, err
 	}
@@ -185,10 +190,12 @@ type HeartbeatParams struct {
 //
 // Errors: *InputError, ErrNotFound, ErrLeaseLost (stop the handler).
 func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lease, error) {
-	var v validator
-	p.Lease.validate(&v)
-	if p.LeaseDuration != 0 {
-		v.duration("LeaseDuration", p.LeaseDuration)
+	v := r.call(ctx, db)
+	if set(v, "HeartbeatParams", p) {
+		p.Lease.validate(v)
+		if p.LeaseDuration != 0 {
+			v.duration("LeaseDuration", p.LeaseDuration)
+		}
 	}
 	if err := v.result(); err != nil {
 		return nil, err
@@ -231,7 +238,9 @@ type AdvanceParams struct {
 // Errors: *InputError, ErrNotFound, ErrLeaseLost, *TransitionError (a
 // checkpoint that skips or goes back), ErrCandidateRejected.
 func (r *Repo) Advance(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype.Attempt, error) {
-	if err := p.validate(); err != nil {
+	v := r.call(ctx, db)
+	p.validate(v)
+	if err := v.result(); err != nil {
 		return nil, err
 	}
 	row, err := r.q.Advance(ctx, db, &gen.AdvanceParams{AsyncCommit: r.asyncProgress,
@@ -260,7 +269,9 @@ func (r *Repo) Advance(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype
 //
 // Errors: as Advance; *TransitionError when the checkpoint would go back.
 func (r *Repo) AdvanceTo(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype.Attempt, error) {
-	if err := p.validate(); err != nil {
+	v := r.call(ctx, db)
+	p.validate(v)
+	if err := v.result(); err != nil {
 		return nil, err
 	}
 	row, err := r.q.AdvanceTo(ctx, db, &gen.AdvanceToParams{AsyncCommit: r.asyncProgress,
@@ -281,17 +292,18 @@ func (r *Repo) AdvanceTo(ctx context.Context, db DBTX, p *AdvanceParams) (*kfsty
 	return nil, candidateRefusal("advance", a, p.Checkpoint, p.CandidatePublicationID, p.CandidateFingerprint)
 }
 
-func (p *AdvanceParams) validate() error {
-	var v validator
-	p.Lease.validate(&v)
+func (p *AdvanceParams) validate(v *validator) {
+	if !set(v, "AdvanceParams", p) {
+		return
+	}
+	p.Lease.validate(v)
 	switch {
 	case p.Checkpoint == kfstype.CheckpointPublished:
 		v.fail("Checkpoint", "published is reached through Complete")
 	case p.Checkpoint.Rank() < 0:
 		v.fail("Checkpoint", fmt.Sprintf("unknown checkpoint %q", p.Checkpoint))
 	}
-	validateCandidate(&v, p.CandidatePublicationID, p.CandidateFingerprint)
-	return v.result()
+	validateCandidate(v, p.CandidatePublicationID, p.CandidateFingerprint)
 }
 
 func validateCandidate(v *validator, id *uuid.UUID, fingerprint *string) {
@@ -335,8 +347,8 @@ func candidateRefusal(verb string, a *kfstype.Attempt, to kfstype.Checkpoint, id
 // Errors: *InputError, ErrNotFound, ErrLeaseLost, *TransitionError (not at
 // smoke_eval_passed).
 func (r *Repo) Complete(ctx context.Context, db DBTX, lease *Lease) (*kfstype.Attempt, error) {
-	var v validator
-	lease.validate(&v)
+	v := r.call(ctx, db)
+	lease.validate(v)
 	if err := v.result(); err != nil {
 		return nil, err
 	}
@@ -373,9 +385,11 @@ type CompleteThroughParams struct {
 //
 // Errors: *InputError, ErrNotFound, ErrLeaseLost, ErrCandidateRejected.
 func (r *Repo) CompleteThrough(ctx context.Context, db DBTX, p *CompleteThroughParams) (*kfstype.Attempt, error) {
-	var v validator
-	p.Lease.validate(&v)
-	validateCandidate(&v, p.CandidatePublicationID, p.CandidateFingerprint)
+	v := r.call(ctx, db)
+	if set(v, "CompleteThroughParams", p) {
+		p.Lease.validate(v)
+		validateCandidate(v, p.CandidatePublicationID, p.CandidateFingerprint)
+	}
 	if err := v.result(); err != nil {
 		return nil, err
 	}
@@ -407,11 +421,13 @@ type FailParams struct {
 //
 // Errors: *InputError, ErrNotFound, ErrLeaseLost.
 func (r *Repo) Fail(ctx context.Context, db DBTX, p *FailParams) (*kfstype.Attempt, error) {
-	var v validator
-	p.Lease.validate(&v)
-	v.text("ErrorCode", p.ErrorCode, MaxErrorCodeLength)
-	if p.ErrorMessage == "" {
-		v.fail("ErrorMessage", "must not be empty")
+	v := r.call(ctx, db)
+	if set(v, "FailParams", p) {
+		p.Lease.validate(v)
+		v.text("ErrorCode", p.ErrorCode, MaxErrorCodeLength)
+		if p.ErrorMessage == "" {
+			v.fail("ErrorMessage", "must not be empty")
+		}
 	}
 	if err := v.result(); err != nil {
 		return nil, err
@@ -449,12 +465,14 @@ type ScheduleRetryParams struct {
 // Errors: *InputError, ErrNotFound, ErrLeaseLost, ErrAttemptsExhausted
 // (call Fail instead).
 func (r *Repo) ScheduleRetry(ctx context.Context, db DBTX, p *ScheduleRetryParams) (*kfstype.Attempt, error) {
-	var v validator
-	p.Lease.validate(&v)
-	v.duration("RetryDelay", p.RetryDelay)
-	v.text("ErrorCode", p.ErrorCode, MaxErrorCodeLength)
-	if p.ErrorMessage == "" {
-		v.fail("ErrorMessage", "must not be empty")
+	v := r.call(ctx, db)
+	if set(v, "ScheduleRetryParams", p) {
+		p.Lease.validate(v)
+		v.duration("RetryDelay", p.RetryDelay)
+		v.text("ErrorCode", p.ErrorCode, MaxErrorCodeLength)
+		if p.ErrorMessage == "" {
+			v.fail("ErrorMessage", "must not be empty")
+		}
 	}
 	if err := v.result(); err != nil {
 		return nil, err

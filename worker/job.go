@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/google/uuid"
@@ -27,11 +28,22 @@ type Job struct {
 	through *repo.CompleteThroughParams
 }
 
-// Lease returns the current lease.
-func (j *Job) Lease() *repo.Lease { return j.lease.Load() }
+// errNilJob is what a nil Job's writes return.
+var errNilJob = errors.New("worker: nil Job")
+
+// Lease returns the current lease (nil for a nil Job).
+func (j *Job) Lease() *repo.Lease {
+	if j == nil {
+		return nil
+	}
+	return j.lease.Load()
+}
 
 // Advance moves the checkpoint one step (or keeps it).
 func (j *Job) Advance(ctx context.Context, cp kfstype.Checkpoint) error {
+	if j == nil {
+		return errNilJob
+	}
 	a, err := j.repo.Advance(ctx, j.pool, &repo.AdvanceParams{Lease: j.Lease(), Checkpoint: cp})
 	if err != nil {
 		return err
@@ -43,6 +55,9 @@ func (j *Job) Advance(ctx context.Context, cp kfstype.Checkpoint) error {
 // AdvanceTo moves the checkpoint forward any number of steps in one write
 // (repo.AdvanceTo); projection_built and later need a bound candidate.
 func (j *Job) AdvanceTo(ctx context.Context, cp kfstype.Checkpoint) error {
+	if j == nil {
+		return errNilJob
+	}
 	a, err := j.repo.AdvanceTo(ctx, j.pool, &repo.AdvanceParams{Lease: j.Lease(), Checkpoint: cp})
 	if err != nil {
 		return err
@@ -58,12 +73,18 @@ func (j *Job) AdvanceTo(ctx context.Context, cp kfstype.Checkpoint) error {
 // lease instead of one per step. It writes nothing itself; if the
 // candidate is refused the attempt fails like a handler that stopped short.
 func (j *Job) CompleteThrough(publicationID uuid.UUID, fingerprint string) {
+	if j == nil {
+		return
+	}
 	j.through = &repo.CompleteThroughParams{CandidatePublicationID: &publicationID, CandidateFingerprint: &fingerprint}
 }
 
 // BindCandidate advances to cp (normally projection_built) and binds the
 // candidate publication in the same write.
 func (j *Job) BindCandidate(ctx context.Context, cp kfstype.Checkpoint, publicationID uuid.UUID, fingerprint string) error {
+	if j == nil {
+		return errNilJob
+	}
 	a, err := j.repo.Advance(ctx, j.pool, &repo.AdvanceParams{
 		Lease: j.Lease(), Checkpoint: cp, CandidatePublicationID: &publicationID, CandidateFingerprint: &fingerprint,
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/internal/backoff"
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/internal/testsignal"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
@@ -60,8 +61,13 @@ type Handler interface {
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, job *Job) error
 
-// Work implements Handler.
-func (f HandlerFunc) Work(ctx context.Context, job *Job) error { return f(ctx, job) }
+// Work implements Handler. A nil HandlerFunc returns an error.
+func (f HandlerFunc) Work(ctx context.Context, job *Job) error {
+	if f == nil {
+		return errors.New("worker: nil HandlerFunc")
+	}
+	return f(ctx, job)
+}
 
 // Error is a handler error with the error code the attempt fails with.
 type Error struct {
@@ -70,21 +76,43 @@ type Error struct {
 	Err       error
 }
 
-func (e *Error) Error() string { return e.Code + ": " + e.Err.Error() }
+// Error returns "code: cause". It is safe on a nil *Error and on one
+// without a code or cause.
+func (e *Error) Error() string {
+	switch {
+	case e == nil:
+		return "worker.Error(nil)"
+	case e.Err == nil:
+		return cmp.Or(e.Code, "worker.Error without a code or a cause")
+	case e.Code == "":
+		return e.Err.Error()
+	}
+	return e.Code + ": " + e.Err.Error()
+}
 
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
+// Unwrap returns the cause (nil for a nil *Error).
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Retryable marks err as transient: the attempt is retried after a
 // backoff while execution attempts remain (code
 // DOCUMENT_COMPILATION_RETRYABLE). Handler errors for which
 // repo.IsRetryable is true (a lost database connection, a serialization
-// failure, a timeout) are retried the same way without being marked.
+// failure, a timeout) are retried the same way without being marked. err
+// may be nil: the code is then the message.
 func Retryable(err error) error {
 	return &Error{Code: kfstype.ErrorCodeCompilationRetryable, Retryable: true, Err: err}
 }
 
-// Fatal fails the attempt with code (1..64 characters) and err's text.
+// Fatal fails the attempt with code (1..64 characters) and err's text. An
+// empty code means DOCUMENT_COMPILATION_FAILED; a longer one is cut to 64
+// characters, and invalid UTF-8 and NUL bytes in it are replaced with
+// U+FFFD (repo.TruncateErrorCode). err may be nil: the code is then the
+// message; an empty message is replaced with one naming the error's type.
 func Fatal(code string, err error) error {
 	return &Error{Code: code, Err: err}
 }
@@ -195,8 +223,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: HeartbeatInterval %s must be shorter than LeaseDuration %s", c.HeartbeatInterval, c.LeaseDuration)
 	case c.RetryBackoffCap < c.RetryBackoffBase:
 		return fmt.Errorf("worker: RetryBackoffCap %s is below RetryBackoffBase %s", c.RetryBackoffCap, c.RetryBackoffBase)
-	case len(c.ID) > repo.MaxWorkerIDLength:
-		return fmt.Errorf("worker: ID must be at most %d characters", repo.MaxWorkerIDLength)
+	case repo.ValidateWorkerID(c.ID) != nil:
+		return fmt.Errorf("worker: ID: %w", repo.ValidateWorkerID(c.ID))
+	case nilvalue.Is(c.Metrics):
+		return fmt.Errorf("worker: Metrics is a nil %T", c.Metrics)
 	}
 	return nil
 }
@@ -215,9 +245,9 @@ func New(pool *pgxpool.Pool, src Source, h Handler, cfg *Config) (*Worker, error
 	switch {
 	case pool == nil:
 		return nil, errors.New("worker: pool is nil")
-	case src == nil:
+	case nilvalue.Is(src):
 		return nil, errors.New("worker: source is nil")
-	case h == nil:
+	case nilvalue.Is(h):
 		return nil, errors.New("worker: handler is nil")
 	}
 	if cfg == nil {
@@ -230,13 +260,32 @@ func New(pool *pgxpool.Pool, src Source, h Handler, cfg *Config) (*Worker, error
 	return &Worker{cfg: c, pool: pool, src: src, handler: h, log: c.Logger.With("worker", c.ID)}, nil
 }
 
-// ID returns the worker's id.
-func (w *Worker) ID() string { return w.cfg.ID }
+// ID returns the worker's id ("" for a nil Worker).
+func (w *Worker) ID() string {
+	if w == nil || w.cfg == nil {
+		return ""
+	}
+	return w.cfg.ID
+}
+
+// usable refuses a Worker not made by New and a nil context.
+func (w *Worker) usable(ctx context.Context) error {
+	switch {
+	case w == nil || w.cfg == nil:
+		return errors.New("worker: the Worker is nil or was not made by worker.New")
+	case nilvalue.Is(ctx):
+		return errors.New("worker: ctx is nil")
+	}
+	return nil
+}
 
 // Run receives and processes deliveries with Concurrency goroutines until
 // ctx ends, then waits for them and returns ctx.Err(). Handlers see ctx's
 // cancellation; their outcome is still recorded.
 func (w *Worker) Run(ctx context.Context) error {
+	if err := w.usable(ctx); err != nil {
+		return err
+	}
 	var c *completer
 	if !w.cfg.SingleCompletions {
 		c = w.startCompleter(ctx)
@@ -279,6 +328,9 @@ const (
 	OutcomeDeferred  Outcome = "deferred"
 	OutcomeLeaseLost Outcome = "lease_lost"
 	OutcomeReleased  Outcome = "released"
+	// OutcomeRejected: Process was called on a nil Worker, with a nil
+	// context or a nil Message; nothing was done.
+	OutcomeRejected Outcome = "rejected"
 )
 
 // Result is what Process did with one delivery.
@@ -294,6 +346,12 @@ type Result struct {
 // Process handles one delivery: lease, run, record, acknowledge. It never
 // returns an error; what it did is in the Result (and the logs and metrics).
 func (w *Worker) Process(ctx context.Context, msg Message) Result {
+	if err := w.usable(ctx); err != nil {
+		return Result{Outcome: OutcomeRejected, Err: err}
+	}
+	if nilvalue.Is(msg) {
+		return Result{Outcome: OutcomeRejected, Err: errors.New("worker: msg is nil")}
+	}
 	res := w.process(ctx, msg, nil)
 	w.cfg.TestSignals.Processed.Signal(res)
 	return res
@@ -329,7 +387,11 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 	res.Lease = lease
 	if lost {
 		w.cfg.Metrics.Add(observe.LeasesLost, 1)
-		log.WarnContext(ctx, "lease lost; the handler was stopped", "err", herr)
+		var why string
+		if herr != nil {
+			why = w.judge(herr, false).message // the handler's error may be unusable
+		}
+		log.WarnContext(ctx, "lease lost; the handler was stopped", "err", why)
 		res.Outcome, res.Err = OutcomeLeaseLost, repo.ErrLeaseLost
 		// The attempt is someone else's now (or will be redelivered by the
 		// relay at lease expiry): this delivery is spent.
@@ -337,7 +399,6 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 		return res
 	}
 
-	res.Err = herr
 	if herr == nil {
 		e := completion(job, lease)
 		if c != nil {
@@ -349,21 +410,23 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 		_, werr := w.cfg.Repo.CompleteEntry(wctx, w.pool, &e)
 		return w.completed(ctx, wctx, log, msg, lease, werr, res)
 	}
+	v := w.judge(herr, ctx.Err() != nil)
+	res.Err = v.err
 	var werr error
 	switch {
-	case ctx.Err() != nil && errors.Is(herr, context.Canceled):
+	case v.shutdown:
 		// The worker is stopping: hand the attempt back for another run.
-		werr = w.retry(wctx, lease, job.Attempt, &Error{Code: ErrorCodeWorkerShutdown, Retryable: true, Err: herr}, time.Second, &res)
+		werr = w.retry(wctx, lease, job.Attempt, v, time.Second, &res)
 		if res.Outcome == OutcomeRetried {
 			res.Outcome = OutcomeReleased
 		}
-	case isRetryable(herr) || repo.IsRetryable(herr):
+	case v.retry:
 		// Marked retryable, or transient (the database connection failed,
 		// a conflict, a timeout): not the document's fault.
 		n := job.Attempt.ExecutionAttempts
-		werr = w.retry(wctx, lease, job.Attempt, herr, backoff.Exponential(w.cfg.RetryBackoffBase, w.cfg.RetryBackoffCap, n), &res)
+		werr = w.retry(wctx, lease, job.Attempt, v, backoff.Exponential(w.cfg.RetryBackoffBase, w.cfg.RetryBackoffCap, n), &res)
 	default:
-		werr = w.fail(wctx, lease, herr, &res)
+		werr = w.fail(wctx, lease, v, &res)
 	}
 	return w.settle(ctx, wctx, log, msg, lease, werr, res)
 }
@@ -396,9 +459,9 @@ func (w *Worker) completed(ctx, wctx context.Context, log *slog.Logger, msg Mess
 		// The handler returned without reaching smoke_eval_passed, or
 		// left a candidate (job.CompleteThrough) that cannot be bound:
 		// running it again would end the same way.
-		herr := Fatal(kfstype.ErrorCodeCompilationFailed, fmt.Errorf("completing the attempt was refused: %w", werr))
-		res.Err = herr
-		werr = w.fail(wctx, lease, herr, &res)
+		v := w.judge(Fatal(kfstype.ErrorCodeCompilationFailed, fmt.Errorf("completing the attempt was refused: %w", werr)), false)
+		res.Err = v.err
+		werr = w.fail(wctx, lease, v, &res)
 	case werr == nil:
 		res.Outcome = OutcomeCompleted
 		w.cfg.Metrics.Add(observe.Completed, 1)
@@ -434,6 +497,12 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 	var te *repo.TransitionError
 	switch {
 	case errors.Is(err, repo.ErrDeliveryMismatch), errors.Is(err, repo.ErrNotFound):
+		res.Outcome = OutcomeStale
+	case errors.Is(err, repo.ErrInvalidInput):
+		// A malformed delivery (zero attempt id, an empty or invalid job
+		// id: forged or corrupted), since New checked the worker's own id
+		// and lease: it can never be leased, so handing it back would
+		// loop. Acknowledge it like a stale one.
 		res.Outcome = OutcomeStale
 	case errors.Is(err, repo.ErrDeliveryPending):
 		// Delivered before the relay recorded the job id: try again soon.
@@ -554,23 +623,81 @@ func (w *Worker) call(ctx context.Context, job *Job) (err error) {
 	return w.handler.Work(ctx, job)
 }
 
-func (w *Worker) retry(ctx context.Context, lease *repo.Lease, a *kfstype.Attempt, herr error, delay time.Duration, res *Result) error {
+// verdict is what the worker records for a handler's error.
+type verdict struct {
+	// shutdown: the handler stopped because the worker is stopping; the
+	// attempt is handed back (ScheduleRetry, WORKER_SHUTDOWN).
+	shutdown bool
+	// retry: ScheduleRetry while attempts remain; otherwise Fail.
+	retry bool
+	// code and message are what is stored: never empty, valid UTF-8
+	// without NUL, the code at most 64 characters, so that Fail and
+	// ScheduleRetry accept them.
+	code    string
+	message string
+	// err is Result.Err: the handler's error, or one describing it when
+	// the handler's error itself is unusable (a nil pointer, a panicking
+	// method).
+	err error
+}
+
+// judge works out the verdict on a handler's error once, and under
+// recover: the error is the handler's code, and its Error, Is, As and
+// Unwrap methods may panic, or it may be a nil pointer in a non-nil
+// error. A nil pointer fails the attempt (DOCUMENT_COMPILATION_FAILED)
+// without calling its methods; a method that panics fails it with
+// DOCUMENT_COMPILATION_PANIC, like a handler that panicked. stopping
+// says the worker's context has ended.
+func (w *Worker) judge(herr error, stopping bool) (v verdict) {
+	defer func() {
+		if p := recover(); p != nil {
+			w.cfg.Metrics.Add(observe.Panicked, 1)
+			v = failedVerdict(kfstype.ErrorCodeHandlerPanic, fmt.Sprintf("panic in a method of the handler's error (%T): %v", herr, p))
+		}
+	}()
+	if nilvalue.Is(herr) {
+		return failedVerdict(kfstype.ErrorCodeCompilationFailed, fmt.Sprintf("the handler returned a nil %T as its error", herr))
+	}
+	v.err = herr
+	var e *Error
+	marked := errors.As(herr, &e) && e != nil
+	switch {
+	case stopping && errors.Is(herr, context.Canceled):
+		v.shutdown, v.retry, v.code = true, true, ErrorCodeWorkerShutdown
+		v.message = repo.TruncateMessage(ErrorCodeWorkerShutdown + ": " + herr.Error())
+		return v
+	case marked && e.Retryable, repo.IsRetryable(herr):
+		v.retry, v.code = true, kfstype.ErrorCodeCompilationRetryable
+	default:
+		v.code = kfstype.ErrorCodeCompilationFailed
+	}
+	if marked {
+		// Cut to 64 characters at a rune boundary; invalid UTF-8 and NUL
+		// (which PostgreSQL's text refuses) become U+FFFD.
+		v.code = cmp.Or(repo.TruncateErrorCode(e.Code), v.code)
+	}
+	v.message = cmp.Or(repo.TruncateMessage(herr.Error()), fmt.Sprintf("the handler returned a %T with an empty message", herr))
+	return v
+}
+
+// failedVerdict fails the attempt with code and message, which also make
+// up Result.Err.
+func failedVerdict(code, message string) verdict {
+	return verdict{code: code, message: message, err: Fatal(code, errors.New(message))}
+}
+
+func (w *Worker) retry(ctx context.Context, lease *repo.Lease, a *kfstype.Attempt, v verdict, delay time.Duration, res *Result) error {
 	if a.ExecutionAttempts >= a.MaxExecutionAttempts {
 		w.cfg.Metrics.Add(observe.Exhausted, 1)
 		_, err := w.cfg.Repo.Fail(ctx, w.pool, &repo.FailParams{
 			Lease: lease, ErrorCode: kfstype.ErrorCodeExecutionAttemptsExhausted,
-			ErrorMessage: fmt.Sprintf("execution attempts exhausted (%d of %d); last error: %v", a.ExecutionAttempts, a.MaxExecutionAttempts, herr),
+			ErrorMessage: fmt.Sprintf("execution attempts exhausted (%d of %d); last error: %s", a.ExecutionAttempts, a.MaxExecutionAttempts, v.message),
 		})
 		res.Outcome = OutcomeExhausted
 		return err
 	}
-	code := kfstype.ErrorCodeCompilationRetryable
-	var e *Error
-	if errors.As(herr, &e) && e.Code != "" {
-		code = e.Code
-	}
 	_, err := w.cfg.Repo.ScheduleRetry(ctx, w.pool, &repo.ScheduleRetryParams{
-		Lease: lease, RetryDelay: delay, ErrorCode: code, ErrorMessage: herr.Error(),
+		Lease: lease, RetryDelay: delay, ErrorCode: v.code, ErrorMessage: v.message,
 	})
 	if err == nil {
 		w.cfg.Metrics.Add(observe.Retried, 1)
@@ -579,26 +706,13 @@ func (w *Worker) retry(ctx context.Context, lease *repo.Lease, a *kfstype.Attemp
 	return err
 }
 
-func (w *Worker) fail(ctx context.Context, lease *repo.Lease, herr error, res *Result) error {
-	code := kfstype.ErrorCodeCompilationFailed
-	var e *Error
-	if errors.As(herr, &e) && e.Code != "" {
-		code = e.Code
-	}
-	if len(code) > repo.MaxErrorCodeLength {
-		code = code[:repo.MaxErrorCodeLength]
-	}
-	_, err := w.cfg.Repo.Fail(ctx, w.pool, &repo.FailParams{Lease: lease, ErrorCode: code, ErrorMessage: herr.Error()})
+func (w *Worker) fail(ctx context.Context, lease *repo.Lease, v verdict, res *Result) error {
+	_, err := w.cfg.Repo.Fail(ctx, w.pool, &repo.FailParams{Lease: lease, ErrorCode: v.code, ErrorMessage: v.message})
 	if err == nil {
 		w.cfg.Metrics.Add(observe.Failed, 1)
 	}
 	res.Outcome = OutcomeFailed
 	return err
-}
-
-func isRetryable(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Retryable
 }
 
 func (w *Worker) ack(ctx context.Context, log *slog.Logger, msg Message) {

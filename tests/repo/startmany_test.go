@@ -84,6 +84,33 @@ func TestStartMany(t *testing.T) {
 		require.Equal(t, 2, attempts, "only the fresh version was created")
 	})
 
+	t.Run("RefusedEntriesCostTwoStatementsEach", func(t *testing.T) {
+		// The README's "1 + 2 per refused entry": the batch statement
+		// (which also returns live attempts), then each refused entry
+		// through Start alone, its statement and the read that explains it.
+		b := setup(t)
+		pool, counter := b.cmCountedPool(t)
+		live := b.scope(t)
+		b.drv.Start(b.ctx, t, live)
+		headed := b.scope(t)
+		headed.SetHead(b.ctx, t, b.db.Pool, 3)
+		missing := b.scope(t).StartParams()
+		missing.DocumentVersion = 7
+		var res []repo.StartManyResult
+		n := counter.count(func() {
+			var err error
+			res, err = b.repo.StartMany(b.ctx, pool, []*repo.StartParams{
+				b.scope(t).StartParams(), live.StartParams(), headed.StartParams(), missing,
+			})
+			require.NoError(t, err)
+		})
+		require.NoError(t, res[0].Err)
+		require.NoError(t, res[1].Err)
+		require.ErrorIs(t, res[2].Err, repo.ErrHeadConflict)
+		require.ErrorIs(t, res[3].Err, repo.ErrNotFound)
+		require.EqualValues(t, 1+2*2, n, "statements sent")
+	})
+
 	t.Run("RejectsInvalidBatches", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
