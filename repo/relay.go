@@ -118,10 +118,8 @@ type ListenerIdleResult struct {
 //
 // Errors: *InputError.
 func (r *Repo) OutboxListenerIdle(ctx context.Context, db DBTX, p *ListenerIdleParams) (*ListenerIdleResult, error) {
-	var v validator
-	if p == nil {
-		v.fail("ListenerIdleParams", "must be set")
-	} else {
+	v := r.call(ctx, db)
+	if set(v, "ListenerIdleParams", p) {
 		v.text("ListenerID", p.ListenerID, MaxWorkerIDLength)
 		v.duration("TTL", p.TTL)
 	}
@@ -144,7 +142,7 @@ func (r *Repo) OutboxListenerIdle(ctx context.Context, db DBTX, p *ListenerIdleP
 //
 // Errors: *InputError.
 func (r *Repo) OutboxListenerAwake(ctx context.Context, db DBTX, listenerID string) error {
-	var v validator
+	v := r.call(ctx, db)
 	v.text("ListenerID", listenerID, MaxWorkerIDLength)
 	if err := v.result(); err != nil {
 		return err

@@ -150,6 +150,9 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 			VisibilityTimeout: time.Minute}}, Deep: []int{3}},
 		"Repo.ReleaseOutbox": {Fn: (*repo.Repo).ReleaseOutbox, Args: []any{r, ctx, pool, &repo.ReleaseOutboxParams{OutboxID: id(),
 			LockToken: id(), Backoff: time.Second, MaxDispatchAttempts: 3, LastError: "down"}}, Deep: []int{3}},
+		"Repo.OutboxListenerIdle": {Fn: (*repo.Repo).OutboxListenerIdle, Args: []any{r, ctx, pool, &repo.ListenerIdleParams{
+			ListenerID: "relay", TTL: time.Minute}}, Deep: []int{3}},
+		"Repo.OutboxListenerAwake":  {Fn: (*repo.Repo).OutboxListenerAwake, Args: []any{r, ctx, pool, "relay"}},
 		"Repo.GetAttempt":           {Fn: (*repo.Repo).GetAttempt, Args: []any{r, ctx, pool, "tenant", id()}, Deep: []int{3}},
 		"Repo.GetAttemptWithOutbox": {Fn: (*repo.Repo).GetAttemptWithOutbox, Args: []any{r, ctx, pool, "tenant", id()}, Deep: []int{3}},
 		"Repo.ListDocumentVersionAttempts": {Fn: (*repo.Repo).ListDocumentVersionAttempts, Args: []any{r, ctx, pool, &repo.DocumentVersion{
