@@ -478,13 +478,15 @@ func (r *Repo) ScheduleRetry(ctx context.Context, db DBTX, p *ScheduleRetryParam
 
 // explainLease says why a lease-fenced statement matched no row. It
 // returns (nil, err) when the lease itself is the reason (or the error is
-// not "no row"), and (attempt, nil) when the lease is valid, so the caller
+// not "no row"): the attempt is not running, another token or worker holds
+// it, it expired, or its outbox row is no longer leased (the relay
+// reclaimed it); and (attempt, nil) when the lease is valid, so the caller
 // names the transition-specific reason.
 func (r *Repo) explainLease(ctx context.Context, db DBTX, verb string, l *Lease, err error) (*kfstype.Attempt, error) {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s attempt %s: %w", verb, l.AttemptID, mapError(err))
 	}
-	a, _, now, rerr := r.read(ctx, db, l.AttemptID, nil)
+	a, o, now, rerr := r.read(ctx, db, l.AttemptID, nil)
 	if rerr != nil {
 		return nil, fmt.Errorf("%s attempt %s: %w", verb, l.AttemptID, rerr)
 	}
@@ -495,6 +497,10 @@ func (r *Repo) explainLease(ctx context.Context, db DBTX, verb string, l *Lease,
 		return nil, fmt.Errorf("%s attempt %s: %w: lease taken over by worker %s", verb, l.AttemptID, ErrLeaseLost, *a.WorkerID)
 	case !a.LeaseExpiresAt.After(now):
 		return nil, fmt.Errorf("%s attempt %s: %w: lease expired at %s", verb, l.AttemptID, ErrLeaseLost, a.LeaseExpiresAt.Format(time.RFC3339Nano))
+	case o.Status != kfstype.OutboxStatusLeased:
+		// The relay reclaimed the row at the lease's expiry by its clock
+		// (ClaimOutbox), and may be redelivering the attempt.
+		return nil, fmt.Errorf("%s attempt %s: %w: outbox row reclaimed by the relay (%s), lease expiring at %s", verb, l.AttemptID, ErrLeaseLost, o.Status, a.LeaseExpiresAt.Format(time.RFC3339Nano))
 	}
 	return a, nil
 }

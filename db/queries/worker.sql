@@ -1,6 +1,21 @@
 -- Worker transitions. Each is fenced: AcquireLease by the delivered queue
 -- job id, the rest by the lease (attempt id, running, same token and worker,
--- not yet expired). A stale worker matches no row and can never write.
+-- not yet expired, and the outbox row still leased). A stale worker matches
+-- no row and can never write.
+--
+-- The lease guard is the same lines in every lease-fenced statement, between
+-- "-- guard:lease" and "-- end guard". It reads the outbox row as well as
+-- the attempt: once the relay's ClaimOutbox has reclaimed the leased row at
+-- the lease's expiry (status dispatching), the lease is lost, even to a
+-- statement whose clock is still before the expiry (its transaction began
+-- earlier, or it waited on a lock). Each statement locks both rows with
+-- FOR UPDATE OF a, o: per row the attempt first, then its outbox row, the
+-- order every transition keeps. Under READ COMMITTED a row that changed
+-- while the statement waited for its lock is re-checked in its newest
+-- version, join condition and guard included, so a claim that committed
+-- meanwhile is seen; and a locked outbox row is skipped by the relay's
+-- claim (SKIP LOCKED) until the statement's transaction ends.
+--
 -- AcquireLease, Heartbeat, Advance and AdvanceTo commit asynchronously
 -- when async_commit is set (see outbox_relay.sql).
 
@@ -102,22 +117,25 @@ RETURNING a.*;
 -- name: Heartbeat :one
 -- Extends a live lease; the leased outbox row's redelivery time follows.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
-     FOR UPDATE
+     AND o.status = 'leased'
+     -- end guard
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
      SET available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
-     AND o.status = 'leased'
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -135,15 +153,20 @@ RETURNING a.*;
 -- that is Complete). Binds the candidate publication once: it must be a
 -- 'candidate' publication of the attempt's own tenant and space; binding the
 -- same one again is a no-op, another one is refused. projection_built and
--- later need a bound candidate. Touches no outbox row.
+-- later need a bound candidate. Writes no outbox row (the lease guard locks
+-- it).
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND @checkpoint::varchar <> 'published'
      AND @checkpoint::varchar IN (
        a.checkpoint,
@@ -169,7 +192,7 @@ WITH attempt AS (
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
      AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
-     FOR UPDATE
+     FOR UPDATE OF a, o
 )
 UPDATE document_compilation_attempts a
    SET checkpoint = @checkpoint::varchar,
@@ -189,13 +212,17 @@ RETURNING a.*;
 -- candidate rules are Advance's: projection_built and later need a bound
 -- candidate, bound here at the latest.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND @checkpoint::varchar <> 'published'
      AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], @checkpoint::varchar)
          >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
@@ -213,7 +240,7 @@ WITH attempt AS (
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
      AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
-     FOR UPDATE
+     FOR UPDATE OF a, o
 )
 UPDATE document_compilation_attempts a
    SET checkpoint = @checkpoint::varchar,
@@ -229,15 +256,19 @@ RETURNING a.*;
 -- name: Complete :one
 -- smoke_eval_passed -> succeeded at checkpoint published; outbox completed.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.checkpoint = 'smoke_eval_passed'
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -245,7 +276,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -266,13 +297,17 @@ RETURNING a.*;
 -- checkpoint to succeeded at published, binding the candidate when none is
 -- bound (projection_built is on the way, so one must be bound or given).
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.checkpoint <> 'published'
      AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
@@ -287,7 +322,7 @@ WITH attempt AS (
           OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
      AND coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -295,7 +330,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -316,14 +351,18 @@ RETURNING a.*;
 -- name: Fail :one
 -- The lease holder gives up: failed with its error code; outbox dead.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
-     FOR UPDATE
+     AND o.status = 'leased'
+     -- end guard
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -331,7 +370,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -354,15 +393,19 @@ RETURNING a.*;
 -- row becomes due again at retry_at with a fresh dispatch budget. The notify
 -- carries retry_at so a relay can set its timer.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.execution_attempts < a.max_execution_attempts
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -373,7 +416,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING pg_notify('kfsdb_outbox', o.available_at::text)
 )
 UPDATE document_compilation_attempts a
@@ -399,10 +442,12 @@ RETURNING a.*;
 -- primary key even on a near-empty table's statistics. Each row has its
 -- transition's guard; a lease that fails it is left out of the result (the
 -- caller asks Complete or CompleteThrough why). Attempt ids must be
--- distinct. Attempts are locked in id order, then their outbox rows.
+-- distinct. Rows are locked in attempt id order, each attempt and then its
+-- outbox row.
 WITH attempt AS (
-  SELECT a.id, input.candidate_publication_id, input.candidate_fingerprint
+  SELECT a.id, o.id AS outbox_id, input.candidate_publication_id, input.candidate_fingerprint
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    CROSS JOIN LATERAL (
      SELECT (@lease_tokens::uuid[])[k] AS lease_token,
             (@worker_ids::text[])[k] AS worker_id,
@@ -412,10 +457,13 @@ WITH attempt AS (
        FROM array_position(@attempt_ids::uuid[], a.id) AS k
    ) input
    WHERE a.id = ANY(@attempt_ids::uuid[])
+     -- guard:lease batch
      AND a.run_state = 'running'
      AND a.lease_token = input.lease_token
      AND a.worker_id = input.worker_id
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND (a.checkpoint = 'smoke_eval_passed'
           OR (input.through
               AND a.checkpoint <> 'published'
@@ -434,7 +482,7 @@ WITH attempt AS (
                    OR (a.candidate_publication_id = input.candidate_publication_id
                        AND a.candidate_fingerprint = input.candidate_fingerprint))))
    ORDER BY a.id
-     FOR UPDATE OF a
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -442,7 +490,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
