@@ -64,16 +64,18 @@ type AcquireLeaseParams struct {
 
 // AcquireLease takes the lease for a delivered attempt: running, one more
 // execution attempt, a fresh random lease token. Claimable are queued
-// attempts, retry_wait ones past retry_at, and running ones whose lease
-// expired (a lost worker). The outbox row becomes leased and due again at
-// the lease expiry, so the relay redelivers if the worker is lost.
+// attempts and running ones whose lease expired (a lost worker). A
+// retry_wait attempt has no job id to match (ScheduleRetry cleared it; the
+// relay's MarkDispatched records the next one and makes it queued), so its
+// deliveries are stale. The outbox row becomes leased and due again at the
+// lease expiry, so the relay redelivers if the worker is lost.
 //
 // Errors: *InputError, ErrNotFound, ErrDeliveryMismatch (stale or forged
 // delivery: acknowledge it), ErrDeliveryPending (the publication is not
 // recorded yet, or its record committed while the lease was being taken:
 // deliver again shortly), ErrAttemptsExhausted (call FailExhausted),
-// *TransitionError (terminal, not yet due, or leased by another worker:
-// its Attempt says until when).
+// *TransitionError (terminal, or leased by another worker: its Attempt
+// says until when).
 func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams) (*kfstype.Attempt, *Lease, error) {
 	var v validator
 	p.Delivery.validate(&v)
@@ -150,8 +152,6 @@ func (r *Repo) explainDelivery(ctx context.Context, db DBTX, verb string, d *Del
 		return fmt.Errorf("%s for attempt %s: %w (%d of %d)", verb, d.AttemptID, ErrAttemptsExhausted, a.ExecutionAttempts, a.MaxExecutionAttempts)
 	case exhausting && a.ExecutionAttempts < a.MaxExecutionAttempts:
 		te.Reason = fmt.Sprintf("execution attempts left (%d of %d used)", a.ExecutionAttempts, a.MaxExecutionAttempts)
-	case a.RunState == kfstype.RunStateRetryWait:
-		te.Reason = "retry not due until " + a.RetryAt.Format(time.RFC3339Nano)
 	case !exhausting && (a.RunState == kfstype.RunStateQueued || a.RunState == kfstype.RunStateRunning):
 		// The ids match and the attempt is claimable now (queued, or
 		// running with an expired lease): the statement's snapshot predates

@@ -23,8 +23,6 @@ WITH attempt AS (
           OR a.external_job_id = $7::text)
      AND a.execution_attempts < a.max_execution_attempts
      AND (a.run_state = 'queued'
-          OR (a.run_state = 'retry_wait'
-              AND a.retry_at <= coalesce($2::timestamptz, now()))
           OR (a.run_state = 'running'
               AND a.lease_expires_at <= coalesce($2::timestamptz, now())))
      FOR UPDATE
@@ -96,9 +94,12 @@ type AcquireLeaseParams struct {
 // AcquireLease, Heartbeat, Advance and AdvanceTo commit asynchronously
 // when async_commit is set (see outbox_relay.sql).
 // Takes the lease for a delivery. The delivered job ids must equal both
-// rows' ids; claimable is queued, retry_wait past retry_at, or running with
-// an expired lease, with execution attempts left. The outbox row follows the
-// lease (available_at = expiry), so a lost worker is redelivered by the relay.
+// rows' ids; claimable is queued or running with an expired lease, with
+// execution attempts left. (A retry_wait attempt never matches a delivery:
+// ScheduleRetry and RetryFailed clear queue_job_id, and the MarkDispatched
+// that records the next job id moves retry_wait to queued.) The outbox row
+// follows the lease (available_at = expiry), so a lost worker is
+// redelivered by the relay.
 func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg *AcquireLeaseParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, acquireLease,
 		arg.WorkerID,

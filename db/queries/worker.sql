@@ -21,9 +21,12 @@
 
 -- name: AcquireLease :one
 -- Takes the lease for a delivery. The delivered job ids must equal both
--- rows' ids; claimable is queued, retry_wait past retry_at, or running with
--- an expired lease, with execution attempts left. The outbox row follows the
--- lease (available_at = expiry), so a lost worker is redelivered by the relay.
+-- rows' ids; claimable is queued or running with an expired lease, with
+-- execution attempts left. (A retry_wait attempt never matches a delivery:
+-- ScheduleRetry and RetryFailed clear queue_job_id, and the MarkDispatched
+-- that records the next job id moves retry_wait to queued.) The outbox row
+-- follows the lease (available_at = expiry), so a lost worker is
+-- redelivered by the relay.
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
@@ -33,8 +36,6 @@ WITH attempt AS (
           OR a.external_job_id = sqlc.narg('external_job_id')::text)
      AND a.execution_attempts < a.max_execution_attempts
      AND (a.run_state = 'queued'
-          OR (a.run_state = 'retry_wait'
-              AND a.retry_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
           OR (a.run_state = 'running'
               AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
      FOR UPDATE

@@ -420,8 +420,10 @@ func (m *model) acquireLease(p *repo.AcquireLeaseParams) (*attemptModel, errClas
 		return nil, clsNotFound
 	}
 	a, o := &am.a, &am.o
+	// A retry_wait attempt is not claimable: it has no job id to match
+	// (ScheduleRetry cleared it; MarkDispatched records the next one and
+	// makes it queued).
 	claimable := a.RunState == kfstype.RunStateQueued ||
-		(a.RunState == kfstype.RunStateRetryWait && !a.RetryAt.After(m.now)) ||
 		(a.RunState == kfstype.RunStateRunning && !a.LeaseExpiresAt.After(m.now))
 	if !deliveryMatches(am, &p.Delivery) || a.ExecutionAttempts >= a.MaxExecutionAttempts || !claimable {
 		return nil, m.refuseDelivery(am, &p.Delivery, false)

@@ -191,6 +191,17 @@ func TestAcquireLease(t *testing.T) {
 			del.ExternalJobID = rwPtr("ext-1")
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsDeliveryOfARetryWaitAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
+			// ScheduleRetry cleared the job ids, so no delivery matches a
+			// retry_wait attempt, even past retry_at; the relay's
+			// MarkDispatched records the next job and makes it queued.
+			_, lease, del := b.rwRunning(t, nil)
+			_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "RETRY", ErrorMessage: "flaky"})
+			require.NoError(t, err)
+			b.clock.Advance(2 * time.Second)
+			require.Equal(t, kfstype.RunStateRetryWait, b.rwRows(t, lease.AttemptID).Attempt.RunState)
+			return del
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsLiveLeaseOfAnotherWorker", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, _, del := b.rwRunning(t, nil)
 			b.clock.Advance(repo.DefaultLeaseDuration - time.Microsecond)
