@@ -15,6 +15,7 @@ import (
 const claimOutbox = `-- name: ClaimOutbox :many
 
 
+
 WITH due AS (
   SELECT o.id
     FROM document_compilation_outbox o
@@ -51,6 +52,11 @@ type ClaimOutboxParams struct {
 // only (SKIP LOCKED, never waiting, holding no attempt lock); MarkDispatched
 // and ReleaseOutbox lock the attempt first, then the outbox row, and are
 // fenced by the claim's lock_token.
+// MarkDispatched and ReleaseOutbox's dead-letter share the awaiting-delivery
+// guard (between "-- guard:awaiting-delivery" and "-- end guard"): the
+// attempt waits for a delivery when it is dispatch_pending, retry_wait,
+// queued, or running with an expired lease (repo/guards_test.go checks
+// the copies agree).
 // ClaimOutbox, MarkDispatched and the worker's AcquireLease, Heartbeat,
 // Advance and AdvanceTo are progress, not outcomes: with async_commit
 // (repo.Config.AsyncProgressCommits) they make their transaction's commit
@@ -118,9 +124,11 @@ attempt AS (
     FROM document_compilation_attempts a
     JOIN document_compilation_outbox o0 ON o0.attempt_id = a.id
     JOIN input ON input.outbox_id = o0.id
-   WHERE a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
-      OR (a.run_state = 'running'
-          AND a.lease_expires_at <= coalesce($1::timestamptz, now()))
+   -- guard:awaiting-delivery
+   WHERE (a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
+          OR (a.run_state = 'running'
+              AND a.lease_expires_at <= coalesce($1::timestamptz, now())))
+   -- end guard
    ORDER BY a.id
      FOR UPDATE OF a
 ),

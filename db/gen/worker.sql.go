@@ -79,9 +79,12 @@ type AcquireLeaseParams struct {
 // no row and can never write.
 //
 // The lease guard is the same lines in every lease-fenced statement, between
-// "-- guard:lease" and "-- end guard". It reads the outbox row as well as
-// the attempt: once the relay's ClaimOutbox has reclaimed the leased row at
-// the lease's expiry (status dispatching), the lease is lost, even to a
+// "-- guard:lease" and "-- end guard", and so is the candidate guard
+// ("-- guard:candidate"); repo/guards_test.go checks every copy against one
+// canonical text and that no statement taking a lease token or a candidate
+// lacks its guard. The lease guard reads the outbox row as well as the
+// attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
+// lease's expiry (status dispatching), the lease is lost, even to a
 // statement whose clock is still before the expiry (its transaction began
 // earlier, or it waited on a lock). Each statement locks both rows with
 // FOR UPDATE OF a, o: per row the attempt first, then its outbox row, the
@@ -168,6 +171,7 @@ WITH attempt AS (
          WHEN 'projection_built' THEN 'smoke_eval_passed'
        END
      )
+     -- guard:candidate
      AND ($2::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -180,6 +184,7 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = $2::uuid
               AND a.candidate_fingerprint = $3::varchar))
+     -- end guard
      AND ($1::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, $2::uuid) IS NOT NULL)
      FOR UPDATE OF a, o
@@ -274,6 +279,7 @@ WITH attempt AS (
      AND $1::varchar <> 'published'
      AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], $1::varchar)
          >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+     -- guard:candidate
      AND ($2::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -286,6 +292,7 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = $2::uuid
               AND a.candidate_fingerprint = $3::varchar))
+     -- end guard
      AND ($1::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, $2::uuid) IS NOT NULL)
      FOR UPDATE OF a, o
@@ -476,19 +483,22 @@ WITH attempt AS (
           OR (input.through
               AND a.checkpoint <> 'published'
               AND coalesce(a.candidate_publication_id, input.candidate_publication_id) IS NOT NULL))
+     -- A candidate is given only with through (repo checks it too).
+     AND (input.candidate_publication_id IS NULL OR input.through)
+     -- guard:candidate batch
      AND (input.candidate_publication_id IS NULL
-          OR (input.through
-              AND ((a.candidate_publication_id IS NULL
-                    AND EXISTS (
-                      SELECT 1
-                        FROM projection_set_publications p
-                       WHERE p.tenant_id = a.tenant_id
-                         AND p.knowledge_space_id = a.knowledge_space_id
-                         AND p.id = input.candidate_publication_id
-                         AND p.fingerprint = input.candidate_fingerprint
-                         AND p.status = 'candidate'))
-                   OR (a.candidate_publication_id = input.candidate_publication_id
-                       AND a.candidate_fingerprint = input.candidate_fingerprint))))
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = input.candidate_publication_id
+                   AND p.fingerprint = input.candidate_fingerprint
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = input.candidate_publication_id
+              AND a.candidate_fingerprint = input.candidate_fingerprint))
+     -- end guard
    ORDER BY a.id
      FOR UPDATE OF a, o
 ),
@@ -609,6 +619,7 @@ WITH attempt AS (
      AND o.status = 'leased'
      -- end guard
      AND a.checkpoint <> 'published'
+     -- guard:candidate
      AND ($1::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -621,6 +632,7 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = $1::uuid
               AND a.candidate_fingerprint = $2::varchar))
+     -- end guard
      AND coalesce(a.candidate_publication_id, $1::uuid) IS NOT NULL
      FOR UPDATE OF a, o
 ),

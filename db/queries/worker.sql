@@ -4,9 +4,12 @@
 -- no row and can never write.
 --
 -- The lease guard is the same lines in every lease-fenced statement, between
--- "-- guard:lease" and "-- end guard". It reads the outbox row as well as
--- the attempt: once the relay's ClaimOutbox has reclaimed the leased row at
--- the lease's expiry (status dispatching), the lease is lost, even to a
+-- "-- guard:lease" and "-- end guard", and so is the candidate guard
+-- ("-- guard:candidate"); repo/guards_test.go checks every copy against one
+-- canonical text and that no statement taking a lease token or a candidate
+-- lacks its guard. The lease guard reads the outbox row as well as the
+-- attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
+-- lease's expiry (status dispatching), the lease is lost, even to a
 -- statement whose clock is still before the expiry (its transaction began
 -- earlier, or it waited on a lock). Each statement locks both rows with
 -- FOR UPDATE OF a, o: per row the attempt first, then its outbox row, the
@@ -179,6 +182,7 @@ WITH attempt AS (
          WHEN 'projection_built' THEN 'smoke_eval_passed'
        END
      )
+     -- guard:candidate
      AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -191,6 +195,7 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     -- end guard
      AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
      FOR UPDATE OF a, o
@@ -227,6 +232,7 @@ WITH attempt AS (
      AND @checkpoint::varchar <> 'published'
      AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], @checkpoint::varchar)
          >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+     -- guard:candidate
      AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -239,6 +245,7 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     -- end guard
      AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
      FOR UPDATE OF a, o
@@ -310,6 +317,7 @@ WITH attempt AS (
      AND o.status = 'leased'
      -- end guard
      AND a.checkpoint <> 'published'
+     -- guard:candidate
      AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -322,6 +330,7 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     -- end guard
      AND coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL
      FOR UPDATE OF a, o
 ),
@@ -469,19 +478,22 @@ WITH attempt AS (
           OR (input.through
               AND a.checkpoint <> 'published'
               AND coalesce(a.candidate_publication_id, input.candidate_publication_id) IS NOT NULL))
+     -- A candidate is given only with through (repo checks it too).
+     AND (input.candidate_publication_id IS NULL OR input.through)
+     -- guard:candidate batch
      AND (input.candidate_publication_id IS NULL
-          OR (input.through
-              AND ((a.candidate_publication_id IS NULL
-                    AND EXISTS (
-                      SELECT 1
-                        FROM projection_set_publications p
-                       WHERE p.tenant_id = a.tenant_id
-                         AND p.knowledge_space_id = a.knowledge_space_id
-                         AND p.id = input.candidate_publication_id
-                         AND p.fingerprint = input.candidate_fingerprint
-                         AND p.status = 'candidate'))
-                   OR (a.candidate_publication_id = input.candidate_publication_id
-                       AND a.candidate_fingerprint = input.candidate_fingerprint))))
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = input.candidate_publication_id
+                   AND p.fingerprint = input.candidate_fingerprint
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = input.candidate_publication_id
+              AND a.candidate_fingerprint = input.candidate_fingerprint))
+     -- end guard
    ORDER BY a.id
      FOR UPDATE OF a, o
 ),
