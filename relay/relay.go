@@ -381,10 +381,13 @@ func (r *Relay) release(ctx context.Context, o outcome) error {
 	if err != nil {
 		return fmt.Errorf("relay %s: release row %s: %w", r.cfg.ID, o.msg.ID, err)
 	}
-	if row.Status == kfstype.OutboxStatusDead {
+	switch row.Status {
+	case kfstype.OutboxStatusDead:
 		r.cfg.Metrics.Add(observe.DeadLettered, 1)
 		r.log.WarnContext(ctx, "outbox row dead-lettered", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "err", o.err)
-	} else {
+	case kfstype.OutboxStatusLeased:
+		r.log.InfoContext(ctx, "publish failed; the attempt's lease is live, the row follows it again", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "due_at", row.AvailableAt, "err", o.err)
+	default:
 		r.log.InfoContext(ctx, "publish failed; backing off", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "retry_in", delay, "err", o.err)
 	}
 	return nil

@@ -28,8 +28,10 @@ var (
 	ErrStaleRowVersion = errors.New("kfsdb: stale row version")
 
 	// ErrLeaseLost: the lease named by a worker call expired, was taken over
-	// by another AcquireLease, or belongs to another worker (Heartbeat,
-	// Advance, Complete, Fail, ScheduleRetry). The worker must stop at once.
+	// by another AcquireLease, belongs to another worker, or its outbox row
+	// was reclaimed by the relay at the lease's expiry (Heartbeat, Advance,
+	// AdvanceTo, Complete, CompleteThrough, CompleteMany, Fail,
+	// ScheduleRetry). The worker must stop at once.
 	ErrLeaseLost = errors.New("kfsdb: lease lost")
 
 	// ErrDeliveryMismatch: a delivery's queue (or external) job id is not

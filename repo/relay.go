@@ -261,6 +261,15 @@ type ReleaseOutboxParams struct {
 // dead-lettered and its attempt fails with OUTBOX_DEAD, in one statement.
 // The returned row's Status says which.
 //
+// Only an attempt waiting for a delivery (dispatch_pending, retry_wait,
+// queued, or running with an expired lease) is dead-lettered or backed
+// off. When the attempt is running under a lease that is live by this
+// call's clock (the claim's clock saw it expired: the release runs in a
+// transaction begun earlier, or its clock is behind the claim's), the row
+// goes back to that lease instead: Status leased, due at the lease's
+// expiry, LastError recorded, the attempt untouched. Its worker keeps the
+// lease, and the relay redelivers at the expiry if the worker is lost.
+//
 // Errors: *InputError, ErrOutboxLockLost.
 func (r *Repo) ReleaseOutbox(ctx context.Context, db DBTX, p *ReleaseOutboxParams) (*kfstype.OutboxMessage, error) {
 	v := r.call(ctx, db)

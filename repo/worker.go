@@ -67,16 +67,18 @@ type AcquireLeaseParams struct {
 
 // AcquireLease takes the lease for a delivered attempt: running, one more
 // execution attempt, a fresh random lease token. Claimable are queued
-// attempts, retry_wait ones past retry_at, and running ones whose lease
-// expired (a lost worker). The outbox row becomes leased and due again at
-// the lease expiry, so the relay redelivers if the worker is lost.
+// attempts and running ones whose lease expired (a lost worker). A
+// retry_wait attempt has no job id to match (ScheduleRetry cleared it; the
+// relay's MarkDispatched records the next one and makes it queued), so its
+// deliveries are stale. The outbox row becomes leased and due again at the
+// lease expiry, so the relay redelivers if the worker is lost.
 //
 // Errors: *InputError, ErrNotFound, ErrDeliveryMismatch (stale or forged
 // delivery: acknowledge it), ErrDeliveryPending (the publication is not
 // recorded yet, or its record committed while the lease was being taken:
 // deliver again shortly), ErrAttemptsExhausted (call FailExhausted),
-// *TransitionError (terminal, not yet due, or leased by another worker:
-// its Attempt says until when).
+// *TransitionError (terminal, or leased by another worker: its Attempt
+// says until when).
 func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams) (*kfstype.Attempt, *Lease, error) {
 	v := r.call(ctx, db)
 	if set(v, "AcquireLeaseParams", p) {
@@ -155,8 +157,6 @@ func (r *Repo) explainDelivery(ctx context.Context, db DBTX, verb string, d *Del
 		return fmt.Errorf("%s for attempt %s: %w (%d of %d)", verb, d.AttemptID, ErrAttemptsExhausted, a.ExecutionAttempts, a.MaxExecutionAttempts)
 	case exhausting && a.ExecutionAttempts < a.MaxExecutionAttempts:
 		te.Reason = fmt.Sprintf("execution attempts left (%d of %d used)", a.ExecutionAttempts, a.MaxExecutionAttempts)
-	case a.RunState == kfstype.RunStateRetryWait:
-		te.Reason = "retry not due until " + a.RetryAt.Format(time.RFC3339Nano)
 	case !exhausting && (a.RunState == kfstype.RunStateQueued || a.RunState == kfstype.RunStateRunning):
 		// The ids match and the attempt is claimable now (queued, or
 		// running with an expired lease): the statement's snapshot predates
@@ -496,13 +496,15 @@ func (r *Repo) ScheduleRetry(ctx context.Context, db DBTX, p *ScheduleRetryParam
 
 // explainLease says why a lease-fenced statement matched no row. It
 // returns (nil, err) when the lease itself is the reason (or the error is
-// not "no row"), and (attempt, nil) when the lease is valid, so the caller
+// not "no row"): the attempt is not running, another token or worker holds
+// it, it expired, or its outbox row is no longer leased (the relay
+// reclaimed it); and (attempt, nil) when the lease is valid, so the caller
 // names the transition-specific reason.
 func (r *Repo) explainLease(ctx context.Context, db DBTX, verb string, l *Lease, err error) (*kfstype.Attempt, error) {
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%s attempt %s: %w", verb, l.AttemptID, mapError(err))
 	}
-	a, _, now, rerr := r.read(ctx, db, l.AttemptID, nil)
+	a, o, now, rerr := r.read(ctx, db, l.AttemptID, nil)
 	if rerr != nil {
 		return nil, fmt.Errorf("%s attempt %s: %w", verb, l.AttemptID, rerr)
 	}
@@ -513,6 +515,10 @@ func (r *Repo) explainLease(ctx context.Context, db DBTX, verb string, l *Lease,
 		return nil, fmt.Errorf("%s attempt %s: %w: lease taken over by worker %s", verb, l.AttemptID, ErrLeaseLost, *a.WorkerID)
 	case !a.LeaseExpiresAt.After(now):
 		return nil, fmt.Errorf("%s attempt %s: %w: lease expired at %s", verb, l.AttemptID, ErrLeaseLost, a.LeaseExpiresAt.Format(time.RFC3339Nano))
+	case o.Status != kfstype.OutboxStatusLeased:
+		// The relay reclaimed the row at the lease's expiry by its clock
+		// (ClaimOutbox), and may be redelivering the attempt.
+		return nil, fmt.Errorf("%s attempt %s: %w: outbox row reclaimed by the relay (%s), lease expiring at %s", verb, l.AttemptID, ErrLeaseLost, o.Status, a.LeaseExpiresAt.Format(time.RFC3339Nano))
 	}
 	return a, nil
 }

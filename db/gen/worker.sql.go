@@ -23,8 +23,6 @@ WITH attempt AS (
           OR a.external_job_id = $7::text)
      AND a.execution_attempts < a.max_execution_attempts
      AND (a.run_state = 'queued'
-          OR (a.run_state = 'retry_wait'
-              AND a.retry_at <= coalesce($2::timestamptz, now()))
           OR (a.run_state = 'running'
               AND a.lease_expires_at <= coalesce($2::timestamptz, now())))
      FOR UPDATE
@@ -77,13 +75,34 @@ type AcquireLeaseParams struct {
 
 // Worker transitions. Each is fenced: AcquireLease by the delivered queue
 // job id, the rest by the lease (attempt id, running, same token and worker,
-// not yet expired). A stale worker matches no row and can never write.
+// not yet expired, and the outbox row still leased). A stale worker matches
+// no row and can never write.
+//
+// The lease guard is the same lines in every lease-fenced statement, between
+// "-- guard:lease" and "-- end guard", and so is the candidate guard
+// ("-- guard:candidate"); repo/guards_test.go checks every copy against one
+// canonical text and that no statement taking a lease token or a candidate
+// lacks its guard. The lease guard reads the outbox row as well as the
+// attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
+// lease's expiry (status dispatching), the lease is lost, even to a
+// statement whose clock is still before the expiry (its transaction began
+// earlier, or it waited on a lock). Each statement locks both rows with
+// FOR UPDATE OF a, o: per row the attempt first, then its outbox row, the
+// order every transition keeps. Under READ COMMITTED a row that changed
+// while the statement waited for its lock is re-checked in its newest
+// version, join condition and guard included, so a claim that committed
+// meanwhile is seen; and a locked outbox row is skipped by the relay's
+// claim (SKIP LOCKED) until the statement's transaction ends.
+//
 // AcquireLease, Heartbeat, Advance and AdvanceTo commit asynchronously
 // when async_commit is set (see outbox_relay.sql).
 // Takes the lease for a delivery. The delivered job ids must equal both
-// rows' ids; claimable is queued, retry_wait past retry_at, or running with
-// an expired lease, with execution attempts left. The outbox row follows the
-// lease (available_at = expiry), so a lost worker is redelivered by the relay.
+// rows' ids; claimable is queued or running with an expired lease, with
+// execution attempts left. (A retry_wait attempt never matches a delivery:
+// ScheduleRetry and RetryFailed clear queue_job_id, and the MarkDispatched
+// that records the next job id moves retry_wait to queued.) The outbox row
+// follows the lease (available_at = expiry), so a lost worker is
+// redelivered by the relay.
 func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg *AcquireLeaseParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, acquireLease,
 		arg.WorkerID,
@@ -130,13 +149,17 @@ func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg *AcquireLeasePa
 
 const advance = `-- name: Advance :one
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = $6
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = $7::uuid
      AND a.worker_id = $8::text
      AND a.lease_expires_at > coalesce($4::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND $1::varchar <> 'published'
      AND $1::varchar IN (
        a.checkpoint,
@@ -148,6 +171,7 @@ WITH attempt AS (
          WHEN 'projection_built' THEN 'smoke_eval_passed'
        END
      )
+     -- guard:candidate
      AND ($2::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -160,9 +184,10 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = $2::uuid
               AND a.candidate_fingerprint = $3::varchar))
+     -- end guard
      AND ($1::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, $2::uuid) IS NOT NULL)
-     FOR UPDATE
+     FOR UPDATE OF a, o
 )
 UPDATE document_compilation_attempts a
    SET checkpoint = $1::varchar,
@@ -191,7 +216,8 @@ type AdvanceParams struct {
 // that is Complete). Binds the candidate publication once: it must be a
 // 'candidate' publication of the attempt's own tenant and space; binding the
 // same one again is a no-op, another one is refused. projection_built and
-// later need a bound candidate. Touches no outbox row.
+// later need a bound candidate. Writes no outbox row (the lease guard locks
+// it).
 func (q *Queries) Advance(ctx context.Context, db DBTX, arg *AdvanceParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, advance,
 		arg.Checkpoint,
@@ -239,16 +265,21 @@ func (q *Queries) Advance(ctx context.Context, db DBTX, arg *AdvanceParams) (*Do
 
 const advanceTo = `-- name: AdvanceTo :one
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = $6
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = $7::uuid
      AND a.worker_id = $8::text
      AND a.lease_expires_at > coalesce($4::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND $1::varchar <> 'published'
      AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], $1::varchar)
          >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+     -- guard:candidate
      AND ($2::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -261,9 +292,10 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = $2::uuid
               AND a.candidate_fingerprint = $3::varchar))
+     -- end guard
      AND ($1::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, $2::uuid) IS NOT NULL)
-     FOR UPDATE
+     FOR UPDATE OF a, o
 )
 UPDATE document_compilation_attempts a
    SET checkpoint = $1::varchar,
@@ -340,15 +372,19 @@ func (q *Queries) AdvanceTo(ctx context.Context, db DBTX, arg *AdvanceToParams) 
 
 const complete = `-- name: Complete :one
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = $2
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = $3::uuid
      AND a.worker_id = $4::text
      AND a.lease_expires_at > coalesce($1::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.checkpoint = 'smoke_eval_passed'
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -356,7 +392,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -424,8 +460,9 @@ func (q *Queries) Complete(ctx context.Context, db DBTX, arg *CompleteParams) (*
 
 const completeMany = `-- name: CompleteMany :many
 WITH attempt AS (
-  SELECT a.id, input.candidate_publication_id, input.candidate_fingerprint
+  SELECT a.id, o.id AS outbox_id, input.candidate_publication_id, input.candidate_fingerprint
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    CROSS JOIN LATERAL (
      SELECT ($2::uuid[])[k] AS lease_token,
             ($3::text[])[k] AS worker_id,
@@ -435,29 +472,35 @@ WITH attempt AS (
        FROM array_position($7::uuid[], a.id) AS k
    ) input
    WHERE a.id = ANY($7::uuid[])
+     -- guard:lease batch
      AND a.run_state = 'running'
      AND a.lease_token = input.lease_token
      AND a.worker_id = input.worker_id
      AND a.lease_expires_at > coalesce($1::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND (a.checkpoint = 'smoke_eval_passed'
           OR (input.through
               AND a.checkpoint <> 'published'
               AND coalesce(a.candidate_publication_id, input.candidate_publication_id) IS NOT NULL))
+     -- A candidate is given only with through (repo checks it too).
+     AND (input.candidate_publication_id IS NULL OR input.through)
+     -- guard:candidate batch
      AND (input.candidate_publication_id IS NULL
-          OR (input.through
-              AND ((a.candidate_publication_id IS NULL
-                    AND EXISTS (
-                      SELECT 1
-                        FROM projection_set_publications p
-                       WHERE p.tenant_id = a.tenant_id
-                         AND p.knowledge_space_id = a.knowledge_space_id
-                         AND p.id = input.candidate_publication_id
-                         AND p.fingerprint = input.candidate_fingerprint
-                         AND p.status = 'candidate'))
-                   OR (a.candidate_publication_id = input.candidate_publication_id
-                       AND a.candidate_fingerprint = input.candidate_fingerprint))))
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = input.candidate_publication_id
+                   AND p.fingerprint = input.candidate_fingerprint
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = input.candidate_publication_id
+              AND a.candidate_fingerprint = input.candidate_fingerprint))
+     -- end guard
    ORDER BY a.id
-     FOR UPDATE OF a
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -465,7 +508,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -503,7 +546,8 @@ type CompleteManyParams struct {
 // primary key even on a near-empty table's statistics. Each row has its
 // transition's guard; a lease that fails it is left out of the result (the
 // caller asks Complete or CompleteThrough why). Attempt ids must be
-// distinct. Attempts are locked in id order, then their outbox rows.
+// distinct. Rows are locked in attempt id order, each attempt and then its
+// outbox row.
 func (q *Queries) CompleteMany(ctx context.Context, db DBTX, arg *CompleteManyParams) ([]*DocumentCompilationAttempt, error) {
 	rows, err := db.Query(ctx, completeMany,
 		arg.Now,
@@ -563,14 +607,19 @@ func (q *Queries) CompleteMany(ctx context.Context, db DBTX, arg *CompleteManyPa
 
 const completeThrough = `-- name: CompleteThrough :one
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = $4
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = $5::uuid
      AND a.worker_id = $6::text
      AND a.lease_expires_at > coalesce($3::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.checkpoint <> 'published'
+     -- guard:candidate
      AND ($1::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -583,8 +632,9 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = $1::uuid
               AND a.candidate_fingerprint = $2::varchar))
+     -- end guard
      AND coalesce(a.candidate_publication_id, $1::uuid) IS NOT NULL
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -592,7 +642,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce($3::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -668,14 +718,18 @@ func (q *Queries) CompleteThrough(ctx context.Context, db DBTX, arg *CompleteThr
 
 const fail = `-- name: Fail :one
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = $4
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = $5::uuid
      AND a.worker_id = $6::text
      AND a.lease_expires_at > coalesce($1::timestamptz, now())
-     FOR UPDATE
+     AND o.status = 'leased'
+     -- end guard
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -683,7 +737,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -845,22 +899,25 @@ func (q *Queries) FailExhausted(ctx context.Context, db DBTX, arg *FailExhausted
 
 const heartbeat = `-- name: Heartbeat :one
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = $4
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = $5::uuid
      AND a.worker_id = $6::text
      AND a.lease_expires_at > coalesce($1::timestamptz, now())
-     FOR UPDATE
+     AND o.status = 'leased'
+     -- end guard
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
      SET available_at = coalesce($1::timestamptz, now()) + $2::interval,
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
-     AND o.status = 'leased'
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -929,15 +986,19 @@ func (q *Queries) Heartbeat(ctx context.Context, db DBTX, arg *HeartbeatParams) 
 
 const scheduleRetry = `-- name: ScheduleRetry :one
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = $5
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = $6::uuid
      AND a.worker_id = $7::text
      AND a.lease_expires_at > coalesce($1::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.execution_attempts < a.max_execution_attempts
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -948,7 +1009,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a

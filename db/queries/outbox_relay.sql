@@ -3,6 +3,12 @@
 -- and ReleaseOutbox lock the attempt first, then the outbox row, and are
 -- fenced by the claim's lock_token.
 
+-- MarkDispatched and ReleaseOutbox's dead-letter share the awaiting-delivery
+-- guard (between "-- guard:awaiting-delivery" and "-- end guard"): the
+-- attempt waits for a delivery when it is dispatch_pending, retry_wait,
+-- queued, or running with an expired lease (repo/guards_test.go checks
+-- the copies agree).
+
 -- ClaimOutbox, MarkDispatched and the worker's AcquireLease, Heartbeat,
 -- Advance and AdvanceTo are progress, not outcomes: with async_commit
 -- (repo.Config.AsyncProgressCommits) they make their transaction's commit
@@ -120,9 +126,11 @@ attempt AS (
     FROM document_compilation_attempts a
     JOIN document_compilation_outbox o0 ON o0.attempt_id = a.id
     JOIN input ON input.outbox_id = o0.id
-   WHERE a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
-      OR (a.run_state = 'running'
-          AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+   -- guard:awaiting-delivery
+   WHERE (a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
+          OR (a.run_state = 'running'
+              AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
+   -- end guard
    ORDER BY a.id
      FOR UPDATE OF a
 ),
@@ -166,15 +174,28 @@ RETURNING o.*;
 -- backoff) or, once dispatch_attempts (counted at claim) reaches
 -- max_dispatch_attempts, dead-letters it and fails the attempt with
 -- OUTBOX_DEAD. Fenced by the claim's lock token.
+--
+-- Only an attempt waiting for a delivery (dispatch_pending, retry_wait,
+-- queued, or running with an expired lease) is dead-lettered; the outbox
+-- row is dead exactly when dead_attempt failed its attempt. An attempt
+-- running with a live lease by this statement's clock (the claim's clock
+-- saw it expired; this one, in a transaction begun earlier or behind it,
+-- does not) keeps its worker: whether dead-lettering or backing off, the
+-- row goes back to the lease (leased, due at the lease's expiry, the error
+-- recorded) and the attempt is untouched, so the pair stays running/leased
+-- and the worker's lease holds (backing off would leave it fenced out, as
+-- the lease guard needs its row leased). The relay sees status leased.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, a.lease_expires_at,
+         a.run_state = 'running'
+           AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now()) AS lease_live
     FROM document_compilation_attempts a
    WHERE a.id = (SELECT o0.attempt_id FROM document_compilation_outbox o0 WHERE o0.id = @outbox_id)
      FOR UPDATE
 ),
 outbox AS (
-  SELECT o.id, o.attempt_id,
-         o.dispatch_attempts >= @max_dispatch_attempts::integer AS dead
+  SELECT o.id, o.attempt_id, attempt.lease_live, attempt.lease_expires_at,
+         o.dispatch_attempts >= @max_dispatch_attempts::integer AS exhausted
     FROM document_compilation_outbox o
     JOIN attempt ON o.attempt_id = attempt.id
    WHERE o.id = @outbox_id
@@ -195,17 +216,27 @@ dead_attempt AS (
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM outbox
    WHERE a.id = outbox.attempt_id
-     AND outbox.dead
+     AND outbox.exhausted
+     -- guard:awaiting-delivery
+     AND (a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
+          OR (a.run_state = 'running'
+              AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
+     -- end guard
   RETURNING a.id
 )
 UPDATE document_compilation_outbox o
-   SET status = CASE WHEN outbox.dead THEN 'dead' ELSE 'pending' END,
-       available_at = CASE WHEN outbox.dead THEN o.available_at
+   SET status = CASE WHEN dead_attempt.id IS NOT NULL THEN 'dead'
+                     WHEN outbox.lease_live THEN 'leased'
+                     ELSE 'pending'
+                END,
+       available_at = CASE WHEN dead_attempt.id IS NOT NULL THEN o.available_at
+                           WHEN outbox.lease_live THEN outbox.lease_expires_at
                            ELSE coalesce(sqlc.narg('now')::timestamptz, now()) + @backoff::interval
                       END,
        last_error = @last_error::text,
        locked_by = NULL, lock_token = NULL, locked_until = NULL,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM outbox
+  LEFT JOIN dead_attempt ON dead_attempt.id = outbox.attempt_id
  WHERE o.id = outbox.id
 RETURNING o.*;

@@ -1,14 +1,35 @@
 -- Worker transitions. Each is fenced: AcquireLease by the delivered queue
 -- job id, the rest by the lease (attempt id, running, same token and worker,
--- not yet expired). A stale worker matches no row and can never write.
+-- not yet expired, and the outbox row still leased). A stale worker matches
+-- no row and can never write.
+--
+-- The lease guard is the same lines in every lease-fenced statement, between
+-- "-- guard:lease" and "-- end guard", and so is the candidate guard
+-- ("-- guard:candidate"); repo/guards_test.go checks every copy against one
+-- canonical text and that no statement taking a lease token or a candidate
+-- lacks its guard. The lease guard reads the outbox row as well as the
+-- attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
+-- lease's expiry (status dispatching), the lease is lost, even to a
+-- statement whose clock is still before the expiry (its transaction began
+-- earlier, or it waited on a lock). Each statement locks both rows with
+-- FOR UPDATE OF a, o: per row the attempt first, then its outbox row, the
+-- order every transition keeps. Under READ COMMITTED a row that changed
+-- while the statement waited for its lock is re-checked in its newest
+-- version, join condition and guard included, so a claim that committed
+-- meanwhile is seen; and a locked outbox row is skipped by the relay's
+-- claim (SKIP LOCKED) until the statement's transaction ends.
+--
 -- AcquireLease, Heartbeat, Advance and AdvanceTo commit asynchronously
 -- when async_commit is set (see outbox_relay.sql).
 
 -- name: AcquireLease :one
 -- Takes the lease for a delivery. The delivered job ids must equal both
--- rows' ids; claimable is queued, retry_wait past retry_at, or running with
--- an expired lease, with execution attempts left. The outbox row follows the
--- lease (available_at = expiry), so a lost worker is redelivered by the relay.
+-- rows' ids; claimable is queued or running with an expired lease, with
+-- execution attempts left. (A retry_wait attempt never matches a delivery:
+-- ScheduleRetry and RetryFailed clear queue_job_id, and the MarkDispatched
+-- that records the next job id moves retry_wait to queued.) The outbox row
+-- follows the lease (available_at = expiry), so a lost worker is
+-- redelivered by the relay.
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
@@ -18,8 +39,6 @@ WITH attempt AS (
           OR a.external_job_id = sqlc.narg('external_job_id')::text)
      AND a.execution_attempts < a.max_execution_attempts
      AND (a.run_state = 'queued'
-          OR (a.run_state = 'retry_wait'
-              AND a.retry_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
           OR (a.run_state = 'running'
               AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
      FOR UPDATE
@@ -102,22 +121,25 @@ RETURNING a.*;
 -- name: Heartbeat :one
 -- Extends a live lease; the leased outbox row's redelivery time follows.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
-     FOR UPDATE
+     AND o.status = 'leased'
+     -- end guard
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
      SET available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
-     AND o.status = 'leased'
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -135,15 +157,20 @@ RETURNING a.*;
 -- that is Complete). Binds the candidate publication once: it must be a
 -- 'candidate' publication of the attempt's own tenant and space; binding the
 -- same one again is a no-op, another one is refused. projection_built and
--- later need a bound candidate. Touches no outbox row.
+-- later need a bound candidate. Writes no outbox row (the lease guard locks
+-- it).
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND @checkpoint::varchar <> 'published'
      AND @checkpoint::varchar IN (
        a.checkpoint,
@@ -155,6 +182,7 @@ WITH attempt AS (
          WHEN 'projection_built' THEN 'smoke_eval_passed'
        END
      )
+     -- guard:candidate
      AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -167,9 +195,10 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     -- end guard
      AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
-     FOR UPDATE
+     FOR UPDATE OF a, o
 )
 UPDATE document_compilation_attempts a
    SET checkpoint = @checkpoint::varchar,
@@ -189,16 +218,21 @@ RETURNING a.*;
 -- candidate rules are Advance's: projection_built and later need a bound
 -- candidate, bound here at the latest.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND @checkpoint::varchar <> 'published'
      AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], @checkpoint::varchar)
          >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+     -- guard:candidate
      AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -211,9 +245,10 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     -- end guard
      AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
           OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
-     FOR UPDATE
+     FOR UPDATE OF a, o
 )
 UPDATE document_compilation_attempts a
    SET checkpoint = @checkpoint::varchar,
@@ -229,15 +264,19 @@ RETURNING a.*;
 -- name: Complete :one
 -- smoke_eval_passed -> succeeded at checkpoint published; outbox completed.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.checkpoint = 'smoke_eval_passed'
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -245,7 +284,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -266,14 +305,19 @@ RETURNING a.*;
 -- checkpoint to succeeded at published, binding the candidate when none is
 -- bound (projection_built is on the way, so one must be bound or given).
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.checkpoint <> 'published'
+     -- guard:candidate
      AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
@@ -286,8 +330,9 @@ WITH attempt AS (
                    AND p.status = 'candidate'))
           OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
               AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
+     -- end guard
      AND coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -295,7 +340,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -316,14 +361,18 @@ RETURNING a.*;
 -- name: Fail :one
 -- The lease holder gives up: failed with its error code; outbox dead.
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
-     FOR UPDATE
+     AND o.status = 'leased'
+     -- end guard
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -331,7 +380,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -354,15 +403,19 @@ RETURNING a.*;
 -- row becomes due again at retry_at with a fresh dispatch budget (an idle
 -- relay is told at commit, by migration 0007's trigger, to set its timer).
 WITH attempt AS (
-  SELECT a.id
+  SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    WHERE a.id = @attempt_id
+     -- guard:lease
      AND a.run_state = 'running'
      AND a.lease_token = @lease_token::uuid
      AND a.worker_id = @worker_id::text
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND a.execution_attempts < a.max_execution_attempts
-     FOR UPDATE
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -373,7 +426,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
@@ -399,10 +452,12 @@ RETURNING a.*;
 -- primary key even on a near-empty table's statistics. Each row has its
 -- transition's guard; a lease that fails it is left out of the result (the
 -- caller asks Complete or CompleteThrough why). Attempt ids must be
--- distinct. Attempts are locked in id order, then their outbox rows.
+-- distinct. Rows are locked in attempt id order, each attempt and then its
+-- outbox row.
 WITH attempt AS (
-  SELECT a.id, input.candidate_publication_id, input.candidate_fingerprint
+  SELECT a.id, o.id AS outbox_id, input.candidate_publication_id, input.candidate_fingerprint
     FROM document_compilation_attempts a
+    JOIN document_compilation_outbox o ON o.attempt_id = a.id
    CROSS JOIN LATERAL (
      SELECT (@lease_tokens::uuid[])[k] AS lease_token,
             (@worker_ids::text[])[k] AS worker_id,
@@ -412,29 +467,35 @@ WITH attempt AS (
        FROM array_position(@attempt_ids::uuid[], a.id) AS k
    ) input
    WHERE a.id = ANY(@attempt_ids::uuid[])
+     -- guard:lease batch
      AND a.run_state = 'running'
      AND a.lease_token = input.lease_token
      AND a.worker_id = input.worker_id
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+     AND o.status = 'leased'
+     -- end guard
      AND (a.checkpoint = 'smoke_eval_passed'
           OR (input.through
               AND a.checkpoint <> 'published'
               AND coalesce(a.candidate_publication_id, input.candidate_publication_id) IS NOT NULL))
+     -- A candidate is given only with through (repo checks it too).
+     AND (input.candidate_publication_id IS NULL OR input.through)
+     -- guard:candidate batch
      AND (input.candidate_publication_id IS NULL
-          OR (input.through
-              AND ((a.candidate_publication_id IS NULL
-                    AND EXISTS (
-                      SELECT 1
-                        FROM projection_set_publications p
-                       WHERE p.tenant_id = a.tenant_id
-                         AND p.knowledge_space_id = a.knowledge_space_id
-                         AND p.id = input.candidate_publication_id
-                         AND p.fingerprint = input.candidate_fingerprint
-                         AND p.status = 'candidate'))
-                   OR (a.candidate_publication_id = input.candidate_publication_id
-                       AND a.candidate_fingerprint = input.candidate_fingerprint))))
+          OR (a.candidate_publication_id IS NULL
+              AND EXISTS (
+                SELECT 1
+                  FROM projection_set_publications p
+                 WHERE p.tenant_id = a.tenant_id
+                   AND p.knowledge_space_id = a.knowledge_space_id
+                   AND p.id = input.candidate_publication_id
+                   AND p.fingerprint = input.candidate_fingerprint
+                   AND p.status = 'candidate'))
+          OR (a.candidate_publication_id = input.candidate_publication_id
+              AND a.candidate_fingerprint = input.candidate_fingerprint))
+     -- end guard
    ORDER BY a.id
-     FOR UPDATE OF a
+     FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
@@ -442,7 +503,7 @@ outbox AS (
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
-   WHERE o.attempt_id = attempt.id
+   WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a

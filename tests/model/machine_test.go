@@ -75,7 +75,7 @@ var opWeights = map[string]int{
 	"Start": 2, "ReleaseDeferred": 1, "ClaimOutbox": 3, "MarkDispatched": 3, "ReleaseOutbox": 1,
 	"AcquireLease": 3, "FailExhausted": 2, "Heartbeat": 1, "Advance": 6, "AdvanceTo": 3, "Complete": 2, "CompleteThrough": 2, "Fail": 2,
 	"ScheduleRetry": 1, "Cancel": 1, "Supersede": 1, "RetryFailed": 2, "AdvanceClock": 3, "SetHead": 1,
-	"RelayCycle": 2,
+	"RelayCycle": 2, "ReclaimDuringHeartbeat": 1, "DeadLetterWhileRunning": 1,
 }
 
 // seq is one rapid sequence: the database side (repo, clock, scopes) and
@@ -132,7 +132,8 @@ func (h *harness) sequence(t *rapid.T) {
 		"Complete": s.Complete, "CompleteThrough": s.CompleteThrough,
 		"Fail": s.Fail, "ScheduleRetry": s.ScheduleRetry, "Cancel": s.Cancel, "Supersede": s.Supersede,
 		"RetryFailed": s.RetryFailed, "AdvanceClock": s.AdvanceClock, "SetHead": s.SetHead,
-		"RelayCycle": s.RelayCycle,
+		"RelayCycle": s.RelayCycle, "ReclaimDuringHeartbeat": s.ReclaimDuringHeartbeat,
+		"DeadLetterWhileRunning": s.DeadLetterWhileRunning,
 	}
 	weighted := map[string]func(*rapid.T){"": s.check}
 	for name, fn := range actions {
@@ -606,6 +607,88 @@ func (s *seq) RelayCycle(t *rapid.T) {
 	}
 }
 
+// --- other actors' clocks ---
+
+// at runs f as an actor whose clock reads when, not the sequence's: the
+// model and the repo both see when, and the sequence's clock is untouched
+// (it may be behind or ahead of when afterwards).
+func (s *seq) at(when time.Time, f func()) {
+	now, r := s.m.now, s.repo
+	s.m.now, s.repo = when, repo.New(&repo.Config{Clock: testfactory.ClockAt(when)})
+	defer func() { s.m.now, s.repo = now, r }()
+	f()
+}
+
+// leased is the attempts running under a lease whose outbox row is leased.
+func (s *seq) leased() []*attemptModel {
+	var out []*attemptModel
+	for _, am := range s.m.attempts {
+		if am.a.RunState == kfstype.RunStateRunning && am.o.Status == kfstype.OutboxStatusLeased {
+			out = append(out, am)
+		}
+	}
+	return out
+}
+
+// reclaim has a relay whose clock is at or up to 2 s past a leased
+// attempt's expiry claim every row due then, as it does for a lost
+// worker; it returns the attempt and its lease's expiry.
+func (s *seq) reclaim(t *rapid.T) (*attemptModel, time.Time) {
+	leased := s.leased()
+	if len(leased) == 0 {
+		t.Skip("no leased attempt")
+	}
+	am := leased[uniform(t, "leased", len(leased))]
+	expiry := *am.a.LeaseExpiresAt
+	s.at(expiry.Add(time.Duration(uniform(t, "relayAfterMs", 2001))*time.Millisecond), func() {
+		s.claim(t, &repo.ClaimParams{RelayID: "relay-ahead", BatchSize: repo.MaxClaimBatch})
+	})
+	s.check(t)
+	require.Equal(s.tb, kfstype.OutboxStatusDispatching, am.o.Status, "the relay reclaims the expired lease's row")
+	return am, expiry
+}
+
+// before is a time 1 ms to 1 s before t.
+func before(rt *rapid.T, t time.Time) time.Time {
+	return t.Add(-time.Duration(1+uniform(rt, "beforeMs", 1000)) * time.Millisecond)
+}
+
+// ReclaimDuringHeartbeat: the relay reclaims a leased row at its lease's
+// expiry, then the lease holder heartbeats with a clock still before the
+// expiry (its transaction began earlier, or it waited on a lock). The
+// lease is lost: refused, nothing changes (issue 13).
+func (s *seq) ReclaimDuringHeartbeat(t *rapid.T) {
+	am, expiry := s.reclaim(t)
+	s.h.stats.rows("ReclaimDuringHeartbeat runs", 1, 0)
+	lease := am.leases[len(am.leases)-1]
+	s.at(before(t, expiry), func() {
+		s.heartbeat(t, &repo.HeartbeatParams{Lease: &lease, LeaseDuration: draw(t, "lease", time.Duration(0), 10*time.Second)})
+	})
+}
+
+// DeadLetterWhileRunning: the relay reclaims a leased row at its lease's
+// expiry, its publication fails with the dispatch attempts used up, and it
+// releases the row with a clock before the expiry (the lease live: the row
+// goes back to the lease, the attempt keeps running) or after it (the
+// attempt is dead-lettered).
+func (s *seq) DeadLetterWhileRunning(t *rapid.T) {
+	am, expiry := s.reclaim(t)
+	s.h.stats.rows("DeadLetterWhileRunning runs", 1, 0)
+	when := before(t, expiry)
+	if pct(t, "releaseAfterExpiry") < 30 {
+		when = am.o.UpdatedAt // the relay's own clock at the claim: at or past the expiry
+	}
+	p := &repo.ReleaseOutboxParams{
+		OutboxID: am.o.ID, LockToken: *am.o.LockToken, Backoff: time.Second,
+		MaxDispatchAttempts: am.o.DispatchAttempts - int32(uniform(t, "exhaustedBy", 2)),
+		LastError:           "publish failed: message rejected",
+	}
+	if p.MaxDispatchAttempts < 1 {
+		p.MaxDispatchAttempts = 1
+	}
+	s.at(when, func() { s.release(t, p) })
+}
+
 // drawToken picks an outbox row and a lock token for it: the current
 // claim's (mostly), an older claim's, or a token no claim handed out.
 func (s *seq) drawToken(t *rapid.T) (uuid.UUID, uuid.UUID) {
@@ -700,9 +783,12 @@ func (s *seq) release(t *rapid.T, p *repo.ReleaseOutboxParams) {
 	if want == clsOK {
 		am := s.m.findOutbox(p.OutboxID)
 		s.requireOutbox("ReleaseOutbox", got, am)
-		if am.o.Status == kfstype.OutboxStatusDead {
+		switch am.o.Status {
+		case kfstype.OutboxStatusDead:
 			s.h.stats.rows("ReleaseOutbox dead-lettered", 1, 0)
-		} else {
+		case kfstype.OutboxStatusLeased:
+			s.h.stats.rows("ReleaseOutbox handed back to the live lease", 1, 0)
+		default:
 			s.h.stats.rows("ReleaseOutbox backed off", 1, 0)
 		}
 	}
@@ -815,7 +901,10 @@ func (s *seq) drawLease(t *rapid.T) *repo.Lease {
 }
 
 func (s *seq) Heartbeat(t *rapid.T) {
-	p := &repo.HeartbeatParams{Lease: s.drawLease(t), LeaseDuration: draw(t, "lease", time.Duration(0), 10*time.Second, 30*time.Second)}
+	s.heartbeat(t, &repo.HeartbeatParams{Lease: s.drawLease(t), LeaseDuration: draw(t, "lease", time.Duration(0), 10*time.Second, 30*time.Second)})
+}
+
+func (s *seq) heartbeat(t *rapid.T, p *repo.HeartbeatParams) {
 	want := s.m.heartbeat(p)
 	got, err := s.repo.Heartbeat(s.ctx, s.h.pool, p)
 	s.expect(t, "Heartbeat", want, err)

@@ -366,10 +366,19 @@ func (m *model) releaseOutbox(p *repo.ReleaseOutboxParams) errClass {
 		maxAttempts = repo.DefaultMaxDispatchAttempts
 	}
 	msg := cut(p.LastError)
-	if am.o.DispatchAttempts >= maxAttempts {
+	a := &am.a
+	leaseLive := a.RunState == kfstype.RunStateRunning && a.LeaseExpiresAt.After(m.now)
+	switch {
+	case am.o.DispatchAttempts >= maxAttempts && !leaseLive:
+		// Only an attempt waiting for a delivery is dead-lettered.
 		m.end(am, kfstype.RunStateFailed, kfstype.OutboxStatusDead)
-		am.a.LastErrorCode, am.a.LastErrorMessage = sp(kfstype.ErrorCodeOutboxDead), sp(msg)
-	} else {
+		a.LastErrorCode, a.LastErrorMessage = sp(kfstype.ErrorCodeOutboxDead), sp(msg)
+	case leaseLive:
+		// The claim saw the lease expired, this release does not: the
+		// row goes back to the lease, the attempt is untouched.
+		am.o.Status = kfstype.OutboxStatusLeased
+		am.o.AvailableAt = *a.LeaseExpiresAt
+	default:
 		am.o.Status = kfstype.OutboxStatusPending
 		am.o.AvailableAt = m.now.Add(p.Backoff)
 	}
@@ -420,8 +429,10 @@ func (m *model) acquireLease(p *repo.AcquireLeaseParams) (*attemptModel, errClas
 		return nil, clsNotFound
 	}
 	a, o := &am.a, &am.o
+	// A retry_wait attempt is not claimable: it has no job id to match
+	// (ScheduleRetry cleared it; MarkDispatched records the next one and
+	// makes it queued).
 	claimable := a.RunState == kfstype.RunStateQueued ||
-		(a.RunState == kfstype.RunStateRetryWait && !a.RetryAt.After(m.now)) ||
 		(a.RunState == kfstype.RunStateRunning && !a.LeaseExpiresAt.After(m.now))
 	if !deliveryMatches(am, &p.Delivery) || a.ExecutionAttempts >= a.MaxExecutionAttempts || !claimable {
 		return nil, m.refuseDelivery(am, &p.Delivery, false)
@@ -472,7 +483,8 @@ func validLease(l *repo.Lease) bool {
 }
 
 // lease checks a worker's lease: the attempt is running under this token
-// and worker and the lease has not expired.
+// and worker, the lease has not expired, and its outbox row is still
+// leased (the relay has not reclaimed it).
 func (m *model) lease(l *repo.Lease) (*attemptModel, errClass) {
 	am := m.find(l.AttemptID)
 	if am == nil {
@@ -480,7 +492,7 @@ func (m *model) lease(l *repo.Lease) (*attemptModel, errClass) {
 	}
 	a := &am.a
 	if a.RunState != kfstype.RunStateRunning || *a.LeaseToken != l.Token || *a.WorkerID != l.WorkerID ||
-		!a.LeaseExpiresAt.After(m.now) {
+		!a.LeaseExpiresAt.After(m.now) || am.o.Status != kfstype.OutboxStatusLeased {
 		return nil, clsLeaseLost
 	}
 	return am, clsOK
@@ -498,10 +510,8 @@ func (m *model) heartbeat(p *repo.HeartbeatParams) errClass {
 	if d == 0 {
 		d = repo.DefaultLeaseDuration
 	}
-	if am.o.Status == kfstype.OutboxStatusLeased {
-		am.o.AvailableAt = m.now.Add(d)
-		am.o.UpdatedAt = m.now
-	}
+	am.o.AvailableAt = m.now.Add(d)
+	am.o.UpdatedAt = m.now
 	am.a.LeaseExpiresAt = tp(m.now.Add(d))
 	am.a.HeartbeatAt = tp(m.now)
 	m.touch(am)

@@ -741,6 +741,41 @@ func TestReleaseOutbox(t *testing.T) {
 		})
 	}
 
+	// A row the relay reclaimed at the lease's expiry by its clock while the
+	// release's clock still sees the lease live (issue 13): the attempt is
+	// not dead-lettered or backed off under its worker. The row goes back
+	// to the lease (leased, due at the expiry, the error recorded) and the
+	// attempt is untouched, so the worker keeps its lease.
+	for _, tc := range []struct {
+		name        string
+		maxAttempts func(m *kfstype.OutboxMessage) int32
+	}{
+		{"DoesNotDeadLetterALiveLease", func(m *kfstype.OutboxMessage) int32 { return m.DispatchAttempts }},
+		{"DoesNotBackOffALiveLease", func(m *kfstype.OutboxMessage) int32 { return m.DispatchAttempts + 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			_, lease, _ := b.rwRunning(t, nil)
+			b.clock.Advance(repo.DefaultLeaseDuration - time.Second)
+			m := b.rwReclaim(t, lease)
+			before := b.rwRows(t, lease.AttemptID)
+			got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
+				OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: tc.maxAttempts(m), LastError: "queue rejected the message",
+			})
+			require.NoError(t, err)
+			want := wantBackedOff(before, "queue rejected the message", b.clock.Now(), 0)
+			want.Outbox.Status = kfstype.OutboxStatusLeased
+			want.Outbox.AvailableAt = *before.Attempt.LeaseExpiresAt
+			require.Equal(t, want, b.rwRows(t, lease.AttemptID))
+			require.Equal(t, want.Outbox, *got)
+
+			// The worker's lease holds: it heartbeats and completes.
+			_, err = b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
+			require.NoError(t, err)
+			b.rwRows(t, lease.AttemptID)
+		})
+	}
+
 	t.Run("RefusesWithoutTheLock", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {

@@ -1,6 +1,7 @@
 package repo_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -8,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -186,6 +189,17 @@ func TestAcquireLease(t *testing.T) {
 			_, a := b.rwStart(t, nil)
 			del := b.rwDispatch(t, a.ID, "job-1", nil)
 			del.ExternalJobID = rwPtr("ext-1")
+			return del
+		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
+		{"RejectsDeliveryOfARetryWaitAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
+			// ScheduleRetry cleared the job ids, so no delivery matches a
+			// retry_wait attempt, even past retry_at; the relay's
+			// MarkDispatched records the next job and makes it queued.
+			_, lease, del := b.rwRunning(t, nil)
+			_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "RETRY", ErrorMessage: "flaky"})
+			require.NoError(t, err)
+			b.clock.Advance(2 * time.Second)
+			require.Equal(t, kfstype.RunStateRetryWait, b.rwRows(t, lease.AttemptID).Attempt.RunState)
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsLiveLeaseOfAnotherWorker", func(t *testing.T, b *testBundle) *repo.Delivery {
@@ -370,6 +384,12 @@ var leaseFaults = []struct {
 		b.rwDispatch(t, lease.AttemptID, "job-redelivered", nil)
 		return lease
 	}},
+	{"OutboxReclaimedByRelay", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
+		// The relay's clock reached the lease's expiry and it reclaimed the
+		// leased row; the worker's clock (b.clock) is still before it.
+		b.rwReclaim(t, lease)
+		return lease
+	}},
 	{"TerminalAttempt", func(t *testing.T, b *testBundle, s *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
 		_, err := b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: s.Ref(lease.AttemptID)})
 		require.NoError(t, err)
@@ -411,6 +431,32 @@ var leaseOps = []struct {
 		_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "e"})
 		return err
 	}},
+	{"CompleteMany", func(b *testBundle, lease *repo.Lease) error {
+		res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease}})
+		if err != nil {
+			return err
+		}
+		return res[0].Err
+	}},
+}
+
+// rwReclaim has a relay whose clock is at the lease's expiry claim the
+// attempt's leased outbox row (as ClaimOutbox does for a lost worker),
+// while b.clock stays where it is, and returns the claimed row.
+func (b *testBundle) rwReclaim(t *testing.T, lease *repo.Lease) *kfstype.OutboxMessage {
+	t.Helper()
+	relay := repo.New(&repo.Config{Clock: testfactory.ClockAt(lease.ExpiresAt)})
+	msgs, err := relay.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-ahead", BatchSize: repo.MaxClaimBatch})
+	require.NoError(t, err)
+	for _, m := range msgs {
+		if m.AttemptID == lease.AttemptID {
+			require.Equal(t, kfstype.OutboxStatusDispatching, m.Status)
+			b.rwRows(t, lease.AttemptID)
+			return m
+		}
+	}
+	require.FailNow(t, "the relay did not reclaim the leased row", "attempt %s", lease.AttemptID)
+	return nil
 }
 
 // TestLeaseFence proves that every lease-fenced transition refuses a lease
@@ -440,6 +486,29 @@ func TestLeaseFence(t *testing.T) {
 				b.rwUnchanged(t, before)
 			})
 		}
+	}
+}
+
+// TestLeaseFenceLockOrder proves that every lease-fenced transition locks
+// the attempt before its outbox row: while it waits for the outbox row
+// (held by another transaction), it already holds the attempt.
+func TestLeaseFenceLockOrder(t *testing.T) {
+	t.Parallel()
+	for _, op := range leaseOps {
+		t.Run(op.name, func(t *testing.T) {
+			b := setup(t)
+			s, lease, _ := b.rwRunning(t, nil)
+			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+			holder := b.rwLockRow(t, `SELECT 1 FROM document_compilation_outbox WHERE attempt_id = $1 FOR UPDATE`, lease.AttemptID)
+			done := b.rwBlocked(t, op.name, func() error { return op.call(b, lease) })
+			_, err := b.db.Pool.Exec(b.ctx, `SELECT 1 FROM document_compilation_attempts WHERE id = $1 FOR UPDATE NOWAIT`, lease.AttemptID)
+			var pgErr *pgconn.PgError
+			require.ErrorAs(t, err, &pgErr, "the attempt is locked while %s waits for the outbox row", op.name)
+			require.Equal(t, "55P03", pgErr.Code) // lock_not_available
+			require.NoError(t, holder.Rollback(b.ctx))
+			require.NoError(t, <-done)
+			b.rwRows(t, lease.AttemptID)
+		})
 	}
 }
 
@@ -480,6 +549,55 @@ func TestHeartbeat(t *testing.T) {
 		want.Outbox.AvailableAt = now.Add(repo.DefaultLeaseDuration)
 		want.Outbox.UpdatedAt = now
 		require.Equal(t, &want, b.rwRows(t, lease.AttemptID))
+	})
+
+	// The relay reclaims the leased row at the lease's expiry while the
+	// heartbeat's statement clock is still before it: its transaction
+	// began earlier, or it waited on a lock. The lease is lost; nothing
+	// changes (issue 13).
+	t.Run("RefusedWhenTheRelayReclaimsWhileItWaitsForTheAttemptLock", func(t *testing.T) {
+		b := setup(t)
+		_, lease, _ := b.rwRunning(t, nil)
+		b.clock.Advance(repo.DefaultLeaseDuration - time.Second)
+		holder := b.rwLockRow(t, `SELECT 1 FROM document_compilation_attempts WHERE id = $1 FOR UPDATE`, lease.AttemptID)
+		done := b.rwBlocked(t, "Heartbeat", func() error {
+			_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
+			return err
+		})
+		b.rwReclaim(t, lease) // the claim locks outbox rows only: it does not wait
+		before := b.rwRows(t, lease.AttemptID)
+		require.NoError(t, holder.Commit(b.ctx))
+		require.ErrorIs(t, <-done, repo.ErrLeaseLost)
+		b.rwUnchanged(t, before)
+	})
+
+	t.Run("RefusedInATransactionThatBeganBeforeTheExpiry", func(t *testing.T) {
+		b := setup(t)
+		r := repo.New(nil) // the database clock: a transaction's now() is when it began
+		drv := &testfactory.Driver{Repo: r, DB: b.db.Pool}
+		a := drv.Start(b.ctx, t, b.scope(t))
+		del := drv.Dispatch(b.ctx, t, a.ID)
+		_, lease, err := r.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-test", LeaseDuration: 300 * time.Millisecond})
+		require.NoError(t, err)
+		tx, err := b.db.Pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
+		var began time.Time
+		require.NoError(t, tx.QueryRow(b.ctx, `SELECT now()`).Scan(&began))
+		require.True(t, began.Before(lease.ExpiresAt), "the transaction began before the expiry")
+		require.Eventually(t, func() bool {
+			var expired bool
+			require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT now() >= $1`, lease.ExpiresAt).Scan(&expired))
+			return expired
+		}, 10*time.Second, 20*time.Millisecond)
+		msgs, err := r.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 1})
+		require.NoError(t, err)
+		require.Len(t, msgs, 1, "the relay reclaims the expired lease")
+		before := b.rwRows(t, a.ID)
+		_, err = r.Heartbeat(b.ctx, tx, &repo.HeartbeatParams{Lease: lease})
+		require.ErrorIs(t, err, repo.ErrLeaseLost)
+		require.NoError(t, tx.Commit(b.ctx))
+		b.rwUnchanged(t, before)
 	})
 
 	t.Run("HeartbeatBesideAdvanceOfTheSameLease", func(t *testing.T) {
@@ -533,6 +651,36 @@ func TestHeartbeat(t *testing.T) {
 			b.rwUnchanged(t, before)
 		}
 	})
+}
+
+// rwLockRow runs lockSQL (a SELECT ... FOR UPDATE of one row by $1) in a
+// transaction of its own and returns it, holding the lock; the test ends
+// it, or its cleanup rolls it back.
+func (b *testBundle) rwLockRow(t *testing.T, lockSQL string, id uuid.UUID) pgx.Tx {
+	t.Helper()
+	tx, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) })
+	_, err = tx.Exec(b.ctx, lockSQL, id)
+	require.NoError(t, err)
+	return tx
+}
+
+// rwBlocked runs call in a goroutine and returns once its statement, the
+// named query, waits for a lock in b's database; call's error arrives on
+// the channel.
+func (b *testBundle) rwBlocked(t *testing.T, query string, call func() error) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
+			"-- name: "+query+" %").Scan(&n))
+		return n > 0
+	}, 10*time.Second, 5*time.Millisecond, "%s never waited for a lock", query)
+	return done
 }
 
 // rwCandidate is a candidate publication to present: both set or, to test

@@ -142,6 +142,15 @@ func CheckInvariants(t testing.TB, r *Rows) {
 		require.GreaterOrEqual(t, a.ExecutionAttempts, int32(1))
 		if o.Status == kfstype.OutboxStatusLeased {
 			require.True(t, o.AvailableAt.Equal(*a.LeaseExpiresAt), "leased outbox due at %s, lease expires %s", o.AvailableAt, *a.LeaseExpiresAt)
+		} else {
+			// Only the relay takes a running attempt's row from leased
+			// (ClaimOutbox, at the lease's expiry), and every later
+			// change of the row (MarkDispatched, ReleaseOutbox) comes
+			// after that; no worker call renews a lease whose row is not
+			// leased. So the lease expired no later than the row's last
+			// change.
+			require.False(t, a.LeaseExpiresAt.After(o.UpdatedAt),
+				"running with outbox %s: lease expires %s, after the row's last change at %s", o.Status, *a.LeaseExpiresAt, o.UpdatedAt)
 		}
 	}
 

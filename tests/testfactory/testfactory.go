@@ -33,6 +33,12 @@ func NewClock() *Clock {
 	return &Clock{now: time.Now().UTC().Truncate(time.Second).Add(-time.Hour)}
 }
 
+// ClockAt returns a clock at t: a second actor (a relay, a worker) whose
+// time runs ahead of or behind a test's main clock.
+func ClockAt(t time.Time) *Clock {
+	return &Clock{now: t.UTC()}
+}
+
 // NowOrNil implements repo.Clock.
 func (c *Clock) NowOrNil() *time.Time {
 	c.mu.Lock()
