@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -42,7 +43,7 @@ func BenchmarkScale(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = env.srv.DropDatabase(context.Background(), name) })
-	if _, err := pgtest.MigrateUp(ctx, url); err != nil {
+	if _, err := migrate.Up(ctx, url); err != nil {
 		b.Fatal(err)
 	}
 	pool, err := pgxpool.New(ctx, url)

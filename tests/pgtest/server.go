@@ -56,6 +56,9 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 )
 
 const (
@@ -129,7 +132,7 @@ func StartServerWithOptions(ctx context.Context, opts Options) (*Server, error) 
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		s, err := ConnectServer(ctx, u)
 		if err != nil {
-			return nil, fmt.Errorf("could not use %s=%s: %w", EnvDatabaseURL, RedactURL(u), err)
+			return nil, fmt.Errorf("could not use %s=%s: %w", EnvDatabaseURL, redact.Text(u), err)
 		}
 		return s, nil
 	}
@@ -311,18 +314,18 @@ func noServerError(cause error) error {
 func (s *Server) connectAdmin(ctx context.Context) error {
 	cfg, err := pgxpool.ParseConfig(s.adminURL)
 	if err != nil {
-		return fmt.Errorf("could not parse server URL %s: %w", RedactURL(s.adminURL), err)
+		return fmt.Errorf("could not parse server URL %s: %w", redact.Text(s.adminURL), err)
 	}
 	cfg.MaxConns = 4
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(cctx, cfg)
 	if err != nil {
-		return fmt.Errorf("could not connect to %s: %w", RedactURL(s.adminURL), err)
+		return fmt.Errorf("could not connect to %s: %w", redact.Text(s.adminURL), err)
 	}
 	if err := pool.QueryRow(cctx, "SHOW server_version").Scan(&s.serverVers); err != nil {
 		pool.Close()
-		return fmt.Errorf("could not connect to %s: %w", RedactURL(s.adminURL), err)
+		return fmt.Errorf("could not connect to %s: %w", redact.Text(s.adminURL), err)
 	}
 	s.admin = pool
 	return nil
@@ -330,7 +333,7 @@ func (s *Server) connectAdmin(ctx context.Context) error {
 
 // AdminURL returns the URL of the database used for administration (the one
 // in KFS_TEST_DATABASE_URL, or the container's default database). It holds
-// the password: pass it through [RedactURL] before printing it.
+// the password: pass it through redact.Text before printing it.
 func (s *Server) AdminURL() string { return s.adminURL }
 
 // Close drops nothing, closes the admin connections and, if the server is a
@@ -408,11 +411,11 @@ func (s *Server) CreateTemplate(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := MigrateUp(ctx, u); err != nil {
+	if _, err := migrate.Up(ctx, u); err != nil {
 		_ = s.DropDatabase(context.WithoutCancel(ctx), name)
 		return fmt.Errorf("could not migrate template database %q: %w", name, err)
 	}
-	// MigrateUp closed its connections. Forbidding new ones keeps the
+	// migrate.Up closed its connections. Forbidding new ones keeps the
 	// template free of sessions.
 	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH ALLOW_CONNECTIONS false"); err != nil {
 		_ = s.DropDatabase(context.WithoutCancel(ctx), name)
@@ -444,25 +447,6 @@ func withDatabase(dsn, name string) string {
 	}
 	// keyword/value form: a later keyword wins.
 	return strings.TrimSpace(dsn) + " dbname=" + name
-}
-
-var (
-	kvPasswordRe  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
-	urlPasswordRe = regexp.MustCompile(`(?i)([?&]password=)[^&\s]*`)
-	urlUserinfoRe = regexp.MustCompile(`(?i)(postgres(?:ql)?://[^:@/\s]*:)[^@\s]*@`)
-)
-
-// RedactURL returns dsn with any password replaced by "xxxxx". It handles URLs
-// (postgres://user:secret@host/db, ?password=secret) and keyword/value
-// strings (password=secret), and also works on text that merely contains
-// such URLs, such as error messages.
-func RedactURL(dsn string) string {
-	s := urlUserinfoRe.ReplaceAllString(dsn, "${1}xxxxx@")
-	s = urlPasswordRe.ReplaceAllString(s, "${1}xxxxx")
-	if !strings.Contains(s, "://") {
-		s = kvPasswordRe.ReplaceAllString(s, "${1}xxxxx")
-	}
-	return s
 }
 
 // ErrNotControllable is returned by [Server.Restart], [Server.Pause] and

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/tests/loadgen"
 )
 
@@ -41,7 +42,7 @@ type BenchOpts struct {
 func (o *BenchOpts) Validate() error {
 	if o.DatabaseURL != "" {
 		if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
+			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), o.DatabaseURL))
 		}
 	}
 	switch {
@@ -82,7 +83,7 @@ func Bench(ctx context.Context, opts *BenchOpts) error {
 		return nil
 	})
 	if err != nil {
-		return errors.New(redactWith(err.Error(), opts.DatabaseURL))
+		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return nil
 }

@@ -10,10 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
 // EnvDatabaseURL names the environment variable read when --database-url is
@@ -46,10 +45,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, ErrUsage):
-		fmt.Fprintf(stderr, "kfsdb: %s\n", redact(err.Error(), getenv))
+		fmt.Fprintf(stderr, "kfsdb: %s\n", redact.Text(err.Error(), envDatabaseURL(getenv)))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "kfsdb: %s\n", redact(err.Error(), getenv))
+		fmt.Fprintf(stderr, "kfsdb: %s\n", redact.Text(err.Error(), envDatabaseURL(getenv)))
 		return 1
 	}
 }
@@ -252,16 +251,12 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// redact removes passwords from s: those in URLs and keyword/value strings,
-// and the literal password of DATABASE_URL wherever it appears.
-func redact(s string, getenv func(string) string) string {
-	s = pgtest.RedactURL(s)
-	if getenv != nil {
-		if pw := passwordOf(getenv(EnvDatabaseURL)); pw != "" {
-			s = strings.ReplaceAll(s, pw, "xxxxx")
-		}
+// envDatabaseURL returns $DATABASE_URL, or "" when getenv is nil.
+func envDatabaseURL(getenv func(string) string) string {
+	if getenv == nil {
+		return ""
 	}
-	return s
+	return getenv(EnvDatabaseURL)
 }
 
 const asyncProgressUsage = "claims, marks, leases, heartbeats and checkpoints commit without waiting for the WAL flush; a crash can make them be redone (repo.Config.AsyncProgressCommits)"

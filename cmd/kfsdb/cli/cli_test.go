@@ -121,17 +121,3 @@ func TestDemoRunsWorkloadOnExistingServer(t *testing.T) {
 	require.Contains(t, s, "dropped database kfsdb_demo_")
 	require.NotContains(t, s, "kfsdb-test-password")
 }
-
-func TestRedactURL(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"postgres://u:pw@h:5432/db?sslmode=disable": "postgres://u:xxxxx@h:5432/db?sslmode=disable",
-		"postgresql://u@h/db?password=pw&x=1":       "postgresql://u@h/db?password=xxxxx&x=1",
-		"host=h user=u password=pw dbname=d":        "host=h user=u password=xxxxx dbname=d",
-		"host=h password='p w' dbname=d":            "host=h password=xxxxx dbname=d",
-		"connect postgres://u:pw@h/db: refused":     "connect postgres://u:xxxxx@h/db: refused",
-		"postgres://u@h/db":                         "postgres://u@h/db",
-	} {
-		require.Equal(t, want, pgtest.RedactURL(in))
-	}
-}

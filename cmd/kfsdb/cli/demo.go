@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -50,7 +51,7 @@ type DemoOpts struct {
 func (o *DemoOpts) Validate() error {
 	if o.DatabaseURL != "" {
 		if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
+			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), o.DatabaseURL))
 		}
 	}
 	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
@@ -79,7 +80,7 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 		return err
 	}
 	if err := demo(ctx, opts); err != nil {
-		return errors.New(redactWith(err.Error(), opts.DatabaseURL))
+		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return nil
 }
@@ -105,7 +106,7 @@ func withScratchDatabase(ctx context.Context, serverURL, prefix string, out io.W
 		err error
 	)
 	if serverURL != "" {
-		fmt.Fprintf(out, "== using server %s\n", pgtest.RedactURL(serverURL))
+		fmt.Fprintf(out, "== using server %s\n", redact.Text(serverURL))
 		srv, err = pgtest.ConnectServer(ctx, serverURL)
 	} else {
 		fmt.Fprintln(out, "== starting a throwaway PostgreSQL server (no --database-url or $DATABASE_URL)")

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
@@ -147,7 +148,7 @@ func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	}
 	res, err := work(ctx, opts.withDefaults())
 	if err != nil {
-		return nil, errors.New(redactWith(err.Error(), opts.DatabaseURL))
+		return nil, errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return res, nil
 }
