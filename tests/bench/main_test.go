@@ -15,6 +15,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -68,7 +69,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer srv.Close()
-	name := pgtest.RandomName("kfsbench")
+	name := scratch.RandomName("kfsbench")
 	url, err := srv.CreateDatabase(ctx, name, "")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, redact.Text(err.Error()))

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
@@ -37,7 +37,7 @@ func BenchmarkScale(b *testing.B) {
 		}
 	}
 	ctx := context.Background()
-	name := pgtest.RandomName("kfsscale")
+	name := scratch.RandomName("kfsscale")
 	url, err := env.srv.CreateDatabase(ctx, name, "")
 	if err != nil {
 		b.Fatal(err)

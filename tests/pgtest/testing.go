@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 )
 
 // pkgState is the server and template of the running test package, set by
@@ -78,7 +79,7 @@ func runMain(m *testing.M, opts Options) int {
 		}
 	}()
 
-	template := RandomName("kfstest_tmpl")
+	template := scratch.RandomName("kfstest_tmpl")
 	if err := srv.CreateTemplate(ctx, template); err != nil {
 		fmt.Fprintf(os.Stderr, "pgtest: %s\n", redact.Text(err.Error()))
 		return 1
@@ -139,7 +140,7 @@ func newDB(t testing.TB, template string) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	name := RandomName("kfstest")
+	name := scratch.RandomName("kfstest")
 	url, err := srv.CreateDatabase(ctx, name, template)
 	if err != nil {
 		t.Fatalf("pgtest: %s", redact.Text(err.Error()))

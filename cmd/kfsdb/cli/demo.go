@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -122,7 +123,7 @@ func withScratchDatabase(ctx context.Context, serverURL, prefix string, out io.W
 	}()
 	fmt.Fprintf(out, "server: %s\n", srv.Description())
 
-	name := pgtest.RandomName(prefix)
+	name := scratch.RandomName(prefix)
 	url, err := srv.CreateDatabase(ctx, name, "")
 	if err != nil {
 		return err
