@@ -31,7 +31,7 @@ Commands:
   relay                            publish the outbox, printing each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
   work                             run a relay and workers on a database's attempts for a while, then print counters
-  bench                            lifecycle load driver: producers, relay and workers on a fresh database, with a report
+  bench                            lifecycle load driver: producers, relay and workers on a scratch database of the server, with a report
 
 Run 'kfsdb <command> -h' for a command's flags.
 `

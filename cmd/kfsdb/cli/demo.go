@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -88,20 +87,20 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 
 func demo(ctx context.Context, opts *DemoOpts) error {
 	out := &syncWriter{w: opts.Out}
-	return withScratchDatabase(ctx, opts.DatabaseURL, "kfsdb_demo", out, func(url string) error {
-		fmt.Fprintln(out, "== kfsdb migrate status")
-		if err := Migrate(ctx, &MigrateOpts{Command: MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
-			return err
-		}
-		return runWorkload(ctx, opts, out, url)
+	return withServer(ctx, opts.DatabaseURL, out, func(srv ScratchServer) error {
+		return WithScratchDatabase(ctx, srv, "kfsdb_demo", out, func(url string) error {
+			fmt.Fprintln(out, "== kfsdb migrate status")
+			if err := Migrate(ctx, &MigrateOpts{Command: MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
+				return err
+			}
+			return runWorkload(ctx, opts, out, url)
+		})
 	})
 }
 
-// withScratchDatabase runs fn on a fresh, migrated database named
-// prefix_<random>, created on the server at serverURL (or on a throwaway
-// server the test harness starts when serverURL is empty) and dropped
-// afterwards, also when ctx was canceled.
-func withScratchDatabase(ctx context.Context, serverURL, prefix string, out io.Writer, fn func(url string) error) (retErr error) {
+// withServer runs fn on the server at serverURL, or on a throwaway server
+// the test harness starts when serverURL is empty, and closes it afterwards.
+func withServer(ctx context.Context, serverURL string, out io.Writer, fn func(srv ScratchServer) error) (retErr error) {
 	var (
 		srv *pgtest.Server
 		err error
@@ -121,31 +120,7 @@ func withScratchDatabase(ctx context.Context, serverURL, prefix string, out io.W
 			retErr = err
 		}
 	}()
-	fmt.Fprintf(out, "server: %s\n", srv.Description())
-
-	name := scratch.RandomName(prefix)
-	url, err := srv.CreateDatabase(ctx, name, "")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "== created database %s\n", name)
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := srv.DropDatabase(dctx, name); err != nil {
-			if retErr == nil {
-				retErr = err
-			}
-			return
-		}
-		fmt.Fprintf(out, "== dropped database %s\n", name)
-	}()
-
-	fmt.Fprintln(out, "== kfsdb migrate up")
-	if err := Migrate(ctx, &MigrateOpts{Command: MigrateUp, DatabaseURL: url, Out: out}); err != nil {
-		return err
-	}
-	return fn(url)
+	return fn(srv)
 }
 
 func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string) error {
