@@ -1,7 +1,7 @@
 # kfsdb development tasks. Run `make help` for the list.
 #
-# Three modules: the library (.), the test harness and integration tests
-# (tests/), and the command (cmd/kfsdb/). Every target runs each module with
+# Three modules: the library (.), the test harness, integration tests, demo
+# and bench-kfsdb programs (tests/), and the deploy command (cmd/kfsdb/). Every target runs each module with
 # GOWORK=off, so it checks that module's own go.mod exactly as CI and
 # importers see it; go.work is only a convenience for editors and ad-hoc runs.
 
@@ -79,9 +79,9 @@ test-migrations-pg15: ## Run the migration tests on PostgreSQL 15 (kfsdb-postgre
 		grep -vE '^([0-9]{4}[-/][0-9]{2}[-/][0-9]{2} |=== (PAUSE|CONT))'
 
 .PHONY: demo
-demo: ## The main job: throwaway PostgreSQL (or DATABASE_URL), migrations, a mixed workload through relay and workers, outcome table.
+demo: ## The main job: throwaway PostgreSQL (or DATABASE_URL), migrations, a mixed workload through relay and workers, outcome table (tests/cmd/kfsdb-demo).
 	$(if $(DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
-	cd cmd/kfsdb && GOWORK=off go run . demo
+	cd tests && GOWORK=off go run ./cmd/kfsdb-demo
 
 .PHONY: vet
 vet: ## go vet every module, and check gofmt.

@@ -1,5 +1,6 @@
 // Package pgtest provides PostgreSQL servers and throwaway databases for
-// kfsdb's integration tests and for `kfsdb demo`.
+// kfsdb's integration tests and for the programs beside them: the demo
+// (tests/cmd/kfsdb-demo) and tests/cmd/kfsdb-bench.
 //
 // A server is acquired in this order:
 //
@@ -29,7 +30,9 @@
 // ([Server.IsContainer] is false there).
 //
 // The non-testing API ([StartServer], [ConnectServer], [Server]) serves
-// programs such as `kfsdb demo` with the same environment variables.
+// programs such as the demo with the same environment variables. Creating
+// and dropping databases is the embedded [scratch.Server]'s, which the
+// deploy binary uses on its own for `kfsdb bench`.
 package pgtest
 
 import (

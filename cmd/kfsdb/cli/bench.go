@@ -117,7 +117,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {

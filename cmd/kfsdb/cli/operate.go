@@ -82,7 +82,7 @@ func runRelay(ctx context.Context, opts *RelayOpts) error {
 		return fmt.Errorf("could not connect: %w", err)
 	}
 	rl, err := relay.New(pool, &printingPublisher{out: out}, &relay.Config{
-		Logger: newLogger(out, opts.Verbose), PollOnly: opts.PollOnly,
+		Logger: NewLogger(out, opts.Verbose), PollOnly: opts.PollOnly,
 		Repo: repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits}),
 	})
 	if err != nil {

@@ -155,7 +155,7 @@ func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 
 func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	out := &syncWriter{w: opts.Out}
-	log := newLogger(out, opts.Verbose)
+	log := NewLogger(out, opts.Verbose)
 	cfg, err := pgxpool.ParseConfig(opts.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("could not parse database URL: %w", err)
@@ -239,8 +239,10 @@ func (h *workHandler) Work(ctx context.Context, job *worker.Job) error {
 	}
 	cps := kfstype.Checkpoints()
 	for i := job.Attempt.Checkpoint.Rank() + 1; i <= kfstype.CheckpointSmokeEvalPassed.Rank(); i++ {
-		if err := sleepCtx(ctx, h.stepDelay); err != nil {
-			return err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.stepDelay):
 		}
 		cp := cps[i]
 		if cp != kfstype.CheckpointProjectionBuilt || job.Attempt.CandidatePublicationID != nil {

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"cmp"
@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
@@ -86,11 +86,11 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 }
 
 func demo(ctx context.Context, opts *DemoOpts) error {
-	out := &syncWriter{w: opts.Out}
-	return withServer(ctx, opts.DatabaseURL, out, func(srv ScratchServer) error {
-		return WithScratchDatabase(ctx, srv, "kfsdb_demo", out, func(url string) error {
+	out := cli.NewSyncWriter(opts.Out)
+	return withServer(ctx, opts.DatabaseURL, out, func(srv cli.ScratchServer) error {
+		return cli.WithScratchDatabase(ctx, srv, "kfsdb_demo", out, func(url string) error {
 			fmt.Fprintln(out, "== kfsdb migrate status")
-			if err := Migrate(ctx, &MigrateOpts{Command: MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
+			if err := cli.Migrate(ctx, &cli.MigrateOpts{Command: cli.MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
 				return err
 			}
 			return runWorkload(ctx, opts, out, url)
@@ -100,7 +100,7 @@ func demo(ctx context.Context, opts *DemoOpts) error {
 
 // withServer runs fn on the server at serverURL, or on a throwaway server
 // the test harness starts when serverURL is empty, and closes it afterwards.
-func withServer(ctx context.Context, serverURL string, out io.Writer, fn func(srv ScratchServer) error) (retErr error) {
+func withServer(ctx context.Context, serverURL string, out io.Writer, fn func(srv cli.ScratchServer) error) (retErr error) {
 	var (
 		srv *pgtest.Server
 		err error
@@ -141,7 +141,7 @@ func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string)
 	}
 	defer pool.Close()
 
-	w := newWorkload(out, newLogger(out, opts.Verbose), pool, lat, n, seed)
+	w := newWorkload(out, cli.NewLogger(out, opts.Verbose), pool, lat, n, seed)
 	counts := map[string]int{}
 	for _, e := range w.entries {
 		counts[e.sc.name]++
@@ -164,22 +164,4 @@ func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string)
 	}
 	fmt.Fprintf(out, "\ndemo: PASS (%d attempts)\n", n)
 	return nil
-}
-
-// newLogger logs WARN and above (INFO and above when verbose) to out as
-// one text line per record, without times or stack traces.
-func newLogger(out io.Writer, verbose bool) *slog.Logger {
-	level := slog.LevelWarn
-	if verbose {
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{
-		Level: level,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "stack") {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
 }
