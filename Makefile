@@ -97,7 +97,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers or docker.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers or docker, and that the kfsdb binary links no testcontainers or moby module.
 	scripts/check-deps.sh
 
 .PHONY: tidy
