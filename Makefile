@@ -1,7 +1,7 @@
 # kfsdb development tasks. Run `make help` for the list.
 #
-# Three modules: the library (.), the test harness and integration tests
-# (tests/), and the command (cmd/kfsdb/). Every target runs each module with
+# Three modules: the library (.), the test harness, integration tests, demo
+# and bench-kfsdb programs (tests/), and the deploy command (cmd/kfsdb/). Every target runs each module with
 # GOWORK=off, so it checks that module's own go.mod exactly as CI and
 # importers see it; go.work is only a convenience for editors and ad-hoc runs.
 
@@ -79,9 +79,9 @@ test-migrations-pg15: ## Run the migration tests on PostgreSQL 15 (kfsdb-postgre
 		grep -vE '^([0-9]{4}[-/][0-9]{2}[-/][0-9]{2} |=== (PAUSE|CONT))'
 
 .PHONY: demo
-demo: ## The main job: throwaway PostgreSQL (or DATABASE_URL), migrations, a mixed workload through relay and workers, outcome table.
+demo: ## The main job: throwaway PostgreSQL (or DATABASE_URL), migrations, a mixed workload through relay and workers, outcome table (tests/cmd/kfsdb-demo).
 	$(if $(DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
-	cd cmd/kfsdb && GOWORK=off go run . demo
+	cd tests && GOWORK=off go run ./cmd/kfsdb-demo
 
 .PHONY: vet
 vet: ## go vet every module, and check gofmt.
@@ -97,7 +97,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers or docker.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers or docker, and that the kfsdb binary links no testcontainers or moby module.
 	scripts/check-deps.sh
 
 .PHONY: tidy
@@ -123,8 +123,16 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 	@echo "== repo/raw summary (medians of $(BENCH_COUNT) runs; benchstat: benchstat -col /impl $(BENCH_OUT)/bench.txt)"
 	cd tests && GOWORK=off go run ./bench/benchsummary $(CURDIR)/$(BENCH_OUT)/bench.txt | tee $(CURDIR)/$(BENCH_OUT)/summary.md
 
+# Flags of `kfsdb bench` for bench-kfsdb, e.g. BENCH_ARGS='--duration 30s --rate 300'.
+BENCH_ARGS ?=
+
+.PHONY: bench-kfsdb
+bench-kfsdb: ## `kfsdb bench` (lifecycle load driver, report table) on a throwaway server, or on KFS_BENCH_DATABASE_URL's; BENCH_ARGS passes its flags.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	$(if $(KFS_BENCH_DATABASE_URL),cd cmd/kfsdb && GOWORK=off go run . bench --database-url "$$KFS_BENCH_DATABASE_URL" $(BENCH_ARGS),cd tests && GOWORK=off go run ./cmd/kfsdb-bench $(BENCH_ARGS))
+
 .PHONY: loadgen
-loadgen: ## Lifecycle load driver (tests/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_PENDING_WAIT, LOADGEN_INDEXES, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.
+loadgen: ## Lifecycle load driver (cmd/kfsdb/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_PENDING_WAIT, LOADGEN_INDEXES, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	mkdir -p $(BENCH_OUT)
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLoadgen$$' -v -timeout 30m ./bench/ \

@@ -7,7 +7,11 @@
 #       must not contain a forbidden package path;
 #   (b) a throwaway consumer module that requires kfsdb (replaced by this
 #       checkout) and imports its public packages must, after `go mod tidy`,
-#       have no forbidden module in `go list -m all`.
+#       have no forbidden module in `go list -m all`;
+#   (c) the deploy binary, cmd/kfsdb built as operators build it, must link
+#       no test harness: `go version -m` lists no testcontainers, moby or
+#       docker module (nor sqlc, nor the tests module). goose is expected
+#       there (kfsdb migrate). Prints the binary's size.
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
 set -euo pipefail
@@ -25,6 +29,8 @@ consumer_imports=(
 )
 
 forbidden='sqlc|goose|testcontainers|docker|moby'
+# What the kfsdb binary must not link: the harness and its Docker client.
+binary_forbidden='sqlc|testcontainers|docker|moby|knowledgefs/kfsdb/tests'
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export GOWORK=off
@@ -81,8 +87,22 @@ if bad=$(grep -E "$forbidden" <<<"$pkgs"); then
 	fail=1
 fi
 
+echo "== (c) the deploy binary cmd/kfsdb"
+bin="$tmp/kfsdb"
+(cd "$repo/cmd/kfsdb" && go build -o "$bin" .)
+# Linked modules: the main module (mod), its dependencies (dep) and their
+# replacements (=>), one per line.
+linked=$(go version -m "$bin" | awk '$1 == "mod" || $1 == "dep" || $1 == "=>" { print $2 }')
+size=$(wc -c <"$bin")
+echo "kfsdb binary: $size bytes ($((size / 1024 / 1024)) MiB), $(wc -l <<<"$linked") modules linked"
+if bad=$(grep -E "$binary_forbidden" <<<"$linked"); then
+	echo "FORBIDDEN modules linked into the kfsdb binary (go version -m):" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
+
 if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers or docker for importers)"
+echo "check-deps: OK (no sqlc, goose, testcontainers or docker for importers; no test harness in the kfsdb binary)"

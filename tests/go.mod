@@ -42,6 +42,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/knowledgefs/kfsdb/cmd/kfsdb v0.0.0
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
@@ -76,3 +77,5 @@ require (
 )
 
 replace github.com/knowledgefs/kfsdb => ../
+
+replace github.com/knowledgefs/kfsdb/cmd/kfsdb => ../cmd/kfsdb

@@ -1,6 +1,9 @@
-// Module kfsdb is the kfsdb command (migrate, demo, relay, purge, work). It is a separate module
-// so that importers of the library never get goose or the test harness in
-// their module graph.
+// Module kfsdb is the kfsdb command (migrate, relay, purge, work, bench) and
+// the packages it shares with the test harness (migrate, redact, scratch,
+// loadgen). It is a separate module so that importers of the library never
+// get goose in their module graph. It requires the tests module for its
+// _test files only: the kfsdb binary links no testcontainers or Docker
+// client (make check-deps checks its `go version -m`).
 module github.com/knowledgefs/kfsdb/cmd/kfsdb
 
 go 1.26.0

@@ -1,6 +1,8 @@
-// Command kfsdb manages kfsdb's PostgreSQL schema (kfsdb migrate), runs the
-// compilation lifecycle end to end on a throwaway database (kfsdb demo), and
-// offers operator commands (kfsdb relay, kfsdb purge, kfsdb work). See `kfsdb -h`.
+// Command kfsdb is the binary operators deploy: it manages kfsdb's
+// PostgreSQL schema (kfsdb migrate) and offers operator commands (kfsdb
+// relay, purge, work) and a lifecycle load driver (kfsdb bench), all on the
+// database a URL names. It links no test harness; the demo is
+// tests/cmd/kfsdb-demo (`make demo`). See `kfsdb -h`.
 package main
 
 import (

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/knowledgefs/kfsdb/tests/loadgen"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/loadgen"
 )
 
 // TestLoadgen runs the lifecycle load driver when KFS_LOADGEN=1 and logs

@@ -13,6 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -62,28 +65,28 @@ func run(m *testing.M) int {
 		srv, err = pgtest.StartServer(ctx)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, pgtest.RedactURL(err.Error()))
+		fmt.Fprintln(os.Stderr, redact.Text(err.Error()))
 		return 1
 	}
 	defer srv.Close()
-	name := pgtest.RandomName("kfsbench")
+	name := scratch.RandomName("kfsbench")
 	url, err := srv.CreateDatabase(ctx, name, "")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, pgtest.RedactURL(err.Error()))
+		fmt.Fprintln(os.Stderr, redact.Text(err.Error()))
 		return 1
 	}
 	defer func() {
 		if err := srv.DropDatabase(context.Background(), name); err != nil {
-			fmt.Fprintln(os.Stderr, pgtest.RedactURL(err.Error()))
+			fmt.Fprintln(os.Stderr, redact.Text(err.Error()))
 		}
 	}()
-	if _, err := pgtest.MigrateUp(ctx, url); err != nil {
-		fmt.Fprintln(os.Stderr, pgtest.RedactURL(err.Error()))
+	if _, err := migrate.Up(ctx, url); err != nil {
+		fmt.Fprintln(os.Stderr, redact.Text(err.Error()))
 		return 1
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, pgtest.RedactURL(err.Error()))
+		fmt.Fprintln(os.Stderr, redact.Text(err.Error()))
 		return 1
 	}
 	env.count = &stmtCounter{}
@@ -91,7 +94,7 @@ func run(m *testing.M) int {
 	cfg.MaxConns, cfg.MinConns = clients, clients
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, pgtest.RedactURL(err.Error()))
+		fmt.Fprintln(os.Stderr, redact.Text(err.Error()))
 		return 1
 	}
 	defer pool.Close()

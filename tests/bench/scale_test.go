@@ -12,8 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
@@ -36,13 +37,13 @@ func BenchmarkScale(b *testing.B) {
 		}
 	}
 	ctx := context.Background()
-	name := pgtest.RandomName("kfsscale")
+	name := scratch.RandomName("kfsscale")
 	url, err := env.srv.CreateDatabase(ctx, name, "")
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = env.srv.DropDatabase(context.Background(), name) })
-	if _, err := pgtest.MigrateUp(ctx, url); err != nil {
+	if _, err := migrate.Up(ctx, url); err != nil {
 		b.Fatal(err)
 	}
 	pool, err := pgxpool.New(ctx, url)

@@ -14,7 +14,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
 )
 
 // seedRelPath is the user's 0006 seed, relative to the directory that holds
@@ -102,9 +102,9 @@ func requireSameCatalog(t *testing.T, wantName string, want []string, gotName st
 // closed when the test ends.
 func provider(ctx context.Context, t *testing.T, url string) *goose.Provider {
 	t.Helper()
-	db, err := pgtest.OpenSQL(ctx, url)
+	db, err := migrate.OpenSQL(ctx, url)
 	require.NoError(t, err)
-	p, err := pgtest.NewMigrationProvider(db)
+	p, err := migrate.NewProvider(db)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, p.Close()) })
 	return p

@@ -10,6 +10,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -89,7 +90,7 @@ func TestMatchesSeedSQL(t *testing.T) {
 	require.NoError(t, err)
 	out, err := exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1",
 		"-d", seeded.URL, "-f", seed).CombinedOutput()
-	require.NoError(t, err, "psql -f %s:\n%s", seed, pgtest.RedactURL(string(out)))
+	require.NoError(t, err, "psql -f %s:\n%s", seed, redact.Text(string(out)))
 
 	requireSameCatalog(t, "seed via psql", catalog(ctx, t, seeded.Pool), "goose up", catalog(ctx, t, migrated.Pool))
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -132,7 +133,7 @@ pidfile =
 			<-exited
 		}
 		if t.Failed() {
-			t.Logf("pgbouncer log:\n%s", pgtest.RedactURL(b.log.String()))
+			t.Logf("pgbouncer log:\n%s", redact.Text(b.log.String()))
 		}
 	})
 

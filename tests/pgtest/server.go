@@ -1,5 +1,6 @@
 // Package pgtest provides PostgreSQL servers and throwaway databases for
-// kfsdb's integration tests and for `kfsdb demo`.
+// kfsdb's integration tests and for the programs beside them: the demo
+// (tests/cmd/kfsdb-demo) and tests/cmd/kfsdb-bench.
 //
 // A server is acquired in this order:
 //
@@ -29,20 +30,19 @@
 // ([Server.IsContainer] is false there).
 //
 // The non-testing API ([StartServer], [ConnectServer], [Server]) serves
-// programs such as `kfsdb demo` with the same environment variables.
+// programs such as the demo with the same environment variables. Creating
+// and dropping databases is the embedded [scratch.Server]'s, which the
+// deploy binary uses on its own for `kfsdb bench`.
 package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,12 +50,15 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 )
 
 const (
@@ -80,28 +83,24 @@ const (
 	containerUser     = "kfsdb"
 )
 
-// identifierRe is what pgtest accepts as a database name: names are
-// interpolated into CREATE/DROP DATABASE, so they are checked first.
-var identifierRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
-
 // Server is a PostgreSQL server on which pgtest creates and drops databases:
-// either a container it started or an existing server it connected to.
+// either a container it started or an existing server it connected to. Its
+// database methods (CreateDatabase, DropDatabase, DatabaseURL, AdminURL) are
+// the embedded [scratch.Server]'s; for a container, the administration
+// database is the container's default one.
 //
 // A Server is safe for concurrent use. CreateDatabase calls are serialized,
 // because PostgreSQL refuses to copy a template that another CREATE DATABASE
 // is using.
 type Server struct {
-	admin      *pgxpool.Pool
-	adminURL   string
+	*scratch.Server
 	closeErr   error
 	closeOnce  sync.Once
 	container  *tcpostgres.PostgresContainer
-	createMu   sync.Mutex
 	desc       string
 	hostPort   string // the fixed host port of a PersistentData container
 	image      string
 	persistent bool
-	serverVers string
 }
 
 // Options tune the server [StartServerWithOptions] and [MainWithOptions]
@@ -129,7 +128,7 @@ func StartServerWithOptions(ctx context.Context, opts Options) (*Server, error) 
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		s, err := ConnectServer(ctx, u)
 		if err != nil {
-			return nil, fmt.Errorf("could not use %s=%s: %w", EnvDatabaseURL, RedactURL(u), err)
+			return nil, fmt.Errorf("could not use %s=%s: %w", EnvDatabaseURL, redact.Text(u), err)
 		}
 		return s, nil
 	}
@@ -144,13 +143,11 @@ func StartServerWithOptions(ctx context.Context, opts Options) (*Server, error) 
 // adminURL is used only to run CREATE DATABASE and DROP DATABASE. Close
 // closes the connections and leaves the server running.
 func ConnectServer(ctx context.Context, adminURL string) (*Server, error) {
-	s := &Server{adminURL: adminURL}
-	if err := s.connectAdmin(ctx); err != nil {
+	a, err := scratch.Connect(ctx, adminURL)
+	if err != nil {
 		return nil, err
 	}
-	cfg := s.admin.Config().ConnConfig
-	s.desc = fmt.Sprintf("existing server %s:%d (PostgreSQL %s)", cfg.Host, cfg.Port, s.serverVers)
-	return s, nil
+	return &Server{Server: a, desc: a.Description()}, nil
 }
 
 func startContainer(ctx context.Context, image string, sopts Options) (*Server, error) {
@@ -238,19 +235,20 @@ func startContainer(ctx context.Context, image string, sopts Options) (*Server, 
 		RawQuery: "sslmode=disable",
 	}
 
-	s := &Server{adminURL: u.String(), container: ctr, image: image, persistent: sopts.PersistentData}
-	if sopts.PersistentData {
-		s.hostPort = port.Port()
-	}
-	if err := s.connectAdmin(ctx); err != nil {
+	a, err := scratch.Connect(ctx, u.String())
+	if err != nil {
 		_ = testcontainers.TerminateContainer(ctr)
 		return nil, err
+	}
+	s := &Server{Server: a, container: ctr, image: image, persistent: sopts.PersistentData}
+	if sopts.PersistentData {
+		s.hostPort = port.Port()
 	}
 	id := ctr.GetContainerID()
 	if len(id) > 12 {
 		id = id[:12]
 	}
-	s.desc = fmt.Sprintf("container %s from image %s (PostgreSQL %s) on %s:%s", id, image, s.serverVers, host, port.Port())
+	s.desc = fmt.Sprintf("container %s from image %s (PostgreSQL %s) on %s:%s", id, image, a.Version(), host, port.Port())
 	return s, nil
 }
 
@@ -308,39 +306,12 @@ func noServerError(cause error) error {
 		cause, EnvDatabaseURL, EnvImage, DefaultImage)
 }
 
-func (s *Server) connectAdmin(ctx context.Context) error {
-	cfg, err := pgxpool.ParseConfig(s.adminURL)
-	if err != nil {
-		return fmt.Errorf("could not parse server URL %s: %w", RedactURL(s.adminURL), err)
-	}
-	cfg.MaxConns = 4
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	pool, err := pgxpool.NewWithConfig(cctx, cfg)
-	if err != nil {
-		return fmt.Errorf("could not connect to %s: %w", RedactURL(s.adminURL), err)
-	}
-	if err := pool.QueryRow(cctx, "SHOW server_version").Scan(&s.serverVers); err != nil {
-		pool.Close()
-		return fmt.Errorf("could not connect to %s: %w", RedactURL(s.adminURL), err)
-	}
-	s.admin = pool
-	return nil
-}
-
-// AdminURL returns the URL of the database used for administration (the one
-// in KFS_TEST_DATABASE_URL, or the container's default database). It holds
-// the password: pass it through [RedactURL] before printing it.
-func (s *Server) AdminURL() string { return s.adminURL }
-
 // Close drops nothing, closes the admin connections and, if the server is a
 // container pgtest started, terminates and removes it. It is safe to call
 // more than once.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		if s.admin != nil {
-			s.admin.Close()
-		}
+		s.Server.Close()
 		if s.container != nil {
 			s.closeErr = testcontainers.TerminateContainer(s.container)
 			if s.closeErr != nil {
@@ -351,50 +322,9 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// CreateDatabase creates database name, copied from template when template
-// is not empty, and returns its URL. Names must match ^[a-z_][a-z0-9_]*$ (at
-// most 63 characters). Calls are serialized: PostgreSQL refuses to copy a
-// template that another session, including another CREATE DATABASE, uses.
-func (s *Server) CreateDatabase(ctx context.Context, name, template string) (string, error) {
-	if !identifierRe.MatchString(name) {
-		return "", fmt.Errorf("could not create database %q: invalid name", name)
-	}
-	sql := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
-	if template != "" {
-		if !identifierRe.MatchString(template) {
-			return "", fmt.Errorf("could not create database %q: invalid template name %q", name, template)
-		}
-		sql += " TEMPLATE " + pgx.Identifier{template}.Sanitize()
-	}
-	s.createMu.Lock()
-	defer s.createMu.Unlock()
-	if _, err := s.admin.Exec(ctx, sql); err != nil {
-		return "", fmt.Errorf("could not create database %q: %w", name, err)
-	}
-	return s.DatabaseURL(name), nil
-}
-
-// DatabaseURL returns the URL of database name on this server (the admin URL
-// with its database replaced). Like AdminURL it holds the password.
-func (s *Server) DatabaseURL(name string) string {
-	return withDatabase(s.adminURL, name)
-}
-
 // Description says which server this is (container and image, or host and
 // port) and its PostgreSQL version, without credentials.
 func (s *Server) Description() string { return s.desc }
-
-// DropDatabase drops database name if it exists, terminating its sessions
-// (DROP DATABASE ... WITH (FORCE)).
-func (s *Server) DropDatabase(ctx context.Context, name string) error {
-	if !identifierRe.MatchString(name) {
-		return fmt.Errorf("could not drop database %q: invalid name", name)
-	}
-	if _, err := s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("could not drop database %q: %w", name, err)
-	}
-	return nil
-}
 
 // Image returns the Docker image of a container server, or "" for an
 // existing server.
@@ -408,61 +338,17 @@ func (s *Server) CreateTemplate(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := MigrateUp(ctx, u); err != nil {
+	if _, err := migrate.Up(ctx, u); err != nil {
 		_ = s.DropDatabase(context.WithoutCancel(ctx), name)
 		return fmt.Errorf("could not migrate template database %q: %w", name, err)
 	}
-	// MigrateUp closed its connections. Forbidding new ones keeps the
+	// migrate.Up closed its connections. Forbidding new ones keeps the
 	// template free of sessions.
-	if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH ALLOW_CONNECTIONS false"); err != nil {
+	if _, err := s.Admin().Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH ALLOW_CONNECTIONS false"); err != nil {
 		_ = s.DropDatabase(context.WithoutCancel(ctx), name)
 		return fmt.Errorf("could not lock template database %q: %w", name, err)
 	}
 	return nil
-}
-
-// RandomName returns prefix followed by "_" and 16 random hex digits, a valid
-// database name when prefix is one.
-func RandomName(prefix string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "_" + hex.EncodeToString(b[:])
-}
-
-// withDatabase returns dsn (URL or keyword/value form) with its database set
-// to name.
-func withDatabase(dsn, name string) string {
-	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-		u.Path = "/" + name
-		u.RawPath = ""
-		q := u.Query()
-		if q.Has("dbname") {
-			q.Set("dbname", name)
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	// keyword/value form: a later keyword wins.
-	return strings.TrimSpace(dsn) + " dbname=" + name
-}
-
-var (
-	kvPasswordRe  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
-	urlPasswordRe = regexp.MustCompile(`(?i)([?&]password=)[^&\s]*`)
-	urlUserinfoRe = regexp.MustCompile(`(?i)(postgres(?:ql)?://[^:@/\s]*:)[^@\s]*@`)
-)
-
-// RedactURL returns dsn with any password replaced by "xxxxx". It handles URLs
-// (postgres://user:secret@host/db, ?password=secret) and keyword/value
-// strings (password=secret), and also works on text that merely contains
-// such URLs, such as error messages.
-func RedactURL(dsn string) string {
-	s := urlUserinfoRe.ReplaceAllString(dsn, "${1}xxxxx@")
-	s = urlPasswordRe.ReplaceAllString(s, "${1}xxxxx")
-	if !strings.Contains(s, "://") {
-		s = kvPasswordRe.ReplaceAllString(s, "${1}xxxxx")
-	}
-	return s
 }
 
 // ErrNotControllable is returned by [Server.Restart], [Server.Pause] and
@@ -535,7 +421,7 @@ func (s *Server) WaitReady(ctx context.Context, timeout time.Duration) error {
 	defer cancel()
 	for {
 		qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := s.admin.Exec(qctx, "SELECT 1")
+		_, err := s.Admin().Exec(qctx, "SELECT 1")
 		qcancel()
 		if err == nil {
 			return nil

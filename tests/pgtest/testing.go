@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 )
 
 // pkgState is the server and template of the running test package, set by
@@ -27,7 +30,7 @@ type DB struct {
 	// Pool is connected to the database and closed when the test ends.
 	Pool *pgxpool.Pool
 	// URL is the database's URL, for opening more connections (for example
-	// with [OpenSQL] or psql). It holds the password: see [RedactURL].
+	// with migrate.OpenSQL or psql). It holds the password: see redact.Text.
 	URL string
 }
 
@@ -55,7 +58,7 @@ func runMain(m *testing.M, opts Options) int {
 	start := time.Now()
 	srv, err := StartServerWithOptions(ctx, opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s\n", RedactURL(err.Error()))
+		fmt.Fprintf(os.Stderr, "%s\n", redact.Text(err.Error()))
 		return 1
 	}
 	defer func() {
@@ -76,14 +79,14 @@ func runMain(m *testing.M, opts Options) int {
 		}
 	}()
 
-	template := RandomName("kfstest_tmpl")
+	template := scratch.RandomName("kfstest_tmpl")
 	if err := srv.CreateTemplate(ctx, template); err != nil {
-		fmt.Fprintf(os.Stderr, "pgtest: %s\n", RedactURL(err.Error()))
+		fmt.Fprintf(os.Stderr, "pgtest: %s\n", redact.Text(err.Error()))
 		return 1
 	}
 	defer func() {
 		if err := srv.DropDatabase(ctx, template); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: %s\n", RedactURL(err.Error()))
+			fmt.Fprintf(os.Stderr, "pgtest: %s\n", redact.Text(err.Error()))
 		}
 	}()
 	fmt.Fprintf(os.Stderr, "pgtest: %s; template %s ready in %s\n", srv.Description(), template, time.Since(start).Round(time.Millisecond))
@@ -137,22 +140,22 @@ func newDB(t testing.TB, template string) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	name := RandomName("kfstest")
+	name := scratch.RandomName("kfstest")
 	url, err := srv.CreateDatabase(ctx, name, template)
 	if err != nil {
-		t.Fatalf("pgtest: %s", RedactURL(err.Error()))
+		t.Fatalf("pgtest: %s", redact.Text(err.Error()))
 	}
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		_ = srv.DropDatabase(ctx, name)
-		t.Fatalf("pgtest: could not connect to database %s: %s", name, RedactURL(err.Error()))
+		t.Fatalf("pgtest: could not connect to database %s: %s", name, redact.Text(err.Error()))
 	}
 	t.Cleanup(func() {
 		pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := srv.DropDatabase(ctx, name); err != nil {
-			t.Errorf("pgtest: %s", RedactURL(err.Error()))
+			t.Errorf("pgtest: %s", redact.Text(err.Error()))
 		}
 	})
 	return &DB{Name: name, Pool: pool, URL: url}

@@ -8,15 +8,17 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/knowledgefs/kfsdb/tests/loadgen"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/loadgen"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 )
 
 // BenchOpts are the options of Bench.
 type BenchOpts struct {
-	// DatabaseURL is the server to create the bench database on. Optional:
-	// when empty, Bench starts a throwaway server like the demo does.
+	// DatabaseURL is the server to create the bench database on, connected
+	// to any database the user may run CREATE DATABASE from. Required; the
+	// command line defaults it to $DATABASE_URL. `make bench-kfsdb` runs
+	// the command on a throwaway server.
 	DatabaseURL string
 	// Duration is how long the producers run. Defaults to 10 s.
 	Duration time.Duration
@@ -37,12 +39,14 @@ type BenchOpts struct {
 	Out io.Writer
 }
 
-// Validate reports the first invalid field.
+// Validate reports the first missing or invalid field.
 func (o *BenchOpts) Validate() error {
-	if o.DatabaseURL != "" {
-		if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
-		}
+	if o.DatabaseURL == "" {
+		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s to the server to create the bench database on "+
+			"(`make bench-kfsdb` in a kfsdb checkout runs kfsdb bench on a throwaway server)", EnvDatabaseURL)
+	}
+	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
+		return err
 	}
 	switch {
 	case o.Duration < 0:
@@ -60,14 +64,29 @@ func (o *BenchOpts) Validate() error {
 }
 
 // Bench runs the lifecycle load driver (P producers, the relay, W workers
-// for Duration) on a fresh database and prints its report: throughput,
-// start -> succeeded percentiles, round trips and WAL bytes per attempt,
-// per-statement latencies and dead tuples.
+// for Duration) on a fresh database kfsdb_bench_<random>, created on the
+// server at DatabaseURL and dropped afterwards, and prints its report:
+// throughput, start -> succeeded percentiles, round trips and WAL bytes per
+// attempt, per-statement latencies and dead tuples. Errors never contain
+// the password.
 func Bench(ctx context.Context, opts *BenchOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	err := withScratchDatabase(ctx, opts.DatabaseURL, "kfsdb_bench", opts.Out, func(url string) error {
+	if err := bench(ctx, opts); err != nil {
+		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
+	}
+	return nil
+}
+
+func bench(ctx context.Context, opts *BenchOpts) error {
+	fmt.Fprintf(opts.Out, "== using server %s\n", redact.Text(opts.DatabaseURL))
+	srv, err := scratch.Connect(ctx, opts.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	return WithScratchDatabase(ctx, srv, "kfsdb_bench", opts.Out, func(url string) error {
 		res, err := loadgen.Run(ctx, &loadgen.Config{
 			DatabaseURL: url, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers, Rate: opts.Rate,
 			StepCheckpoints: opts.StepCheckpoints, AsyncProgressCommits: opts.AsyncProgressCommits,
@@ -81,17 +100,13 @@ func Bench(ctx context.Context, opts *BenchOpts) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return errors.New(redactWith(err.Error(), opts.DatabaseURL))
-	}
-	return nil
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("kfsdb bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	opts := &BenchOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "server to create the bench database on; defaults to $"+EnvDatabaseURL+", else a throwaway container")
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "server to create the bench database on; defaults to $"+EnvDatabaseURL+" (one of the two is required; `make bench-kfsdb` starts a throwaway server)")
 	fs.DurationVar(&opts.Duration, "duration", 0, "how long producers run (default 10s)")
 	fs.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
 	fs.IntVar(&opts.Workers, "workers", 0, "worker concurrency (default 8)")
@@ -102,7 +117,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {

@@ -7,18 +7,21 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
 func TestBenchOptsValidate(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	valid := BenchOpts{Out: &out, Duration: time.Second, Rate: 200}
+	valid := BenchOpts{DatabaseURL: "postgres://u@h/db", Out: &out, Duration: time.Second, Rate: 200}
 	for name, tc := range map[string]struct {
 		edit    func(o *BenchOpts)
 		wantErr string
 	}{
 		"Valid":            {func(*BenchOpts) {}, ""},
 		"Unpaced":          {func(o *BenchOpts) { o.Rate = 0 }, ""},
+		"MissingURL":       {func(o *BenchOpts) { o.DatabaseURL = "" }, "`make bench-kfsdb`"},
 		"BadURL":           {func(o *BenchOpts) { o.DatabaseURL = "postgres://u@h:notaport/db" }, "not a valid PostgreSQL URL"},
 		"MissingOut":       {func(o *BenchOpts) { o.Out = nil }, "Out is required"},
 		"NegativeDuration": {func(o *BenchOpts) { o.Duration = -time.Second }, "Duration must not be negative"},
@@ -43,4 +46,39 @@ func TestBenchUsageErrorsExitTwo(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, noEnv), "args %q: %s", args, stderr.String())
 	}
+}
+
+// TestBenchWithoutDatabaseURLNamesMakeTarget: the deploy binary starts no
+// server of its own; without a URL it says where a one-command run is.
+func TestBenchWithoutDatabaseURLNamesMakeTarget(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 2, Main(t.Context(), []string{"bench", "--duration", "1s"}, &stdout, &stderr, noEnv))
+	require.Contains(t, stderr.String(), "--database-url or set $DATABASE_URL")
+	require.Contains(t, stderr.String(), "`make bench-kfsdb`")
+	require.Empty(t, stdout.String(), "nothing ran")
+}
+
+// TestBenchOnFreshDatabase runs `kfsdb bench --database-url URL` with the
+// URL of an empty database: it creates, migrates and drops a scratch
+// database beside it and prints the report lines scripts parse.
+func TestBenchOnFreshDatabase(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmptyDB(t)
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"bench", "--database-url", db.URL, "--duration", "1s", "--producers", "2", "--workers", "2", "--rate", "50"},
+		&stdout, &stderr, noEnv)
+	s := stdout.String()
+	require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
+	require.Contains(t, s, "server: existing server ")
+	require.Contains(t, s, "== created database kfsdb_bench_")
+	require.Contains(t, s, "00007_outbox_wakeups.sql")
+	require.Contains(t, s, "| producers / worker slots / knowledge spaces / duration | 2 / 2 / 1 / 1s |")
+	require.Contains(t, s, "| offered rate | 50 attempts/s |")
+	require.Regexp(t, `(?m)^\| attempts started / succeeded \(drained: true\) \| (\d+) / (\d+) \|$`, s)
+	require.Regexp(t, `(?m)^\| lifecycle throughput \(succeeded within the window\) \| \d+ attempts/s \|$`, s)
+	require.Regexp(t, `(?m)^\| start → succeeded p50 / p99 \| \S+ / \S+ \|$`, s)
+	require.Regexp(t, `(?m)^\| StartAttempt \| \d+ \| `, s)
+	require.Contains(t, s, "== dropped database kfsdb_bench_")
+	require.NotContains(t, s, "kfsdb-test-password")
 }

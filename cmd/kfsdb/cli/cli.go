@@ -1,7 +1,11 @@
-// Package cli implements the kfsdb command: argument parsing, and one
-// function per command (Migrate, Demo, Relay, Purge) that takes an options struct with a
-// Validate method and writes its output to an injected io.Writer, so tests can
-// call the commands directly.
+// Package cli implements the kfsdb command, the binary operators deploy:
+// argument parsing, and one function per command (Migrate, Relay, Purge,
+// Work, Bench) that takes an options struct with a Validate method and
+// writes its output to an injected io.Writer, so tests can call the
+// commands directly. It never imports the test harness: commands run on the
+// database a URL names. The demo, which needs a throwaway server, is
+// tests/cmd/kfsdb-demo (`make demo`); it reuses Migrate,
+// WithScratchDatabase, NewLogger and ExitCode from here.
 package cli
 
 import (
@@ -10,10 +14,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
 // EnvDatabaseURL names the environment variable read when --database-url is
@@ -28,35 +31,39 @@ const usage = `Usage: kfsdb <command> [flags]
 
 Commands:
   migrate up|down|status|version   apply, roll back one, list or show migrations
-  demo                             run a mixed workload through the relay and workers on a throwaway database
   relay                            publish the outbox, printing each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
   work                             run a relay and workers on a database's attempts for a while, then print counters
-  bench                            lifecycle load driver: producers, relay and workers on a fresh database, with a report
+  bench                            lifecycle load driver: producers, relay and workers on a scratch database of the server, with a report
 
-Run 'kfsdb <command> -h' for a command's flags.
+Run 'kfsdb <command> -h' for a command's flags. The demo and a bench on a
+throwaway server need the test harness: run 'make demo' or 'make bench-kfsdb'
+in a kfsdb checkout.
 `
 
-// Main runs the command line args and returns the process exit code: 0 on
-// success (and for -h), 2 for usage errors, 1 for any other error. Errors go
-// to stderr with passwords redacted.
+// Main runs the command line args and returns the process exit code (see
+// ExitCode).
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	err := Run(ctx, args, stdout, stderr, getenv)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
+	return ExitCode("kfsdb", Run(ctx, args, stdout, stderr, getenv), stderr, getenv)
+}
+
+// ExitCode reports err, a command's result, on stderr as "name: message"
+// with passwords redacted (also $DATABASE_URL's, wherever it appears), and
+// returns the process exit code: 0 for nil and for -h (flag.ErrHelp), 2 for
+// usage errors (ErrUsage), 1 for any other error.
+func ExitCode(name string, err error, stderr io.Writer, getenv func(string) string) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
-	case errors.Is(err, ErrUsage):
-		fmt.Fprintf(stderr, "kfsdb: %s\n", redact(err.Error(), getenv))
-		return 2
-	default:
-		fmt.Fprintf(stderr, "kfsdb: %s\n", redact(err.Error(), getenv))
-		return 1
 	}
+	fmt.Fprintf(stderr, "%s: %s\n", name, redact.Text(err.Error(), envDatabaseURL(getenv)))
+	if errors.Is(err, ErrUsage) {
+		return 2
+	}
+	return 1
 }
 
 // Run parses args (without the program name) and runs the command. getenv
-// supplies DATABASE_URL and, for demo, pgtest's variables are read from the
-// process environment.
+// supplies DATABASE_URL.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -66,7 +73,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr, getenv)
 	case "demo":
-		return runDemo(ctx, rest, stdout, stderr, getenv)
+		return fmt.Errorf("%w: demo needs a throwaway server and is not part of the kfsdb binary: run `make demo` in a kfsdb checkout", ErrUsage)
 	case "relay":
 		return runRelayCmd(ctx, rest, stdout, stderr, getenv)
 	case "purge":
@@ -93,7 +100,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb migrate [--database-url URL] up|down|status|version")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -110,36 +117,6 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	return Migrate(ctx, opts)
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := &DemoOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "",
-		"server to create the demo database on; defaults to $"+EnvDatabaseURL+", else a throwaway server (see pgtest: KFS_TEST_DATABASE_URL, KFS_TEST_POSTGRES_IMAGE)")
-	fs.IntVar(&opts.Attempts, "attempts", DefaultDemoAttempts, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
-	fs.Uint64Var(&opts.Seed, "seed", DefaultDemoSeed, "shuffles which attempt follows which scenario")
-	fs.DurationVar(&opts.Timeout, "timeout", DefaultDemoTimeout, "fail if the workload has not settled by then")
-	fs.BoolVar(&opts.Verbose, "verbose", false, "log the relay's and workers' INFO records too (default: WARN and above)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb demo [--database-url URL] [--attempts N] [--seed N] [--timeout D] [--verbose]")
-		fs.PrintDefaults()
-	}
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: demo takes no arguments", ErrUsage)
-	}
-	if opts.DatabaseURL == "" {
-		opts.DatabaseURL = getenv(EnvDatabaseURL)
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	return Demo(ctx, opts)
-}
-
 func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("kfsdb relay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -152,7 +129,7 @@ func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, g
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--poll-only] [--async-progress] [--verbose]")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
@@ -180,7 +157,7 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb purge --tenant T --older-than DURATION [--batch N] [--database-url URL]")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
@@ -225,7 +202,7 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--verbose]")
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
@@ -242,7 +219,9 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	return err
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
+// ParseFlags parses args with fs. Every error but -h (flag.ErrHelp, which
+// fs already answered with its usage) wraps ErrUsage.
+func ParseFlags(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -252,16 +231,12 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// redact removes passwords from s: those in URLs and keyword/value strings,
-// and the literal password of DATABASE_URL wherever it appears.
-func redact(s string, getenv func(string) string) string {
-	s = pgtest.RedactURL(s)
-	if getenv != nil {
-		if pw := passwordOf(getenv(EnvDatabaseURL)); pw != "" {
-			s = strings.ReplaceAll(s, pw, "xxxxx")
-		}
+// envDatabaseURL returns $DATABASE_URL, or "" when getenv is nil.
+func envDatabaseURL(getenv func(string) string) string {
+	if getenv == nil {
+		return ""
 	}
-	return s
+	return getenv(EnvDatabaseURL)
 }
 
 const asyncProgressUsage = "claims, marks, leases, heartbeats and checkpoints commit without waiting for the WAL flush; a crash can make them be redone (repo.Config.AsyncProgressCommits)"

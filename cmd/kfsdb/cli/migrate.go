@@ -12,7 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 )
 
 // MigrateCommand is what `kfsdb migrate` does.
@@ -61,7 +62,7 @@ func (o *MigrateOpts) Validate() error {
 		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s", EnvDatabaseURL)
 	}
 	if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
+		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), o.DatabaseURL))
 	}
 	if o.Out == nil {
 		return errors.New("invalid options: Out is required")
@@ -76,18 +77,18 @@ func Migrate(ctx context.Context, opts *MigrateOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if err := migrate(ctx, opts); err != nil {
-		return errors.New(redactWith(err.Error(), opts.DatabaseURL))
+	if err := migrateDB(ctx, opts); err != nil {
+		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return nil
 }
 
-func migrate(ctx context.Context, opts *MigrateOpts) (retErr error) {
-	db, err := pgtest.OpenSQL(ctx, opts.DatabaseURL)
+func migrateDB(ctx context.Context, opts *MigrateOpts) (retErr error) {
+	db, err := migrate.OpenSQL(ctx, opts.DatabaseURL)
 	if err != nil {
 		return err
 	}
-	p, err := pgtest.NewMigrationProvider(db)
+	p, err := migrate.NewProvider(db)
 	if err != nil {
 		_ = db.Close()
 		return err
@@ -168,26 +169,4 @@ func printVersion(ctx context.Context, p *goose.Provider, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "version: %d\n", v)
 	return nil
-}
-
-// redactWith redacts passwords in s, including dsn's literal password.
-func redactWith(s, dsn string) string {
-	s = pgtest.RedactURL(s)
-	if pw := passwordOf(dsn); pw != "" {
-		s = strings.ReplaceAll(s, pw, "xxxxx")
-	}
-	return s
-}
-
-// passwordOf returns dsn's password when it is long enough to redact
-// literally without mangling unrelated text.
-func passwordOf(dsn string) string {
-	if dsn == "" {
-		return ""
-	}
-	cfg, err := pgconn.ParseConfig(dsn)
-	if err != nil || len(cfg.Password) < 4 {
-		return ""
-	}
-	return cfg.Password
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -51,7 +52,7 @@ func validateDatabaseURL(dsn string) error {
 		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s", EnvDatabaseURL)
 	}
 	if _, err := pgconn.ParseConfig(dsn); err != nil {
-		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), dsn))
+		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), dsn))
 	}
 	return nil
 }
@@ -65,7 +66,7 @@ func Relay(ctx context.Context, opts *RelayOpts) error {
 		return err
 	}
 	if err := runRelay(ctx, opts); err != nil {
-		return errors.New(redactWith(err.Error(), opts.DatabaseURL))
+		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return nil
 }
@@ -81,7 +82,7 @@ func runRelay(ctx context.Context, opts *RelayOpts) error {
 		return fmt.Errorf("could not connect: %w", err)
 	}
 	rl, err := relay.New(pool, &printingPublisher{out: out}, &relay.Config{
-		Logger: newLogger(out, opts.Verbose), PollOnly: opts.PollOnly,
+		Logger: NewLogger(out, opts.Verbose), PollOnly: opts.PollOnly,
 		Repo: repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits}),
 	})
 	if err != nil {
@@ -155,7 +156,7 @@ func Purge(ctx context.Context, opts *PurgeOpts) (int, error) {
 	}
 	n, err := purge(ctx, opts)
 	if err != nil {
-		return n, errors.New(redactWith(err.Error(), opts.DatabaseURL))
+		return n, errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return n, nil
 }

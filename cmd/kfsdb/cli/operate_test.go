@@ -14,28 +14,6 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-func TestDemoOptsValidate(t *testing.T) {
-	t.Parallel()
-	var out bytes.Buffer
-	for name, tc := range map[string]struct {
-		opts    DemoOpts
-		wantErr string
-	}{
-		"BadURL":          {DemoOpts{DatabaseURL: "postgres://u@h:notaport/db", Out: &out}, "DatabaseURL is not a valid"},
-		"TooFewAttempts":  {DemoOpts{Attempts: 5, Out: &out}, "Attempts must be 26..5000"},
-		"TooManyAttempts": {DemoOpts{Attempts: 5001, Out: &out}, "Attempts must be"},
-		"NegativeTimeout": {DemoOpts{Timeout: -time.Second, Out: &out}, "Timeout must not be negative"},
-		"MissingOut":      {DemoOpts{}, "Out is required"},
-		"Defaults":        {DemoOpts{Out: &out}, ""},
-		"Valid":           {DemoOpts{DatabaseURL: "postgres://u@h/db", Attempts: 60, Seed: 3, Timeout: time.Minute, Out: &out}, ""},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			requireValidateErr(t, tc.opts.Validate(), tc.wantErr)
-		})
-	}
-}
-
 func TestRelayOptsValidate(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
@@ -147,14 +148,14 @@ func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	}
 	res, err := work(ctx, opts.withDefaults())
 	if err != nil {
-		return nil, errors.New(redactWith(err.Error(), opts.DatabaseURL))
+		return nil, errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return res, nil
 }
 
 func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	out := &syncWriter{w: opts.Out}
-	log := newLogger(out, opts.Verbose)
+	log := NewLogger(out, opts.Verbose)
 	cfg, err := pgxpool.ParseConfig(opts.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("could not parse database URL: %w", err)
@@ -238,8 +239,10 @@ func (h *workHandler) Work(ctx context.Context, job *worker.Job) error {
 	}
 	cps := kfstype.Checkpoints()
 	for i := job.Attempt.Checkpoint.Rank() + 1; i <= kfstype.CheckpointSmokeEvalPassed.Rank(); i++ {
-		if err := sleepCtx(ctx, h.stepDelay); err != nil {
-			return err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.stepDelay):
 		}
 		cp := cps[i]
 		if cp != kfstype.CheckpointProjectionBuilt || job.Attempt.CandidatePublicationID != nil {

@@ -10,8 +10,10 @@
 // p50/p99 of start → succeeded and of every statement, round trips per
 // attempt, WAL bytes per attempt and dead tuples after the run.
 //
-// `kfsdb bench` is meant to wrap Run; tests/bench's TestLoadgen
-// (KFS_LOADGEN=1, `make loadgen`) runs it today.
+// `kfsdb bench` runs it on a scratch database of the server it is given,
+// and tests/bench's TestLoadgen (KFS_LOADGEN=1, `make loadgen`) runs it with
+// every knob. It imports only the library, pgx and uuid, never the test
+// harness, so the deploy binary can carry it.
 package loadgen
 
 import (

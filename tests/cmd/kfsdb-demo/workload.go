@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -66,19 +66,6 @@ const demoSpacesPerTenant = 3
 // errPoison is what the demo's publisher answers for attempts the broker
 // refuses (dead-letter scenarios).
 var errPoison = errors.New("demo broker: message rejected (poison)")
-
-// syncWriter serializes writes: slog handlers of many goroutines and the
-// demo's own output share one io.Writer.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
 
 // workload runs the demo's attempts through a real relay and real workers
 // over an in-process queue, and checks the outcome.

@@ -1,4 +1,9 @@
-package pgtest
+// Package migrate runs kfsdb's goose migrations ([migrations.FS], embedded
+// from db/migrations) with goose's Provider API: no global registry, and
+// PostgreSQL's session lock around every run. `kfsdb migrate` is built on
+// it, and so is the test harness (tests/pgtest), which migrates its
+// template databases the same way.
+package migrate
 
 import (
 	"context"
@@ -10,17 +15,18 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/db/migrations"
 )
 
-// NewMigrationProvider returns a goose Provider over [migrations.FS] for db.
+// NewProvider returns a goose Provider over [migrations.FS] for db.
 //
 // The Provider takes PostgreSQL's session-level lock (goose's
 // lock.NewPostgresSessionLocker, polled every second for up to five minutes)
 // around every run, so concurrent `up` runs against one database serialize
 // and each migration is applied once. It does not use goose's global
 // registry. extra options are appended. Closing the Provider closes db.
-func NewMigrationProvider(db *sql.DB, extra ...goose.ProviderOption) (*goose.Provider, error) {
+func NewProvider(db *sql.DB, extra ...goose.ProviderOption) (*goose.Provider, error) {
 	if db == nil {
 		return nil, errors.New("could not create migration provider: db is nil")
 	}
@@ -40,27 +46,28 @@ func NewMigrationProvider(db *sql.DB, extra ...goose.ProviderOption) (*goose.Pro
 }
 
 // OpenSQL opens a database/sql handle on url with the pgx stdlib driver and
-// checks that the server answers. The caller closes it.
+// checks that the server answers. The caller closes it. Errors name url
+// without its password.
 func OpenSQL(ctx context.Context, url string) (*sql.DB, error) {
 	db, err := sql.Open("pgx", url)
 	if err != nil {
-		return nil, fmt.Errorf("could not open %s: %w", RedactURL(url), err)
+		return nil, fmt.Errorf("could not open %s: %w", redact.Text(url), err)
 	}
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("could not connect to %s: %w", RedactURL(url), err)
+		return nil, fmt.Errorf("could not connect to %s: %w", redact.Text(url), err)
 	}
 	return db, nil
 }
 
-// MigrateUp applies every pending migration to the database at url and
-// closes its connections before returning.
-func MigrateUp(ctx context.Context, url string) ([]*goose.MigrationResult, error) {
+// Up applies every pending migration to the database at url and closes its
+// connections before returning.
+func Up(ctx context.Context, url string) ([]*goose.MigrationResult, error) {
 	db, err := OpenSQL(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	p, err := NewMigrationProvider(db)
+	p, err := NewProvider(db)
 	if err != nil {
 		_ = db.Close()
 		return nil, err

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"cmp"
@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -50,7 +51,7 @@ type DemoOpts struct {
 func (o *DemoOpts) Validate() error {
 	if o.DatabaseURL != "" {
 		if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redactWith(err.Error(), o.DatabaseURL))
+			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), o.DatabaseURL))
 		}
 	}
 	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
@@ -79,33 +80,33 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 		return err
 	}
 	if err := demo(ctx, opts); err != nil {
-		return errors.New(redactWith(err.Error(), opts.DatabaseURL))
+		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return nil
 }
 
 func demo(ctx context.Context, opts *DemoOpts) error {
-	out := &syncWriter{w: opts.Out}
-	return withScratchDatabase(ctx, opts.DatabaseURL, "kfsdb_demo", out, func(url string) error {
-		fmt.Fprintln(out, "== kfsdb migrate status")
-		if err := Migrate(ctx, &MigrateOpts{Command: MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
-			return err
-		}
-		return runWorkload(ctx, opts, out, url)
+	out := cli.NewSyncWriter(opts.Out)
+	return withServer(ctx, opts.DatabaseURL, out, func(srv cli.ScratchServer) error {
+		return cli.WithScratchDatabase(ctx, srv, "kfsdb_demo", out, func(url string) error {
+			fmt.Fprintln(out, "== kfsdb migrate status")
+			if err := cli.Migrate(ctx, &cli.MigrateOpts{Command: cli.MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
+				return err
+			}
+			return runWorkload(ctx, opts, out, url)
+		})
 	})
 }
 
-// withScratchDatabase runs fn on a fresh, migrated database named
-// prefix_<random>, created on the server at serverURL (or on a throwaway
-// server the test harness starts when serverURL is empty) and dropped
-// afterwards, also when ctx was canceled.
-func withScratchDatabase(ctx context.Context, serverURL, prefix string, out io.Writer, fn func(url string) error) (retErr error) {
+// withServer runs fn on the server at serverURL, or on a throwaway server
+// the test harness starts when serverURL is empty, and closes it afterwards.
+func withServer(ctx context.Context, serverURL string, out io.Writer, fn func(srv cli.ScratchServer) error) (retErr error) {
 	var (
 		srv *pgtest.Server
 		err error
 	)
 	if serverURL != "" {
-		fmt.Fprintf(out, "== using server %s\n", pgtest.RedactURL(serverURL))
+		fmt.Fprintf(out, "== using server %s\n", redact.Text(serverURL))
 		srv, err = pgtest.ConnectServer(ctx, serverURL)
 	} else {
 		fmt.Fprintln(out, "== starting a throwaway PostgreSQL server (no --database-url or $DATABASE_URL)")
@@ -119,31 +120,7 @@ func withScratchDatabase(ctx context.Context, serverURL, prefix string, out io.W
 			retErr = err
 		}
 	}()
-	fmt.Fprintf(out, "server: %s\n", srv.Description())
-
-	name := pgtest.RandomName(prefix)
-	url, err := srv.CreateDatabase(ctx, name, "")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "== created database %s\n", name)
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := srv.DropDatabase(dctx, name); err != nil {
-			if retErr == nil {
-				retErr = err
-			}
-			return
-		}
-		fmt.Fprintf(out, "== dropped database %s\n", name)
-	}()
-
-	fmt.Fprintln(out, "== kfsdb migrate up")
-	if err := Migrate(ctx, &MigrateOpts{Command: MigrateUp, DatabaseURL: url, Out: out}); err != nil {
-		return err
-	}
-	return fn(url)
+	return fn(srv)
 }
 
 func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string) error {
@@ -164,7 +141,7 @@ func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string)
 	}
 	defer pool.Close()
 
-	w := newWorkload(out, newLogger(out, opts.Verbose), pool, lat, n, seed)
+	w := newWorkload(out, cli.NewLogger(out, opts.Verbose), pool, lat, n, seed)
 	counts := map[string]int{}
 	for _, e := range w.entries {
 		counts[e.sc.name]++
@@ -187,22 +164,4 @@ func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string)
 	}
 	fmt.Fprintf(out, "\ndemo: PASS (%d attempts)\n", n)
 	return nil
-}
-
-// newLogger logs WARN and above (INFO and above when verbose) to out as
-// one text line per record, without times or stack traces.
-func newLogger(out io.Writer, verbose bool) *slog.Logger {
-	level := slog.LevelWarn
-	if verbose {
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{
-		Level: level,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "stack") {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
 }

@@ -1,0 +1,71 @@
+// Command kfsdb-demo is kfsdb's demonstration, the README's main command
+// (`make demo`): on a fresh database it applies every migration and runs a
+// mixed workload of compilation attempts through a real relay and real
+// workers (successes, retries, failures, panics, exhausted attempts, a
+// worker that dies holding a lease, a broker outage, dead letters, cancels,
+// supersedes and manual retries), then prints an outcome table, counters
+// and latencies and checks the end state.
+//
+// It lives beside the test harness because, without --database-url or
+// $DATABASE_URL, it runs on a throwaway server that tests/pgtest starts
+// (KFS_TEST_DATABASE_URL, else a container of KFS_TEST_POSTGRES_IMAGE); the
+// deploy binary, cmd/kfsdb, carries no harness. Run `kfsdb-demo -h` for
+// its flags.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// Main runs the demo with the command line args (without the program name)
+// and returns the process exit code: 0 on success and for -h, 2 for usage
+// errors, 1 for any other error. Errors go to stderr with passwords
+// redacted.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	return cli.ExitCode("kfsdb-demo", run(ctx, args, stdout, stderr, getenv), stderr, getenv)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("kfsdb-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := &DemoOpts{Out: stdout}
+	fs.StringVar(&opts.DatabaseURL, "database-url", "",
+		"server to create the demo database on; defaults to $"+cli.EnvDatabaseURL+", else a throwaway server (see pgtest: KFS_TEST_DATABASE_URL, KFS_TEST_POSTGRES_IMAGE)")
+	fs.IntVar(&opts.Attempts, "attempts", DefaultDemoAttempts, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
+	fs.Uint64Var(&opts.Seed, "seed", DefaultDemoSeed, "shuffles which attempt follows which scenario")
+	fs.DurationVar(&opts.Timeout, "timeout", DefaultDemoTimeout, "fail if the workload has not settled by then")
+	fs.BoolVar(&opts.Verbose, "verbose", false, "log the relay's and workers' INFO records too (default: WARN and above)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb-demo [--database-url URL] [--attempts N] [--seed N] [--timeout D] [--verbose]")
+		fs.PrintDefaults()
+	}
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: demo takes no arguments", cli.ErrUsage)
+	}
+	if opts.DatabaseURL == "" {
+		opts.DatabaseURL = getenv(cli.EnvDatabaseURL)
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	return Demo(ctx, opts)
+}
