@@ -1,0 +1,164 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/relay"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/worker"
+)
+
+// load is one run: the producers, the relay and worker they feed, and when
+// each attempt was started and acknowledged.
+type load struct {
+	c    *Config
+	pool *pgxpool.Pool
+	sc   *scenario
+	tr   *tracer
+	repo *repo.Repo
+
+	mu      sync.Mutex
+	starts  map[uuid.UUID]time.Time
+	acks    map[uuid.UUID]time.Time
+	started atomic.Int64
+	acked   atomic.Int64
+	// handled holds the attempts whose handler returned nil: the worker
+	// also acknowledges stale deliveries (a redispatched copy whose first
+	// delivery sat in the queue past its deadline), which must not count
+	// as succeeded.
+	handled sync.Map
+
+	stopRuntime context.CancelFunc
+	runtime     sync.WaitGroup
+}
+
+// measured is what drive saw in the window.
+type measured struct {
+	end        time.Time
+	statements int64
+	drained    bool
+}
+
+func newLoad(c *Config, pool *pgxpool.Pool, sc *scenario, tr *tracer) *load {
+	return &load{c: c, pool: pool, sc: sc, tr: tr,
+		repo:   repo.New(&repo.Config{AsyncProgressCommits: c.AsyncProgressCommits}),
+		starts: make(map[uuid.UUID]time.Time, 1<<14), acks: make(map[uuid.UUID]time.Time, 1<<14)}
+}
+
+// drive starts the relay and worker, runs the producers for Duration and
+// waits up to DrainTimeout for every started attempt to be acknowledged.
+func (l *load) drive(ctx context.Context) (*measured, error) {
+	if err := l.startRuntime(ctx); err != nil {
+		return nil, err
+	}
+	stmts0 := l.tr.count.Load()
+	begin := time.Now()
+	m := &measured{end: begin.Add(l.c.Duration)}
+	if err := l.produce(ctx, begin, m.end); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(l.c.DrainTimeout); time.Now().Before(deadline) && ctx.Err() == nil; {
+		if l.acked.Load() >= l.started.Load() {
+			m.drained = true
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	m.statements = l.tr.count.Load() - stmts0
+	return m, nil
+}
+
+func (l *load) startRuntime(ctx context.Context) error {
+	q := memqueue.New()
+	src := &ackSource{q: q, onAck: l.onAck}
+	rl, err := relay.New(l.pool, q, &relay.Config{Logger: l.c.Logger, Repo: l.repo})
+	if err != nil {
+		return err
+	}
+	wk, err := worker.New(l.pool, src, noopHandler(l.sc, &l.handled, l.c.StepCheckpoints), &worker.Config{Logger: l.c.Logger, Repo: l.repo,
+		Concurrency: l.c.Workers, SingleCompletions: l.c.SingleCompletions, PendingDeliveryWait: l.c.PendingDeliveryWait})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	l.stopRuntime = cancel
+	l.runtime.Go(func() { _ = rl.Run(rctx) })
+	l.runtime.Go(func() { _ = wk.Run(rctx) })
+	return nil
+}
+
+// stop ends the relay and worker and waits for them.
+func (l *load) stop() {
+	if l.stopRuntime != nil {
+		l.stopRuntime()
+	}
+	l.runtime.Wait()
+}
+
+func (l *load) onAck(id uuid.UUID) {
+	if _, ok := l.handled.Load(id); !ok {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	if _, dup := l.acks[id]; !dup {
+		l.acks[id] = now
+		l.acked.Add(1)
+	}
+	l.mu.Unlock()
+}
+
+// produce runs the producers until end (or the assets run out), each
+// starting one attempt per transaction, paced to Rate when it is set.
+func (l *load) produce(ctx context.Context, begin, end time.Time) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var prodErr atomic.Pointer[error]
+	for range l.c.Producers {
+		wg.Go(func() {
+			for time.Now().Before(end) && ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(l.sc.assets) {
+					return
+				}
+				if l.c.Rate > 0 {
+					time.Sleep(time.Until(begin.Add(time.Duration(float64(i) / l.c.Rate * float64(time.Second)))))
+					if !time.Now().Before(end) {
+						return
+					}
+				}
+				if err := l.start(ctx, i); err != nil {
+					prodErr.Store(&err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if p := prodErr.Load(); p != nil {
+		return fmt.Errorf("loadgen: start: %w", *p)
+	}
+	return nil
+}
+
+func (l *load) start(ctx context.Context, i int) error {
+	t0 := time.Now()
+	res, err := l.repo.Start(ctx, l.pool, &repo.StartParams{TenantID: l.sc.tenant, KnowledgeSpaceID: l.sc.spaceOf(i),
+		DocumentAssetID: l.sc.assets[i], DocumentVersion: 1, PublicationGenerationID: l.sc.generation})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.starts[res.Attempt.ID] = t0
+	l.mu.Unlock()
+	l.started.Add(1)
+	return nil
+}

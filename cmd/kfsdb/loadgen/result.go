@@ -1,0 +1,144 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// result summarizes a run and checks it against the database: every
+// acknowledged attempt must have succeeded.
+func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter string) (*Result, error) {
+	c := l.c
+	res := &Result{Producers: c.Producers, Workers: c.Workers, Spaces: c.Spaces, Rate: c.Rate, StepCheckpoints: c.StepCheckpoints,
+		AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: m.drained,
+		Started: l.started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
+	l.mu.Lock()
+	var lat []time.Duration
+	for id, t1 := range l.acks {
+		if !t1.After(m.end) {
+			res.CompletedInWindow++
+		}
+		if t0, ok := l.starts[id]; ok {
+			lat = append(lat, t1.Sub(t0))
+		}
+	}
+	l.mu.Unlock()
+	res.Completed = int64(len(lat))
+	res.Throughput = float64(res.CompletedInWindow) / c.Duration.Seconds()
+	res.StartToSucceededP50, res.StartToSucceededP99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	if res.Completed > 0 {
+		res.RoundTrips = float64(m.statements) / float64(res.Completed)
+	}
+	for name, d := range l.tr.snapshot() {
+		res.Statements[name] = StatementStats{Count: len(d), P50: percentile(d, 0.50), P99: percentile(d, 0.99)}
+	}
+
+	// Succeeded in the database, not only acknowledged.
+	var succeeded int64
+	if err := l.pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE tenant_id = $1 AND run_state = 'succeeded'`,
+		l.sc.tenant).Scan(&succeeded); err != nil {
+		return nil, fmt.Errorf("loadgen: count: %w", err)
+	}
+	if succeeded != res.Completed {
+		return nil, fmt.Errorf("loadgen: %d attempts acknowledged but %d succeeded", res.Completed, succeeded)
+	}
+	var wal float64
+	if err := l.pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::float8", walAfter, walBefore).Scan(&wal); err != nil {
+		return nil, fmt.Errorf("loadgen: wal diff: %w", err)
+	}
+	if res.Completed > 0 {
+		res.WALBytes = wal / float64(res.Completed)
+	}
+	// Backends flush their table statistics when they exit: close the
+	// pool first, then read them on a fresh connection.
+	l.pool.Close()
+	if err := tableStats(ctx, c.DatabaseURL, res.Tables); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+func tableStats(ctx context.Context, url string, out map[string]TableStats) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("loadgen: table stats: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	time.Sleep(500 * time.Millisecond) // exiting backends flush asynchronously
+	rows, err := conn.Query(ctx, `SELECT relname, n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd
+		FROM pg_stat_user_tables WHERE relname IN ('document_compilation_attempts', 'document_compilation_outbox')`)
+	if err != nil {
+		return fmt.Errorf("loadgen: table stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var s TableStats
+		if err := rows.Scan(&name, &s.LiveTuples, &s.DeadTuples, &s.Updates, &s.HOTUpdates); err != nil {
+			return err
+		}
+		out[name] = s
+	}
+	return rows.Err()
+}
+
+// WriteTable writes the result as Markdown.
+func (r *Result) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "| metric | value |\n|---|---:|\n")
+	fmt.Fprintf(w, "| producers / worker slots / knowledge spaces / duration | %d / %d / %d / %s |\n", r.Producers, r.Workers, r.Spaces, r.Duration)
+	rate := "unpaced"
+	if r.Rate > 0 {
+		rate = fmt.Sprintf("%.0f attempts/s", r.Rate)
+	}
+	fmt.Fprintf(w, "| offered rate | %s |\n", rate)
+	handler := "complete through the checkpoints in one write (CompleteThrough)"
+	if r.StepCheckpoints {
+		handler = "five Advance writes, then Complete"
+	}
+	commits := "synchronous"
+	if r.AsyncProgressCommits {
+		commits = "asynchronous for claim, mark and lease (AsyncProgressCommits); Start and Complete synchronous"
+	}
+	completions := "batched by the worker's completer (CompleteMany); slots do not wait"
+	if r.SingleCompletions {
+		completions = "one statement per attempt, in its slot"
+	}
+	fmt.Fprintf(w, "| handler | %s |\n| progress commits | %s |\n| completions | %s |\n", handler, commits, completions)
+	fmt.Fprintf(w, "| attempts started / succeeded (drained: %v) | %d / %d |\n", r.Drained, r.Started, r.Completed)
+	fmt.Fprintf(w, "| lifecycle throughput (succeeded within the window) | %.0f attempts/s |\n", r.Throughput)
+	fmt.Fprintf(w, "| start → succeeded p50 / p99 | %s / %s |\n", r.StartToSucceededP50.Round(time.Millisecond), r.StartToSucceededP99.Round(time.Millisecond))
+	fmt.Fprintf(w, "| round trips per attempt | %.2f |\n", r.RoundTrips)
+	fmt.Fprintf(w, "| WAL bytes per attempt | %.0f |\n", r.WALBytes)
+	for _, t := range []string{"document_compilation_attempts", "document_compilation_outbox"} {
+		s := r.Tables[t]
+		hot := 0.0
+		if s.Updates > 0 {
+			hot = 100 * float64(s.HOTUpdates) / float64(s.Updates)
+		}
+		fmt.Fprintf(w, "| %s: live / dead tuples after, HOT updates | %d / %d, %.1f%% of %d |\n", t, s.LiveTuples, s.DeadTuples, hot, s.Updates)
+	}
+	fmt.Fprintf(w, "\n| statement | count | p50 | p99 |\n|---|---:|---:|---:|\n")
+	names := make([]string, 0, len(r.Statements))
+	for n := range r.Statements {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := r.Statements[n]
+		fmt.Fprintf(w, "| %s | %d | %s | %s |\n", n, s.Count, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond))
+	}
+}
