@@ -17,67 +17,6 @@ import (
 // Helpers of the control-plane tests carry a ctl prefix so they cannot
 // collide with other files of the package.
 
-// ctlAttemptIn starts an attempt for the scope and walks it to state,
-// checking the invariants after every step.
-func ctlAttemptIn(t *testing.T, b *testBundle, s *testfactory.Scope, state kfstype.RunState) *kfstype.Attempt {
-	t.Helper()
-	ctx, db := b.ctx, b.db.Pool
-	inv := func(a *kfstype.Attempt) *kfstype.Attempt {
-		t.Helper()
-		testfactory.RequireInvariants(ctx, t, db, a.ID)
-		return a
-	}
-	running := func() (*kfstype.Attempt, *repo.Lease) {
-		t.Helper()
-		a, lease, _ := b.drv.Running(ctx, t, s)
-		return inv(a), lease
-	}
-	switch state {
-	case kfstype.RunStateDispatchPending:
-		return inv(b.drv.Start(ctx, t, s))
-	case kfstype.RunStateQueued:
-		a := inv(b.drv.Start(ctx, t, s))
-		b.drv.Dispatch(ctx, t, a.ID)
-		return inv(ctlGet(t, b, s, a.ID))
-	case kfstype.RunStateRunning:
-		a, _ := running()
-		return a
-	case kfstype.RunStateRetryWait:
-		_, lease := running()
-		a, err := b.repo.ScheduleRetry(ctx, db, &repo.ScheduleRetryParams{
-			Lease: lease, RetryDelay: 30 * time.Second,
-			ErrorCode: kfstype.ErrorCodeCompilationRetryable, ErrorMessage: "transient",
-		})
-		require.NoError(t, err)
-		return inv(a)
-	case kfstype.RunStateSucceeded:
-		_, lease := running()
-		inv(b.drv.AdvanceTo(ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed))
-		a, err := b.repo.Complete(ctx, db, lease)
-		require.NoError(t, err)
-		return inv(a)
-	case kfstype.RunStateFailed:
-		_, lease := running()
-		a, err := b.repo.Fail(ctx, db, &repo.FailParams{
-			Lease: lease, ErrorCode: kfstype.ErrorCodeCompilationFailed, ErrorMessage: "broken",
-		})
-		require.NoError(t, err)
-		return inv(a)
-	case kfstype.RunStateCanceled:
-		a := inv(b.drv.Start(ctx, t, s))
-		a, err := b.repo.Cancel(ctx, db, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
-		require.NoError(t, err)
-		return inv(a)
-	case kfstype.RunStateSuperseded:
-		a := inv(b.drv.Start(ctx, t, s))
-		a, err := b.repo.Supersede(ctx, db, &repo.SupersedeParams{AttemptRef: s.Ref(a.ID)})
-		require.NoError(t, err)
-		return inv(a)
-	}
-	require.FailNow(t, "unknown run state", "%s", state)
-	return nil
-}
-
 func ctlGet(t *testing.T, b *testBundle, s *testfactory.Scope, id uuid.UUID) *kfstype.Attempt {
 	t.Helper()
 	a, err := b.repo.GetAttempt(b.ctx, b.db.Pool, s.TenantID, id)
@@ -179,7 +118,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 			t.Run(name, func(t *testing.T) {
 				b := setup(t)
 				s := b.scope(t)
-				a := ctlAttemptIn(t, b, s, state)
+				a := b.drv.InState(b.ctx, t, s, state)
 				before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
 				now := b.clock.Advance(time.Minute)
 
@@ -209,7 +148,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("CutsLongReasonTo4096Characters", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		got, err := op.call(b, s.Ref(a.ID), new(strings.Repeat("é", 5000)))
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
@@ -220,7 +159,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run(past+"AtExpectedRowVersion", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateQueued)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateQueued)
 		require.EqualValues(t, 1, a.RowVersion)
 		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
 		now := b.clock.Advance(time.Minute)
@@ -236,7 +175,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("RefusesStaleRowVersion", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateQueued)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateQueued)
 		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Minute)
 		for _, v := range []int32{0, 2} {
@@ -252,7 +191,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 		t.Run("Refuses"+ctlStateName(state)+"Attempt", func(t *testing.T) {
 			b := setup(t)
 			s := b.scope(t)
-			a := ctlAttemptIn(t, b, s, state)
+			a := b.drv.InState(b.ctx, t, s, state)
 			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Minute)
 			_, err := op.call(b, s.Ref(a.ID), new("too late"))
@@ -266,7 +205,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("RefusesUnknownAttempt", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		snap := b.snapshot(t, a.ID)
 		_, err := op.call(b, s.Ref(uuid.New()), nil)
 		require.ErrorIs(t, err, repo.ErrNotFound)
@@ -306,7 +245,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 		t.Run("FencesRelayHoldingOutboxLockOf"+ctlStateName(state)+"Attempt", func(t *testing.T) {
 			b := setup(t)
 			s := b.scope(t)
-			a := ctlAttemptIn(t, b, s, state)
+			a := b.drv.InState(b.ctx, t, s, state)
 			if state == kfstype.RunStateRunning {
 				b.clock.Advance(repo.DefaultLeaseDuration)
 			}
@@ -342,7 +281,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("ValidatesInput", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		snap := b.snapshot(t, a.ID)
 		for _, tc := range []struct {
 			field string
@@ -469,7 +408,7 @@ func TestRetryFailed(t *testing.T) {
 		t.Run("Refuses"+ctlStateName(state)+"Attempt", func(t *testing.T) {
 			b := setup(t)
 			s := b.scope(t)
-			a := ctlAttemptIn(t, b, s, state)
+			a := b.drv.InState(b.ctx, t, s, state)
 			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Minute)
 			_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
@@ -483,7 +422,7 @@ func TestRetryFailed(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		failed := failedAt(t, b, s)
-		live := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
+		live := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		snap := b.snapshot(t, failed.ID, live.ID)
 		b.clock.Advance(time.Minute)
 		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(failed.ID)))
@@ -542,7 +481,7 @@ func TestPurge(t *testing.T) {
 		for i := range n {
 			s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &tenant})
 			b.clock.Advance(time.Minute)
-			out = append(out, ctlAttemptIn(t, b, s, ctlTerminalStates[i%len(ctlTerminalStates)]))
+			out = append(out, b.drv.InState(b.ctx, t, s, ctlTerminalStates[i%len(ctlTerminalStates)]))
 			scopes = append(scopes, s)
 		}
 		return out, scopes
@@ -572,10 +511,10 @@ func TestPurge(t *testing.T) {
 		var live []uuid.UUID
 		for _, state := range ctlLiveStates {
 			s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &tenant})
-			live = append(live, ctlAttemptIn(t, b, s, state).ID)
+			live = append(live, b.drv.InState(b.ctx, t, s, state).ID)
 		}
 		// Another tenant's terminal attempt stays.
-		other := ctlAttemptIn(t, b, b.scope(t), kfstype.RunStateCanceled)
+		other := b.drv.InState(b.ctx, t, b.scope(t), kfstype.RunStateCanceled)
 		b.clock.Advance(time.Hour)
 
 		// The cut-off is exclusive: the attempt completed at it stays.
@@ -700,8 +639,8 @@ func TestCrossTenant(t *testing.T) {
 	require.NoError(t, err)
 	deferred := res.Attempt
 	testfactory.RequireInvariants(b.ctx, t, b.db.Pool, deferred.ID)
-	failed := ctlAttemptIn(t, b, sFailed, kfstype.RunStateFailed)
-	live := ctlAttemptIn(t, b, sLive, kfstype.RunStateQueued)
+	failed := b.drv.InState(b.ctx, t, sFailed, kfstype.RunStateFailed)
+	live := b.drv.InState(b.ctx, t, sLive, kfstype.RunStateQueued)
 	sameTenantOtherSpace := ownScope()
 	stranger := b.scope(t) // another tenant with a space of its own
 	b.clock.Advance(time.Hour)
@@ -819,13 +758,13 @@ func TestListDocumentVersionAttempts(t *testing.T) {
 			kfstype.RunStateRunning,
 		} {
 			b.clock.Advance(time.Minute)
-			ids = append(ids, ctlAttemptIn(t, b, s, state).ID)
+			ids = append(ids, b.drv.InState(b.ctx, t, s, state).ID)
 		}
 		// Other document versions do not show up.
 		other := b.scope(t)
-		ctlAttemptIn(t, b, other, kfstype.RunStateDispatchPending)
+		b.drv.InState(b.ctx, t, other, kfstype.RunStateDispatchPending)
 		otherVersion := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID, DocumentVersion: new(int32(2))})
-		ctlAttemptIn(t, b, otherVersion, kfstype.RunStateDispatchPending)
+		b.drv.InState(b.ctx, t, otherVersion, kfstype.RunStateDispatchPending)
 
 		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
 			TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: s.DocumentVersion,
@@ -840,7 +779,7 @@ func TestListDocumentVersionAttempts(t *testing.T) {
 	t.Run("ListsNothingForUnknownVersion", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
+		b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
 			TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: 2,
 		})
@@ -881,9 +820,9 @@ func TestCountLiveAttempts(t *testing.T) {
 		}
 		for _, state := range states {
 			s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &tenant})
-			ctlAttemptIn(t, b, s, state)
+			b.drv.InState(b.ctx, t, s, state)
 		}
-		ctlAttemptIn(t, b, b.scope(t), kfstype.RunStateQueued) // another tenant
+		b.drv.InState(b.ctx, t, b.scope(t), kfstype.RunStateQueued) // another tenant
 
 		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, tenant)
 		require.NoError(t, err)

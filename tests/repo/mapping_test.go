@@ -19,7 +19,7 @@ import (
 func TestRetryFailedLosingTheSlotKeepsThePgError(t *testing.T) {
 	b := setup(t)
 	s := b.scope(t)
-	failed := ctlAttemptIn(t, b, s, kfstype.RunStateFailed)
+	failed := b.drv.InState(b.ctx, t, s, kfstype.RunStateFailed)
 	ctx := b.ctx
 
 	// A new attempt of the same version, not yet committed: RetryFailed's

@@ -114,7 +114,7 @@ func TestStart(t *testing.T) {
 			t.Run(ctlStateName(state), func(t *testing.T) {
 				// A scope per state, all in this subtest's database.
 				s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID})
-				a := ctlAttemptIn(t, b, s, state)
+				a := b.drv.InState(b.ctx, t, s, state)
 				snap := b.snapshot(t, a.ID)
 				b.clock.Advance(time.Minute)
 				p := s.StartParams() // a different generation id: still the same version
@@ -132,7 +132,7 @@ func TestStart(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		for _, state := range ctlTerminalStates {
-			old := ctlAttemptIn(t, b, s, state)
+			old := b.drv.InState(b.ctx, t, s, state)
 			snap := b.snapshot(t, old.ID)
 			now := b.clock.Advance(time.Minute)
 			p := s.StartParams()
@@ -213,7 +213,7 @@ func TestStart(t *testing.T) {
 		s := b.scope(t)
 		stranger := b.scope(t)
 		sibling := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID})
-		existing := ctlAttemptIn(t, b, stranger, kfstype.RunStateDispatchPending)
+		existing := b.drv.InState(b.ctx, t, stranger, kfstype.RunStateDispatchPending)
 		snap := b.snapshot(t, existing.ID)
 		for _, tc := range []struct {
 			name string
@@ -453,7 +453,7 @@ func TestReleaseDeferred(t *testing.T) {
 	t.Run("RefusesStartThatWasNotDeferred", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Hour)
 		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
@@ -482,7 +482,7 @@ func TestReleaseDeferred(t *testing.T) {
 			var a *kfstype.Attempt
 			switch state {
 			case kfstype.RunStateQueued:
-				a = ctlAttemptIn(t, b, s, state)
+				a = b.drv.InState(b.ctx, t, s, state)
 			case kfstype.RunStateCanceled, kfstype.RunStateSuperseded:
 				// Ended while still deferred.
 				a = startDeferred(t, b, s)
