@@ -17,13 +17,6 @@ import (
 // Helpers of the control-plane tests carry a ctl prefix so they cannot
 // collide with other files of the package.
 
-func ctlGet(t *testing.T, b *testBundle, s *testfactory.Scope, id uuid.UUID) *kfstype.Attempt {
-	t.Helper()
-	a, err := b.repo.GetAttempt(b.ctx, b.db.Pool, s.TenantID, id)
-	require.NoError(t, err)
-	return a
-}
-
 // ctlCount counts the rows of a table.
 func ctlCount(t *testing.T, b *testBundle, table string) int {
 	t.Helper()
