@@ -1,7 +1,6 @@
 package multiproc_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -71,35 +70,17 @@ func buildKfsdb(t *testing.T) string {
 	return bin
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // process is one running `kfsdb work`.
 type process struct {
 	id   string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testfactory.SyncBuffer
 	done chan error
 }
 
 func startWork(t *testing.T, bin, url, id string) *process {
 	t.Helper()
-	p := &process{id: id, out: &syncBuffer{}, done: make(chan error, 1)}
+	p := &process{id: id, out: &testfactory.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, "work", "--database-url", url, "--duration", "5m", "--workers", "2", "--concurrency", "2",
 		"--lease", lease.String(), "--visibility", visibility.String(), "--step-delay", stepDelay.String(),
 		"--fail-rate", strconv.FormatFloat(failRate, 'f', -1, 64), "--id", id)
@@ -227,7 +208,7 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 	}
 
 	// The third relay and worker, in this process.
-	logs := &syncBuffer{}
+	logs := &testfactory.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	q := memqueue.New()
 	rl, err := relay.New(pool, q, &relay.Config{ID: "test-relay", Logger: log, PollInterval: 200 * time.Millisecond, VisibilityTimeout: visibility})
@@ -289,7 +270,7 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 					ref.ExpectedRowVersion = &a.RowVersion
 				}
 			}
-			_, err := r.Cancel(ctx, pool, &repo.CancelParams{AttemptRef: ref, Reason: ptr("test cancel")})
+			_, err := r.Cancel(ctx, pool, &repo.CancelParams{AttemptRef: ref, Reason: new("test cancel")})
 			if err == nil {
 				cancels.Add(1)
 			}
@@ -299,7 +280,7 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 	racers.Go(func() { // supersedes, each followed by a replacement attempt
 		for pace(40 * time.Millisecond) {
 			id, s := tr.random()
-			_, err := r.Supersede(ctx, pool, &repo.SupersedeParams{AttemptRef: s.Ref(id), Reason: ptr("newer generation")})
+			_, err := r.Supersede(ctx, pool, &repo.SupersedeParams{AttemptRef: s.Ref(id), Reason: new("newer generation")})
 			stats.record("supersede", err, repo.ErrInvalidTransition)
 			if err != nil {
 				continue
@@ -431,5 +412,3 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 		len(ids), n, replacements.Load(), duration.Round(100*time.Millisecond), processes, window, cancels.Load(), supersedes.Load(), retries.Load(),
 		tc.Outcomes, tc.Reactivations, pairs, leases, fw.KeptToken, fw.Outcomes, answers, strings.Join(perProc, "; "))
 }
-
-func ptr[T any](v T) *T { return &v }

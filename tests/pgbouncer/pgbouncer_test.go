@@ -6,7 +6,6 @@
 package pgbouncer_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -39,29 +38,12 @@ type bouncer struct {
 	port     int
 	user     string
 	password string
-	log      *syncBuffer
+	log      *testfactory.SyncBuffer
 }
 
 // url is the URL of database name through the bouncer.
 func (b *bouncer) url(name string) string {
 	return fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/%s?sslmode=disable", b.user, b.password, b.port, name)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startBouncer starts pgbouncer in transaction pooling mode on a free
@@ -118,7 +100,7 @@ pidfile =
 		args = append(args, "-u", unprivilegedUser(t))
 	}
 	args = append(args, filepath.Join(dir, "pgbouncer.ini"))
-	b := &bouncer{port: port, user: server.User, password: server.Password, log: &syncBuffer{}}
+	b := &bouncer{port: port, user: server.User, password: server.Password, log: &testfactory.SyncBuffer{}}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = b.log, b.log
 	require.NoError(t, cmd.Start())

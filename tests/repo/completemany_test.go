@@ -186,7 +186,7 @@ func TestCompleteMany(t *testing.T) {
 		// Rejected: Through from parsed with an unknown publication.
 		s3, rejected, _ := b.rwRunning(t, nil)
 		b.rwAdvanceTo(t, s3, rejected, kfstype.CheckpointParsed)
-		bogus := rwCandidate{rwPtr(uuid.New()), rwPtr(testfactory.Fingerprint("bogus"))}
+		bogus := rwCandidate{new(uuid.New()), new(testfactory.Fingerprint("bogus"))}
 		// Good: Through from queued binding a fresh candidate.
 		s4, good4, _ := b.rwRunning(t, nil)
 		c4 := b.rwPub(t, s4, "candidate")
@@ -248,7 +248,7 @@ func TestCompleteMany(t *testing.T) {
 		}
 		for _, i := range []int{1, 2, 3, 5} {
 			require.Nil(t, res[i].Attempt, "entry %d", i)
-			b.rwUnchanged(t, before[i])
+			b.requireUnchanged(t, before[i])
 		}
 	})
 
@@ -270,7 +270,7 @@ func TestCompleteMany(t *testing.T) {
 		require.NoError(t, err)
 		require.ErrorIs(t, res[0].Err, repo.ErrLeaseLost)
 		require.Nil(t, res[0].Attempt)
-		b.rwUnchanged(t, before)
+		b.requireUnchanged(t, before)
 		require.NoError(t, res[1].Err)
 		require.Equal(t, cmSucceeded(before2, b.clock.Now(), &c), b.rwRows(t, other.AttemptID))
 	})
@@ -304,7 +304,7 @@ func TestCompleteMany(t *testing.T) {
 			{"LeaseWithoutToken", []repo.CompleteManyEntry{good[0], {Lease: &repo.Lease{AttemptID: l1.AttemptID, WorkerID: l1.WorkerID}}}, "Entries[1].Lease.Token"},
 			{"CandidateWithoutThrough", []repo.CompleteManyEntry{{Lease: l1, CandidatePublicationID: c1.id, CandidateFingerprint: c1.fp}, good[0]}, "Entries[0].CandidatePublicationID"},
 			{"IDWithoutFingerprint", []repo.CompleteManyEntry{good[0], {Lease: l1, Through: true, CandidatePublicationID: c1.id}}, "Entries[1].CandidatePublicationID"},
-			{"MalformedFingerprint", []repo.CompleteManyEntry{good[0], {Lease: l1, Through: true, CandidatePublicationID: c1.id, CandidateFingerprint: rwPtr("bad")}}, "Entries[1].CandidateFingerprint"},
+			{"MalformedFingerprint", []repo.CompleteManyEntry{good[0], {Lease: l1, Through: true, CandidatePublicationID: c1.id, CandidateFingerprint: new("bad")}}, "Entries[1].CandidateFingerprint"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				var res []repo.CompleteManyResult
@@ -316,7 +316,7 @@ func TestCompleteMany(t *testing.T) {
 				require.Nil(t, res)
 				require.Zero(t, n, "refused before any round trip")
 				for _, r := range before {
-					b.rwUnchanged(t, r)
+					b.requireUnchanged(t, r)
 				}
 			})
 		}
@@ -344,7 +344,7 @@ func TestCompleteEntry(t *testing.T) {
 	requireInputError(t, err, "CandidatePublicationID")
 	_, err = b.repo.CompleteEntry(b.ctx, b.db.Pool, &repo.CompleteManyEntry{Lease: lease})
 	require.ErrorIs(t, err, repo.ErrInvalidTransition, "plain Complete at queued")
-	b.rwUnchanged(t, before)
+	b.requireUnchanged(t, before)
 
 	got, err := b.repo.CompleteEntry(b.ctx, b.db.Pool, &repo.CompleteManyEntry{Lease: lease, Through: true, CandidatePublicationID: &id, CandidateFingerprint: &fp})
 	require.NoError(t, err)

@@ -17,134 +17,12 @@ import (
 // Helpers of the control-plane tests carry a ctl prefix so they cannot
 // collide with other files of the package.
 
-func ctlPtr[T any](v T) *T { return &v }
-
-// ctlAttemptIn starts an attempt for the scope and walks it to state,
-// checking the invariants after every step.
-func ctlAttemptIn(t *testing.T, b *testBundle, s *testfactory.Scope, state kfstype.RunState) *kfstype.Attempt {
-	t.Helper()
-	ctx, db := b.ctx, b.db.Pool
-	inv := func(a *kfstype.Attempt) *kfstype.Attempt {
-		t.Helper()
-		testfactory.RequireInvariants(ctx, t, db, a.ID)
-		return a
-	}
-	running := func() (*kfstype.Attempt, *repo.Lease) {
-		t.Helper()
-		a, lease, _ := b.drv.Running(ctx, t, s)
-		return inv(a), lease
-	}
-	switch state {
-	case kfstype.RunStateDispatchPending:
-		return inv(b.drv.Start(ctx, t, s))
-	case kfstype.RunStateQueued:
-		a := inv(b.drv.Start(ctx, t, s))
-		b.drv.Dispatch(ctx, t, a.ID)
-		return inv(ctlGet(t, b, s, a.ID))
-	case kfstype.RunStateRunning:
-		a, _ := running()
-		return a
-	case kfstype.RunStateRetryWait:
-		_, lease := running()
-		a, err := b.repo.ScheduleRetry(ctx, db, &repo.ScheduleRetryParams{
-			Lease: lease, RetryDelay: 30 * time.Second,
-			ErrorCode: kfstype.ErrorCodeCompilationRetryable, ErrorMessage: "transient",
-		})
-		require.NoError(t, err)
-		return inv(a)
-	case kfstype.RunStateSucceeded:
-		_, lease := running()
-		inv(b.drv.AdvanceTo(ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed))
-		a, err := b.repo.Complete(ctx, db, lease)
-		require.NoError(t, err)
-		return inv(a)
-	case kfstype.RunStateFailed:
-		_, lease := running()
-		a, err := b.repo.Fail(ctx, db, &repo.FailParams{
-			Lease: lease, ErrorCode: kfstype.ErrorCodeCompilationFailed, ErrorMessage: "broken",
-		})
-		require.NoError(t, err)
-		return inv(a)
-	case kfstype.RunStateCanceled:
-		a := inv(b.drv.Start(ctx, t, s))
-		a, err := b.repo.Cancel(ctx, db, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
-		require.NoError(t, err)
-		return inv(a)
-	case kfstype.RunStateSuperseded:
-		a := inv(b.drv.Start(ctx, t, s))
-		a, err := b.repo.Supersede(ctx, db, &repo.SupersedeParams{AttemptRef: s.Ref(a.ID)})
-		require.NoError(t, err)
-		return inv(a)
-	}
-	require.FailNow(t, "unknown run state", "%s", state)
-	return nil
-}
-
-func ctlGet(t *testing.T, b *testBundle, s *testfactory.Scope, id uuid.UUID) *kfstype.Attempt {
-	t.Helper()
-	a, err := b.repo.GetAttempt(b.ctx, b.db.Pool, s.TenantID, id)
-	require.NoError(t, err)
-	return a
-}
-
 // ctlCount counts the rows of a table.
 func ctlCount(t *testing.T, b *testBundle, table string) int {
 	t.Helper()
 	var n int
 	require.NoError(t, b.db.Pool.QueryRow(b.ctx, "SELECT count(*) FROM "+table).Scan(&n))
 	return n
-}
-
-// ctlDump renders every attempt and outbox row of the test's database, to
-// prove a refused call wrote nothing anywhere.
-func ctlDump(t *testing.T, b *testBundle) string {
-	t.Helper()
-	var s string
-	require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT json_build_object(
-		'attempts', (SELECT coalesce(json_agg(a ORDER BY a.id), '[]') FROM document_compilation_attempts a),
-		'outbox', (SELECT coalesce(json_agg(o ORDER BY o.id), '[]') FROM document_compilation_outbox o))::text`).Scan(&s))
-	return s
-}
-
-// ctlSnap is the state before a call that must change nothing.
-type ctlSnap struct {
-	rows []*testfactory.Rows
-	dump string
-}
-
-func ctlSnapshot(t *testing.T, b *testBundle, ids ...uuid.UUID) *ctlSnap {
-	t.Helper()
-	s := &ctlSnap{dump: ctlDump(t, b)}
-	for _, id := range ids {
-		s.rows = append(s.rows, testfactory.ReadRows(b.ctx, t, b.db.Pool, id))
-	}
-	return s
-}
-
-// requireUnchanged checks the invariants of every snapshotted attempt and
-// that neither they nor any other row changed.
-func (s *ctlSnap) requireUnchanged(t *testing.T, b *testBundle) {
-	t.Helper()
-	s.requireRowsUnchanged(t, b)
-	require.Equal(t, s.dump, ctlDump(t, b))
-}
-
-// requireRowsUnchanged checks only the snapshotted attempts, for calls
-// that legitimately delete other rows (Purge).
-func (s *ctlSnap) requireRowsUnchanged(t *testing.T, b *testBundle) {
-	t.Helper()
-	for _, before := range s.rows {
-		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, before.Attempt.ID)
-		require.Equal(t, *before, *after)
-	}
-}
-
-func ctlRequireInputError(t *testing.T, err error, field string) {
-	t.Helper()
-	var ie *repo.InputError
-	require.ErrorAs(t, err, &ie)
-	require.ErrorIs(t, err, repo.ErrInvalidInput)
-	require.Equal(t, field, ie.Field, "%v", err)
 }
 
 func ctlRequireTransitionError(t *testing.T, err error, from kfstype.RunState) *repo.TransitionError {
@@ -233,13 +111,13 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 			t.Run(name, func(t *testing.T) {
 				b := setup(t)
 				s := b.scope(t)
-				a := ctlAttemptIn(t, b, s, state)
+				a := b.drv.InState(b.ctx, t, s, state)
 				before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
 				now := b.clock.Advance(time.Minute)
 
 				var reason *string
 				if withReason {
-					reason = ctlPtr("operator asked")
+					reason = new("operator asked")
 				}
 				got, err := op.call(b, s.Ref(a.ID), reason)
 				require.NoError(t, err)
@@ -263,8 +141,8 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("CutsLongReasonTo4096Characters", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
-		got, err := op.call(b, s.Ref(a.ID), ctlPtr(strings.Repeat("é", 5000)))
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		got, err := op.call(b, s.Ref(a.ID), new(strings.Repeat("é", 5000)))
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		require.Equal(t, strings.Repeat("é", 4096), *after.Attempt.LastErrorMessage)
@@ -274,12 +152,12 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run(past+"AtExpectedRowVersion", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateQueued)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateQueued)
 		require.EqualValues(t, 1, a.RowVersion)
 		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
 		now := b.clock.Advance(time.Minute)
 		ref := s.Ref(a.ID)
-		ref.ExpectedRowVersion = ctlPtr(a.RowVersion)
+		ref.ExpectedRowVersion = new(a.RowVersion)
 		got, err := op.call(b, ref, nil)
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
@@ -290,13 +168,13 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("RefusesStaleRowVersion", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateQueued)
-		snap := ctlSnapshot(t, b, a.ID)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateQueued)
+		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Minute)
 		for _, v := range []int32{0, 2} {
 			ref := s.Ref(a.ID)
-			ref.ExpectedRowVersion = ctlPtr(v)
-			_, err := op.call(b, ref, ctlPtr("late"))
+			ref.ExpectedRowVersion = new(v)
+			_, err := op.call(b, ref, new("late"))
 			require.ErrorIs(t, err, repo.ErrStaleRowVersion)
 			snap.requireUnchanged(t, b)
 		}
@@ -306,10 +184,10 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 		t.Run("Refuses"+ctlStateName(state)+"Attempt", func(t *testing.T) {
 			b := setup(t)
 			s := b.scope(t)
-			a := ctlAttemptIn(t, b, s, state)
-			snap := ctlSnapshot(t, b, a.ID)
+			a := b.drv.InState(b.ctx, t, s, state)
+			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Minute)
-			_, err := op.call(b, s.Ref(a.ID), ctlPtr("too late"))
+			_, err := op.call(b, s.Ref(a.ID), new("too late"))
 			te := ctlRequireTransitionError(t, err, state)
 			require.Equal(t, a.ID, te.AttemptID)
 			require.Equal(t, op.state, te.To)
@@ -320,8 +198,8 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("RefusesUnknownAttempt", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
-		snap := ctlSnapshot(t, b, a.ID)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		snap := b.snapshot(t, a.ID)
 		_, err := op.call(b, s.Ref(uuid.New()), nil)
 		require.ErrorIs(t, err, repo.ErrNotFound)
 		snap.requireUnchanged(t, b)
@@ -343,7 +221,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 
-		snap := ctlSnapshot(t, b, a.ID)
+		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Second)
 		_, err = b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
 		require.ErrorIs(t, err, repo.ErrLeaseLost)
@@ -360,7 +238,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 		t.Run("FencesRelayHoldingOutboxLockOf"+ctlStateName(state)+"Attempt", func(t *testing.T) {
 			b := setup(t)
 			s := b.scope(t)
-			a := ctlAttemptIn(t, b, s, state)
+			a := b.drv.InState(b.ctx, t, s, state)
 			if state == kfstype.RunStateRunning {
 				b.clock.Advance(repo.DefaultLeaseDuration)
 			}
@@ -374,7 +252,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 			after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 			require.Equal(t, ctlEnded(before, op.state, op.code, nil, now), *after)
 
-			snap := ctlSnapshot(t, b, a.ID)
+			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Second)
 			res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
 				OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: b.drv.NextJobID(),
@@ -396,8 +274,8 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("ValidatesInput", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
-		snap := ctlSnapshot(t, b, a.ID)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		snap := b.snapshot(t, a.ID)
 		for _, tc := range []struct {
 			field string
 			edit  func(*repo.AttemptRef)
@@ -407,12 +285,12 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = "a\x00b" }},
 			{"KnowledgeSpaceID", func(r *repo.AttemptRef) { r.KnowledgeSpaceID = uuid.Nil }},
 			{"AttemptID", func(r *repo.AttemptRef) { r.AttemptID = uuid.Nil }},
-			{"ExpectedRowVersion", func(r *repo.AttemptRef) { r.ExpectedRowVersion = ctlPtr[int32](-1) }},
+			{"ExpectedRowVersion", func(r *repo.AttemptRef) { r.ExpectedRowVersion = new(int32(-1)) }},
 		} {
 			ref := s.Ref(a.ID)
 			tc.edit(&ref)
 			_, err := op.call(b, ref, nil)
-			ctlRequireInputError(t, err, tc.field)
+			requireInputError(t, err, tc.field)
 			snap.requireUnchanged(t, b)
 		}
 	})
@@ -472,7 +350,7 @@ func TestRetryFailed(t *testing.T) {
 		require.NotNil(t, before.Attempt.StartedAt)
 
 		now := b.clock.Advance(time.Minute)
-		got, err := b.repo.RetryFailed(b.ctx, b.db.Pool, ctlPtr(s.Ref(a.ID)))
+		got, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		require.Equal(t, retried(before, now), *after)
@@ -495,7 +373,7 @@ func TestRetryFailed(t *testing.T) {
 		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
 		now := b.clock.Advance(time.Minute)
 		ref := s.Ref(a.ID)
-		ref.ExpectedRowVersion = ctlPtr(a.RowVersion)
+		ref.ExpectedRowVersion = new(a.RowVersion)
 		got, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
@@ -507,10 +385,10 @@ func TestRetryFailed(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		a := failedAt(t, b, s)
-		snap := ctlSnapshot(t, b, a.ID)
+		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Minute)
 		ref := s.Ref(a.ID)
-		ref.ExpectedRowVersion = ctlPtr(a.RowVersion - 1)
+		ref.ExpectedRowVersion = new(a.RowVersion - 1)
 		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
 		require.ErrorIs(t, err, repo.ErrStaleRowVersion)
 		snap.requireUnchanged(t, b)
@@ -523,10 +401,10 @@ func TestRetryFailed(t *testing.T) {
 		t.Run("Refuses"+ctlStateName(state)+"Attempt", func(t *testing.T) {
 			b := setup(t)
 			s := b.scope(t)
-			a := ctlAttemptIn(t, b, s, state)
-			snap := ctlSnapshot(t, b, a.ID)
+			a := b.drv.InState(b.ctx, t, s, state)
+			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Minute)
-			_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, ctlPtr(s.Ref(a.ID)))
+			_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
 			te := ctlRequireTransitionError(t, err, state)
 			require.Equal(t, kfstype.RunStateDispatchPending, te.To)
 			snap.requireUnchanged(t, b)
@@ -537,10 +415,10 @@ func TestRetryFailed(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		failed := failedAt(t, b, s)
-		live := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
-		snap := ctlSnapshot(t, b, failed.ID, live.ID)
+		live := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		snap := b.snapshot(t, failed.ID, live.ID)
 		b.clock.Advance(time.Minute)
-		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, ctlPtr(s.Ref(failed.ID)))
+		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(failed.ID)))
 		require.ErrorIs(t, err, repo.ErrLiveAttemptExists)
 		require.NotErrorIs(t, err, repo.ErrInvalidTransition)
 		snap.requireUnchanged(t, b)
@@ -551,7 +429,7 @@ func TestRetryFailed(t *testing.T) {
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, live.ID)
 		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, failed.ID)
 		now := b.clock.Advance(time.Minute)
-		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, ctlPtr(s.Ref(failed.ID)))
+		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(failed.ID)))
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, failed.ID)
 		require.Equal(t, retried(before, now), *after)
@@ -561,8 +439,8 @@ func TestRetryFailed(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		a := failedAt(t, b, s)
-		snap := ctlSnapshot(t, b, a.ID)
-		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, ctlPtr(s.Ref(uuid.New())))
+		snap := b.snapshot(t, a.ID)
+		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(uuid.New())))
 		require.ErrorIs(t, err, repo.ErrNotFound)
 		snap.requireUnchanged(t, b)
 	})
@@ -571,15 +449,15 @@ func TestRetryFailed(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		a := failedAt(t, b, s)
-		snap := ctlSnapshot(t, b, a.ID)
+		snap := b.snapshot(t, a.ID)
 		ref := s.Ref(a.ID)
 		ref.AttemptID = uuid.Nil
 		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
-		ctlRequireInputError(t, err, "AttemptID")
+		requireInputError(t, err, "AttemptID")
 		ref = s.Ref(a.ID)
 		ref.TenantID = ""
 		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
-		ctlRequireInputError(t, err, "TenantID")
+		requireInputError(t, err, "TenantID")
 		snap.requireUnchanged(t, b)
 	})
 }
@@ -596,7 +474,7 @@ func TestPurge(t *testing.T) {
 		for i := range n {
 			s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &tenant})
 			b.clock.Advance(time.Minute)
-			out = append(out, ctlAttemptIn(t, b, s, ctlTerminalStates[i%len(ctlTerminalStates)]))
+			out = append(out, b.drv.InState(b.ctx, t, s, ctlTerminalStates[i%len(ctlTerminalStates)]))
 			scopes = append(scopes, s)
 		}
 		return out, scopes
@@ -626,32 +504,32 @@ func TestPurge(t *testing.T) {
 		var live []uuid.UUID
 		for _, state := range ctlLiveStates {
 			s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &tenant})
-			live = append(live, ctlAttemptIn(t, b, s, state).ID)
+			live = append(live, b.drv.InState(b.ctx, t, s, state).ID)
 		}
 		// Another tenant's terminal attempt stays.
-		other := ctlAttemptIn(t, b, b.scope(t), kfstype.RunStateCanceled)
+		other := b.drv.InState(b.ctx, t, b.scope(t), kfstype.RunStateCanceled)
 		b.clock.Advance(time.Hour)
 
 		// The cut-off is exclusive: the attempt completed at it stays.
 		keep := append([]uuid.UUID{terminal[2].ID, terminal[3].ID, other.ID}, live...)
-		snap := ctlSnapshot(t, b, keep...)
+		snap := b.snapshot(t, keep...)
 		n, err := b.repo.Purge(b.ctx, b.db.Pool, &repo.PurgeParams{TenantID: tenant, CompletedBefore: *terminal[2].CompletedAt})
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		requireGone(t, b, terminal[0], terminal[1])
-		snap.requireRowsUnchanged(t, b)
+		b.requireUnchanged(t, snap.rows...)
 
-		snap = ctlSnapshot(t, b, append([]uuid.UUID{other.ID}, live...)...)
+		snap = b.snapshot(t, append([]uuid.UUID{other.ID}, live...)...)
 		n, err = b.repo.Purge(b.ctx, b.db.Pool, &repo.PurgeParams{TenantID: tenant, CompletedBefore: b.clock.Now()})
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		requireGone(t, b, terminal[2], terminal[3])
-		snap.requireRowsUnchanged(t, b)
+		b.requireUnchanged(t, snap.rows...)
 		require.Equal(t, len(live)+1, ctlCount(t, b, "document_compilation_attempts"))
 		require.Equal(t, len(live)+1, ctlCount(t, b, "document_compilation_outbox"))
 
 		// Nothing left to purge: a no-op.
-		snap = ctlSnapshot(t, b, append([]uuid.UUID{other.ID}, live...)...)
+		snap = b.snapshot(t, append([]uuid.UUID{other.ID}, live...)...)
 		n, err = b.repo.Purge(b.ctx, b.db.Pool, &repo.PurgeParams{TenantID: tenant, CompletedBefore: b.clock.Now()})
 		require.NoError(t, err)
 		require.Zero(t, n)
@@ -690,13 +568,13 @@ func TestPurge(t *testing.T) {
 		var locked uuid.UUID
 		require.NoError(t, tx.QueryRow(b.ctx, `SELECT id FROM document_compilation_attempts WHERE id = $1 FOR UPDATE`, terminal[0].ID).Scan(&locked))
 
-		snap := ctlSnapshot(t, b, terminal[0].ID)
+		snap := b.snapshot(t, terminal[0].ID)
 		p := &repo.PurgeParams{TenantID: tenant, CompletedBefore: b.clock.Now(), BatchSize: 10}
 		n, err := b.repo.Purge(b.ctx, b.db.Pool, p)
 		require.NoError(t, err)
 		require.Equal(t, 2, n)
 		requireGone(t, b, terminal[1], terminal[2])
-		snap.requireRowsUnchanged(t, b)
+		b.requireUnchanged(t, snap.rows...)
 
 		// Released, the row goes on the next call.
 		require.NoError(t, tx.Rollback(b.ctx))
@@ -711,7 +589,7 @@ func TestPurge(t *testing.T) {
 		tenant := "tenant-" + uuid.NewString()[:8]
 		terminal, _ := terminalAttempts(t, b, tenant, 1)
 		b.clock.Advance(time.Minute)
-		snap := ctlSnapshot(t, b, terminal[0].ID)
+		snap := b.snapshot(t, terminal[0].ID)
 		cut := b.clock.Now()
 		for _, tc := range []struct {
 			name  string
@@ -726,7 +604,7 @@ func TestPurge(t *testing.T) {
 			{"OversizedBatch", repo.PurgeParams{TenantID: tenant, CompletedBefore: cut, BatchSize: repo.MaxPurgeBatch + 1}, "BatchSize"},
 		} {
 			n, err := b.repo.Purge(b.ctx, b.db.Pool, &tc.p)
-			ctlRequireInputError(t, err, tc.field)
+			requireInputError(t, err, tc.field)
 			require.Zero(t, n, tc.name)
 			snap.requireUnchanged(t, b)
 		}
@@ -754,8 +632,8 @@ func TestCrossTenant(t *testing.T) {
 	require.NoError(t, err)
 	deferred := res.Attempt
 	testfactory.RequireInvariants(b.ctx, t, b.db.Pool, deferred.ID)
-	failed := ctlAttemptIn(t, b, sFailed, kfstype.RunStateFailed)
-	live := ctlAttemptIn(t, b, sLive, kfstype.RunStateQueued)
+	failed := b.drv.InState(b.ctx, t, sFailed, kfstype.RunStateFailed)
+	live := b.drv.InState(b.ctx, t, sLive, kfstype.RunStateQueued)
 	sameTenantOtherSpace := ownScope()
 	stranger := b.scope(t) // another tenant with a space of its own
 	b.clock.Advance(time.Hour)
@@ -770,7 +648,7 @@ func TestCrossTenant(t *testing.T) {
 		{name: "OtherTenantOwnSpace", tenant: stranger.TenantID, space: stranger.KnowledgeSpaceID},
 		{name: "SameTenantOtherSpace", tenant: owner, space: sameTenantOtherSpace.KnowledgeSpaceID},
 	}
-	snap := ctlSnapshot(t, b, deferred.ID, failed.ID, live.ID)
+	snap := b.snapshot(t, deferred.ID, failed.ID, live.ID)
 
 	for _, r := range refs {
 		t.Run(r.name, func(t *testing.T) {
@@ -784,19 +662,19 @@ func TestCrossTenant(t *testing.T) {
 			require.ErrorIs(t, err, repo.ErrNotFound, "Start")
 			snap.requireUnchanged(t, b)
 
-			_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, ctlPtr(mk(deferred.ID)))
+			_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(mk(deferred.ID)))
 			require.ErrorIs(t, err, repo.ErrNotFound, "ReleaseDeferred")
 			snap.requireUnchanged(t, b)
 
-			_, err = b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: mk(live.ID), Reason: ctlPtr("x")})
+			_, err = b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: mk(live.ID), Reason: new("x")})
 			require.ErrorIs(t, err, repo.ErrNotFound, "Cancel")
 			snap.requireUnchanged(t, b)
 
-			_, err = b.repo.Supersede(b.ctx, b.db.Pool, &repo.SupersedeParams{AttemptRef: mk(live.ID), Reason: ctlPtr("x")})
+			_, err = b.repo.Supersede(b.ctx, b.db.Pool, &repo.SupersedeParams{AttemptRef: mk(live.ID), Reason: new("x")})
 			require.ErrorIs(t, err, repo.ErrNotFound, "Supersede")
 			snap.requireUnchanged(t, b)
 
-			_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, ctlPtr(mk(failed.ID)))
+			_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, new(mk(failed.ID)))
 			require.ErrorIs(t, err, repo.ErrNotFound, "RetryFailed")
 			snap.requireUnchanged(t, b)
 
@@ -847,13 +725,13 @@ func TestCrossTenant(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, map[kfstype.RunState]int64{kfstype.RunStateDispatchPending: 1, kfstype.RunStateQueued: 1}, counts)
 
-		_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, ctlPtr(sDeferred.Ref(deferred.ID)))
+		_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(sDeferred.Ref(deferred.ID)))
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, deferred.ID)
 		_, err = b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: sLive.Ref(live.ID)})
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, live.ID)
-		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, ctlPtr(sFailed.Ref(failed.ID)))
+		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, new(sFailed.Ref(failed.ID)))
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, failed.ID)
 		n, err := b.repo.Purge(b.ctx, b.db.Pool, &repo.PurgeParams{TenantID: owner, CompletedBefore: b.clock.Now().Add(time.Hour)})
@@ -873,13 +751,13 @@ func TestListDocumentVersionAttempts(t *testing.T) {
 			kfstype.RunStateRunning,
 		} {
 			b.clock.Advance(time.Minute)
-			ids = append(ids, ctlAttemptIn(t, b, s, state).ID)
+			ids = append(ids, b.drv.InState(b.ctx, t, s, state).ID)
 		}
 		// Other document versions do not show up.
 		other := b.scope(t)
-		ctlAttemptIn(t, b, other, kfstype.RunStateDispatchPending)
-		otherVersion := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID, DocumentVersion: ctlPtr[int32](2)})
-		ctlAttemptIn(t, b, otherVersion, kfstype.RunStateDispatchPending)
+		b.drv.InState(b.ctx, t, other, kfstype.RunStateDispatchPending)
+		otherVersion := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID, DocumentVersion: new(int32(2))})
+		b.drv.InState(b.ctx, t, otherVersion, kfstype.RunStateDispatchPending)
 
 		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
 			TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: s.DocumentVersion,
@@ -894,7 +772,7 @@ func TestListDocumentVersionAttempts(t *testing.T) {
 	t.Run("ListsNothingForUnknownVersion", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
+		b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
 			TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: 2,
 		})
@@ -917,7 +795,7 @@ func TestListDocumentVersionAttempts(t *testing.T) {
 			dv := &repo.DocumentVersion{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: 1}
 			tc.edit(dv)
 			_, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, dv)
-			ctlRequireInputError(t, err, tc.field)
+			requireInputError(t, err, tc.field)
 		}
 	})
 }
@@ -935,9 +813,9 @@ func TestCountLiveAttempts(t *testing.T) {
 		}
 		for _, state := range states {
 			s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &tenant})
-			ctlAttemptIn(t, b, s, state)
+			b.drv.InState(b.ctx, t, s, state)
 		}
-		ctlAttemptIn(t, b, b.scope(t), kfstype.RunStateQueued) // another tenant
+		b.drv.InState(b.ctx, t, b.scope(t), kfstype.RunStateQueued) // another tenant
 
 		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, tenant)
 		require.NoError(t, err)
@@ -955,6 +833,6 @@ func TestCountLiveAttempts(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, counts)
 		_, err = b.repo.CountLiveAttempts(b.ctx, b.db.Pool, "")
-		ctlRequireInputError(t, err, "TenantID")
+		requireInputError(t, err, "TenantID")
 	})
 }

@@ -19,7 +19,7 @@ import (
 func TestRetryFailedLosingTheSlotKeepsThePgError(t *testing.T) {
 	b := setup(t)
 	s := b.scope(t)
-	failed := ctlAttemptIn(t, b, s, kfstype.RunStateFailed)
+	failed := b.drv.InState(b.ctx, t, s, kfstype.RunStateFailed)
 	ctx := b.ctx
 
 	// A new attempt of the same version, not yet committed: RetryFailed's
@@ -33,7 +33,7 @@ func TestRetryFailedLosingTheSlotKeepsThePgError(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.repo.RetryFailed(ctx, b.db.Pool, ctlPtr(s.Ref(failed.ID)))
+		_, err := b.repo.RetryFailed(ctx, b.db.Pool, new(s.Ref(failed.ID)))
 		done <- err
 	}()
 	require.Eventually(t, func() bool {

@@ -17,19 +17,10 @@ import (
 
 // Helpers shared by relay_test.go and worker_test.go carry an rw prefix.
 
-func rwPtr[T any](v T) *T { return &v }
-
 // rwRows reads an attempt's rows and checks every invariant.
 func (b *testBundle) rwRows(t *testing.T, attemptID uuid.UUID) *testfactory.Rows {
 	t.Helper()
 	return testfactory.RequireInvariants(b.ctx, t, b.db.Pool, attemptID)
-}
-
-// rwUnchanged requires the attempt's rows to equal before (a refused
-// transition changed nothing) and the invariants to hold.
-func (b *testBundle) rwUnchanged(t *testing.T, before *testfactory.Rows) {
-	t.Helper()
-	require.Equal(t, before, b.rwRows(t, before.Attempt.ID), "a refused transition changed the rows")
 }
 
 // rwStart starts an attempt in a fresh scope; opts tunes its Start.
@@ -99,19 +90,11 @@ func wantClaimed(before *testfactory.Rows, m *kfstype.OutboxMessage, relayID str
 	want := *before
 	want.Outbox.Status = kfstype.OutboxStatusDispatching
 	want.Outbox.DispatchAttempts++
-	want.Outbox.LockedBy = rwPtr(relayID)
+	want.Outbox.LockedBy = new(relayID)
 	want.Outbox.LockToken = m.LockToken
-	want.Outbox.LockedUntil = rwPtr(now.Add(lock))
+	want.Outbox.LockedUntil = new(now.Add(lock))
 	want.Outbox.UpdatedAt = now
 	return &want
-}
-
-func requireInputError(t *testing.T, err error, field string) {
-	t.Helper()
-	var ie *repo.InputError
-	require.ErrorAs(t, err, &ie)
-	require.ErrorIs(t, err, repo.ErrInvalidInput)
-	require.Equal(t, field, ie.Field, "%v", err)
 }
 
 func TestClaimOutbox(t *testing.T) {
@@ -130,11 +113,11 @@ func TestClaimOutbox(t *testing.T) {
 			return a.ID
 		}, true},
 		{"ClaimsPendingRowDueInThePast", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, func(p *repo.StartParams) { p.AvailableAt = rwPtr(b.clock.Now().Add(-time.Hour)) })
+			_, a := b.rwStart(t, func(p *repo.StartParams) { p.AvailableAt = new(b.clock.Now().Add(-time.Hour)) })
 			return a.ID
 		}, true},
 		{"SkipsPendingRowNotYetDue", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, func(p *repo.StartParams) { p.AvailableAt = rwPtr(b.clock.Now().Add(time.Microsecond)) })
+			_, a := b.rwStart(t, func(p *repo.StartParams) { p.AvailableAt = new(b.clock.Now().Add(time.Microsecond)) })
 			return a.ID
 		}, false},
 		{"SkipsDeferredRow", func(t *testing.T, b *testBundle) uuid.UUID {
@@ -246,7 +229,7 @@ func TestClaimOutbox(t *testing.T) {
 		b := setup(t)
 		t0 := b.clock.Now()
 		at := func(d time.Duration) func(*repo.StartParams) {
-			return func(p *repo.StartParams) { p.AvailableAt = rwPtr(t0.Add(d)) }
+			return func(p *repo.StartParams) { p.AvailableAt = new(t0.Add(d)) }
 		}
 		_, first := b.rwStart(t, at(-30*time.Second))
 		_, tieC := b.rwStart(t, at(-20*time.Second))
@@ -277,7 +260,7 @@ func TestClaimOutbox(t *testing.T) {
 		require.Equal(t, []uuid.UUID{tieD.ID}, claim(1))
 		require.Equal(t, []uuid.UUID{later.ID, last.ID}, claim(100))
 		require.Empty(t, claim(100))
-		b.rwUnchanged(t, notDueBefore)
+		b.requireUnchanged(t, notDueBefore)
 	})
 
 	t.Run("GivesEachRowItsOwnTokenAndTheDefaultLock", func(t *testing.T) {
@@ -326,7 +309,7 @@ func TestClaimOutbox(t *testing.T) {
 		require.Len(t, msgs, 1)
 		require.Equal(t, free.ID, msgs[0].AttemptID)
 		require.NoError(t, ctx.Err())
-		b.rwUnchanged(t, lockedBefore)
+		b.requireUnchanged(t, lockedBefore)
 
 		require.NoError(t, tx.Rollback(b.ctx))
 		msgs, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 10})
@@ -403,7 +386,7 @@ func TestClaimOutbox(t *testing.T) {
 			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &tc.p)
 			requireInputError(t, err, tc.field)
 			require.Nil(t, msgs)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		}
 	})
 }
@@ -413,8 +396,8 @@ func TestClaimOutbox(t *testing.T) {
 func wantMarked(before *testfactory.Rows, job string, ext *string, now time.Time, visibility time.Duration) *testfactory.Rows {
 	want := *before
 	want.Outbox.Status = kfstype.OutboxStatusDispatched
-	want.Outbox.DeliveredAt = rwPtr(now)
-	want.Outbox.QueueJobID = rwPtr(job)
+	want.Outbox.DeliveredAt = new(now)
+	want.Outbox.QueueJobID = new(job)
 	want.Outbox.ExternalJobID = ext
 	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
 	want.Outbox.AvailableAt = now.Add(visibility)
@@ -422,7 +405,7 @@ func wantMarked(before *testfactory.Rows, job string, ext *string, now time.Time
 	if want.Attempt.RunState != kfstype.RunStateRunning {
 		want.Attempt.RunState = kfstype.RunStateQueued
 	}
-	want.Attempt.QueueJobID = rwPtr(job)
+	want.Attempt.QueueJobID = new(job)
 	want.Attempt.ExternalJobID = ext
 	want.Attempt.RetryAt = nil
 	want.Attempt.RowVersion++
@@ -443,7 +426,7 @@ func TestMarkDispatched(t *testing.T) {
 		b.rwRows(t, retrying)
 		// A queued attempt whose visibility deadline passes: republished.
 		_, requeued := b.rwStart(t, nil)
-		b.rwDispatch(t, requeued.ID, "job-old", rwPtr("ext-old"))
+		b.rwDispatch(t, requeued.ID, "job-old", new("ext-old"))
 		b.clock.Advance(repo.DefaultVisibilityTimeout)
 		// A fresh one.
 		_, fresh := b.rwStart(t, nil)
@@ -460,7 +443,7 @@ func TestMarkDispatched(t *testing.T) {
 			ext *string
 		}{
 			fresh.ID:    {"job-fresh", nil},
-			retrying:    {"job-retry", rwPtr("ext-retry")},
+			retrying:    {"job-retry", new("ext-retry")},
 			requeued.ID: {"job-requeued", nil},
 		}
 		var ds []repo.Dispatch
@@ -494,11 +477,11 @@ func TestMarkDispatched(t *testing.T) {
 		require.NotNil(t, m)
 		before := b.rwRows(t, lease.AttemptID)
 		res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
-			OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: "job-2", ExternalJobID: rwPtr("ext-2"),
+			OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: "job-2", ExternalJobID: new("ext-2"),
 		}}})
 		require.NoError(t, err)
 		require.Empty(t, res.Refused)
-		want := wantMarked(before, "job-2", rwPtr("ext-2"), b.clock.Now(), repo.DefaultVisibilityTimeout)
+		want := wantMarked(before, "job-2", new("ext-2"), b.clock.Now(), repo.DefaultVisibilityTimeout)
 		require.Equal(t, kfstype.RunStateRunning, want.Attempt.RunState)
 		require.Equal(t, lease.Token, *want.Attempt.LeaseToken, "the expired lease stays until a worker takes over")
 		require.Equal(t, want, b.rwRows(t, lease.AttemptID))
@@ -558,7 +541,7 @@ func TestMarkDispatched(t *testing.T) {
 		require.Equal(t, want, b.rwRows(t, ok.ID))
 		require.Equal(t, want.Outbox, *res.Marked[0])
 		for _, id := range refusedIDs {
-			b.rwUnchanged(t, befores[id])
+			b.requireUnchanged(t, befores[id])
 		}
 	})
 
@@ -588,8 +571,8 @@ func TestMarkDispatched(t *testing.T) {
 			{"DuplicateOutboxID", "Dispatches[1].OutboxID", repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{good, good}}},
 			{"EmptyQueueJobID", "Dispatches[0].QueueJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.QueueJobID = "" })}},
 			{"LongQueueJobID", "Dispatches[0].QueueJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.QueueJobID = strings.Repeat("j", 256) })}},
-			{"EmptyExternalJobID", "Dispatches[0].ExternalJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.ExternalJobID = rwPtr("") })}},
-			{"LongExternalJobID", "Dispatches[0].ExternalJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.ExternalJobID = rwPtr(strings.Repeat("e", 256)) })}},
+			{"EmptyExternalJobID", "Dispatches[0].ExternalJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.ExternalJobID = new("") })}},
+			{"LongExternalJobID", "Dispatches[0].ExternalJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.ExternalJobID = new(strings.Repeat("e", 256)) })}},
 			{"ZeroLockToken", "Dispatches[0].LockToken", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.LockToken = uuid.Nil })}},
 			{"ZeroOutboxID", "Dispatches[0].OutboxID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.OutboxID = uuid.Nil })}},
 			{"NegativeVisibility", "VisibilityTimeout", repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{good}, VisibilityTimeout: -time.Second}},
@@ -598,16 +581,16 @@ func TestMarkDispatched(t *testing.T) {
 				res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &tc.p)
 				requireInputError(t, err, tc.field)
 				require.Nil(t, res)
-				b.rwUnchanged(t, before)
+				b.requireUnchanged(t, before)
 			})
 		}
 		// 255 characters are fine.
 		res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) {
-			d.QueueJobID, d.ExternalJobID = strings.Repeat("j", 255), rwPtr(strings.Repeat("e", 255))
+			d.QueueJobID, d.ExternalJobID = strings.Repeat("j", 255), new(strings.Repeat("e", 255))
 		})})
 		require.NoError(t, err)
 		require.Len(t, res.Marked, 1)
-		require.Equal(t, wantMarked(before, strings.Repeat("j", 255), rwPtr(strings.Repeat("e", 255)), b.clock.Now(), repo.DefaultVisibilityTimeout), b.rwRows(t, a.ID))
+		require.Equal(t, wantMarked(before, strings.Repeat("j", 255), new(strings.Repeat("e", 255)), b.clock.Now(), repo.DefaultVisibilityTimeout), b.rwRows(t, a.ID))
 	})
 }
 
@@ -616,7 +599,7 @@ func wantBackedOff(before *testfactory.Rows, msg string, now time.Time, backoff 
 	want := *before
 	want.Outbox.Status = kfstype.OutboxStatusPending
 	want.Outbox.AvailableAt = now.Add(backoff)
-	want.Outbox.LastError = rwPtr(msg)
+	want.Outbox.LastError = new(msg)
 	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
 	want.Outbox.UpdatedAt = now
 	return &want
@@ -626,17 +609,17 @@ func wantBackedOff(before *testfactory.Rows, msg string, now time.Time, backoff 
 func wantDeadLettered(before *testfactory.Rows, msg string, now time.Time) *testfactory.Rows {
 	want := *before
 	want.Outbox.Status = kfstype.OutboxStatusDead
-	want.Outbox.LastError = rwPtr(msg)
+	want.Outbox.LastError = new(msg)
 	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
 	want.Outbox.UpdatedAt = now
 	a := &want.Attempt
 	a.RunState = kfstype.RunStateFailed
 	a.Active = false
-	a.CompletedAt = rwPtr(now)
+	a.CompletedAt = new(now)
 	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
 	a.RetryAt = nil
-	a.LastErrorCode = rwPtr(kfstype.ErrorCodeOutboxDead)
-	a.LastErrorMessage = rwPtr(msg)
+	a.LastErrorCode = new(kfstype.ErrorCodeOutboxDead)
+	a.LastErrorMessage = new(msg)
 	a.RowVersion++
 	a.UpdatedAt = now
 	return &want
@@ -827,7 +810,7 @@ func TestReleaseOutbox(t *testing.T) {
 					})
 					require.ErrorIs(t, err, repo.ErrOutboxLockLost)
 					require.Nil(t, got)
-					b.rwUnchanged(t, before)
+					b.requireUnchanged(t, before)
 				}
 			})
 		}
@@ -861,7 +844,7 @@ func TestReleaseOutbox(t *testing.T) {
 			got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &p)
 			requireInputError(t, err, tc.field)
 			require.Nil(t, got)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		}
 	})
 }

@@ -114,8 +114,8 @@ func TestStart(t *testing.T) {
 			t.Run(ctlStateName(state), func(t *testing.T) {
 				// A scope per state, all in this subtest's database.
 				s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID})
-				a := ctlAttemptIn(t, b, s, state)
-				snap := ctlSnapshot(t, b, a.ID)
+				a := b.drv.InState(b.ctx, t, s, state)
+				snap := b.snapshot(t, a.ID)
 				b.clock.Advance(time.Minute)
 				p := s.StartParams() // a different generation id: still the same version
 				p.MaxExecutionAttempts = 9
@@ -132,8 +132,8 @@ func TestStart(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		for _, state := range ctlTerminalStates {
-			old := ctlAttemptIn(t, b, s, state)
-			snap := ctlSnapshot(t, b, old.ID)
+			old := b.drv.InState(b.ctx, t, s, state)
+			snap := b.snapshot(t, old.ID)
 			now := b.clock.Advance(time.Minute)
 			p := s.StartParams()
 			res, err := b.repo.Start(b.ctx, b.db.Pool, p)
@@ -190,7 +190,7 @@ func TestStart(t *testing.T) {
 				}
 				p := s.StartParams()
 				p.BaseHeadRevision = tc.base
-				before := ctlDump(t, b)
+				before := b.dump(t)
 				res, err := b.repo.Start(b.ctx, b.db.Pool, p)
 				if !tc.conflict {
 					require.NoError(t, err)
@@ -203,7 +203,7 @@ func TestStart(t *testing.T) {
 				require.ErrorAs(t, err, &hc)
 				require.ErrorIs(t, err, repo.ErrHeadConflict)
 				require.Equal(t, repo.HeadConflictError{Expected: tc.base, Actual: tc.head}, *hc)
-				require.Equal(t, before, ctlDump(t, b))
+				require.Equal(t, before, b.dump(t))
 			})
 		}
 	})
@@ -213,8 +213,8 @@ func TestStart(t *testing.T) {
 		s := b.scope(t)
 		stranger := b.scope(t)
 		sibling := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID})
-		existing := ctlAttemptIn(t, b, stranger, kfstype.RunStateDispatchPending)
-		snap := ctlSnapshot(t, b, existing.ID)
+		existing := b.drv.InState(b.ctx, t, stranger, kfstype.RunStateDispatchPending)
+		snap := b.snapshot(t, existing.ID)
 		for _, tc := range []struct {
 			name string
 			edit func(*repo.StartParams)
@@ -263,7 +263,7 @@ func TestStart(t *testing.T) {
 				p := s.StartParams()
 				tc.edit(p)
 				res, err := b.repo.Start(b.ctx, b.db.Pool, p)
-				ctlRequireInputError(t, err, tc.field)
+				requireInputError(t, err, tc.field)
 				require.Nil(t, res)
 				require.Zero(t, ctlCount(t, b, "document_compilation_attempts"))
 				require.Zero(t, ctlCount(t, b, "document_compilation_outbox"))
@@ -403,7 +403,7 @@ func TestReleaseDeferred(t *testing.T) {
 	t.Run("DeferredStartIsNotClaimable", func(t *testing.T) {
 		b := setup(t)
 		a := startDeferred(t, b, b.scope(t))
-		snap := ctlSnapshot(t, b, a.ID)
+		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(365 * 24 * time.Hour)
 		require.False(t, ctlClaimable(t, b, a.ID))
 		snap.requireUnchanged(t, b)
@@ -415,7 +415,7 @@ func TestReleaseDeferred(t *testing.T) {
 		a := startDeferred(t, b, s)
 		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
 		now := b.clock.Advance(time.Hour)
-		got, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, ctlPtr(s.Ref(a.ID)))
+		got, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		require.Equal(t, released(before, now), *after)
@@ -430,7 +430,7 @@ func TestReleaseDeferred(t *testing.T) {
 		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
 		now := b.clock.Advance(time.Hour)
 		ref := s.Ref(a.ID)
-		ref.ExpectedRowVersion = ctlPtr[int32](0)
+		ref.ExpectedRowVersion = new(int32(0))
 		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &ref)
 		require.NoError(t, err)
 		require.Equal(t, released(before, now), *testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID))
@@ -440,10 +440,10 @@ func TestReleaseDeferred(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		a := startDeferred(t, b, s)
-		snap := ctlSnapshot(t, b, a.ID)
+		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Hour)
 		ref := s.Ref(a.ID)
-		ref.ExpectedRowVersion = ctlPtr[int32](1)
+		ref.ExpectedRowVersion = new(int32(1))
 		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &ref)
 		require.ErrorIs(t, err, repo.ErrStaleRowVersion)
 		snap.requireUnchanged(t, b)
@@ -453,10 +453,10 @@ func TestReleaseDeferred(t *testing.T) {
 	t.Run("RefusesStartThatWasNotDeferred", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a := ctlAttemptIn(t, b, s, kfstype.RunStateDispatchPending)
-		snap := ctlSnapshot(t, b, a.ID)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Hour)
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, ctlPtr(s.Ref(a.ID)))
+		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
 		ctlRequireTransitionError(t, err, kfstype.RunStateDispatchPending)
 		snap.requireUnchanged(t, b)
 	})
@@ -465,12 +465,12 @@ func TestReleaseDeferred(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		a := startDeferred(t, b, s)
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, ctlPtr(s.Ref(a.ID)))
+		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
-		snap := ctlSnapshot(t, b, a.ID)
+		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Hour)
-		_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, ctlPtr(s.Ref(a.ID)))
+		_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
 		ctlRequireTransitionError(t, err, kfstype.RunStateDispatchPending)
 		snap.requireUnchanged(t, b)
 	})
@@ -482,7 +482,7 @@ func TestReleaseDeferred(t *testing.T) {
 			var a *kfstype.Attempt
 			switch state {
 			case kfstype.RunStateQueued:
-				a = ctlAttemptIn(t, b, s, state)
+				a = b.drv.InState(b.ctx, t, s, state)
 			case kfstype.RunStateCanceled, kfstype.RunStateSuperseded:
 				// Ended while still deferred.
 				a = startDeferred(t, b, s)
@@ -492,9 +492,9 @@ func TestReleaseDeferred(t *testing.T) {
 				r := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 				require.Equal(t, kfstype.Forever, r.Outbox.AvailableAt)
 			}
-			snap := ctlSnapshot(t, b, a.ID)
+			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Hour)
-			_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, ctlPtr(s.Ref(a.ID)))
+			_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
 			ctlRequireTransitionError(t, err, state)
 			snap.requireUnchanged(t, b)
 		})
@@ -504,8 +504,8 @@ func TestReleaseDeferred(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		a := startDeferred(t, b, s)
-		snap := ctlSnapshot(t, b, a.ID)
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, ctlPtr(s.Ref(uuid.New())))
+		snap := b.snapshot(t, a.ID)
+		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(uuid.New())))
 		require.ErrorIs(t, err, repo.ErrNotFound)
 		snap.requireUnchanged(t, b)
 	})
@@ -514,11 +514,11 @@ func TestReleaseDeferred(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		a := startDeferred(t, b, s)
-		snap := ctlSnapshot(t, b, a.ID)
+		snap := b.snapshot(t, a.ID)
 		ref := s.Ref(a.ID)
 		ref.KnowledgeSpaceID = uuid.Nil
 		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &ref)
-		ctlRequireInputError(t, err, "KnowledgeSpaceID")
+		requireInputError(t, err, "KnowledgeSpaceID")
 		snap.requireUnchanged(t, b)
 	})
 }

@@ -24,12 +24,12 @@ func wantLeased(before *testfactory.Rows, lease *repo.Lease, now time.Time, d ti
 	a := &want.Attempt
 	a.RunState = kfstype.RunStateRunning
 	a.ExecutionAttempts++
-	a.WorkerID = rwPtr(lease.WorkerID)
-	a.LeaseToken = rwPtr(lease.Token)
-	a.LeaseExpiresAt = rwPtr(now.Add(d))
-	a.HeartbeatAt = rwPtr(now)
+	a.WorkerID = new(lease.WorkerID)
+	a.LeaseToken = new(lease.Token)
+	a.LeaseExpiresAt = new(now.Add(d))
+	a.HeartbeatAt = new(now)
 	if a.StartedAt == nil {
-		a.StartedAt = rwPtr(now)
+		a.StartedAt = new(now)
 	}
 	a.RetryAt = nil
 	a.RowVersion++
@@ -48,7 +48,7 @@ func wantEnded(before *testfactory.Rows, state kfstype.RunState, status kfstype.
 	a := &want.Attempt
 	a.RunState = state
 	a.Active = false
-	a.CompletedAt = rwPtr(now)
+	a.CompletedAt = new(now)
 	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
 	a.RetryAt = nil
 	a.RowVersion++
@@ -93,7 +93,7 @@ func TestAcquireLease(t *testing.T) {
 	t.Run("LeasesQueuedAttempt", func(t *testing.T) {
 		b := setup(t)
 		_, a := b.rwStart(t, nil)
-		del := b.rwDispatch(t, a.ID, "job-1", rwPtr("ext-1"))
+		del := b.rwDispatch(t, a.ID, "job-1", new("ext-1"))
 		b.clock.Advance(3 * time.Second)
 		before := b.rwRows(t, a.ID)
 		got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-a", LeaseDuration: 45 * time.Second})
@@ -126,7 +126,7 @@ func TestAcquireLease(t *testing.T) {
 		b := setup(t)
 		_, old, _ := b.rwRunning(t, nil)
 		b.clock.Advance(repo.DefaultLeaseDuration)
-		del := b.rwDispatch(t, old.AttemptID, "job-2", rwPtr("ext-2"))
+		del := b.rwDispatch(t, old.AttemptID, "job-2", new("ext-2"))
 		require.Equal(t, kfstype.RunStateRunning, b.rwRows(t, old.AttemptID).Attempt.RunState)
 		b.clock.Advance(time.Second)
 		before := b.rwRows(t, old.AttemptID)
@@ -181,14 +181,14 @@ func TestAcquireLease(t *testing.T) {
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsExternalJobIDMismatch", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, a := b.rwStart(t, nil)
-			del := b.rwDispatch(t, a.ID, "job-1", rwPtr("ext-1"))
-			del.ExternalJobID = rwPtr("ext-2")
+			del := b.rwDispatch(t, a.ID, "job-1", new("ext-1"))
+			del.ExternalJobID = new("ext-2")
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsExternalJobIDWhenNoneWasPublished", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, a := b.rwStart(t, nil)
 			del := b.rwDispatch(t, a.ID, "job-1", nil)
-			del.ExternalJobID = rwPtr("ext-1")
+			del.ExternalJobID = new("ext-1")
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsDeliveryOfARetryWaitAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
@@ -250,7 +250,7 @@ func TestAcquireLease(t *testing.T) {
 			tc.check(t, err)
 			require.Nil(t, got)
 			require.Nil(t, lease)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		})
 	}
 
@@ -273,7 +273,7 @@ func TestAcquireLease(t *testing.T) {
 			{"AttemptID", func(p *repo.AcquireLeaseParams) { p.AttemptID = uuid.Nil }},
 			{"QueueJobID", func(p *repo.AcquireLeaseParams) { p.QueueJobID = "" }},
 			{"QueueJobID", func(p *repo.AcquireLeaseParams) { p.QueueJobID = strings.Repeat("j", 256) }},
-			{"ExternalJobID", func(p *repo.AcquireLeaseParams) { p.ExternalJobID = rwPtr("") }},
+			{"ExternalJobID", func(p *repo.AcquireLeaseParams) { p.ExternalJobID = new("") }},
 			{"WorkerID", func(p *repo.AcquireLeaseParams) { p.WorkerID = "" }},
 			{"LeaseDuration", func(p *repo.AcquireLeaseParams) { p.LeaseDuration = -time.Second }},
 		} {
@@ -281,7 +281,7 @@ func TestAcquireLease(t *testing.T) {
 			tc.edit(&p)
 			_, _, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &p)
 			requireInputError(t, err, tc.field)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		}
 	})
 }
@@ -295,14 +295,14 @@ func TestFailExhausted(t *testing.T) {
 		before := b.rwRows(t, current.AttemptID)
 		_, _, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *current, WorkerID: "worker-b"})
 		require.ErrorIs(t, err, repo.ErrAttemptsExhausted)
-		b.rwUnchanged(t, before)
+		b.requireUnchanged(t, before)
 
 		b.clock.Advance(time.Second)
 		got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, current)
 		require.NoError(t, err)
 		want := wantEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
-		want.Attempt.LastErrorCode = rwPtr(kfstype.ErrorCodeExecutionAttemptsExhausted)
-		want.Attempt.LastErrorMessage = rwPtr("execution attempts exhausted (1 of 1)")
+		want.Attempt.LastErrorCode = new(kfstype.ErrorCodeExecutionAttemptsExhausted)
+		want.Attempt.LastErrorMessage = new("execution attempts exhausted (1 of 1)")
 		require.Equal(t, want, b.rwRows(t, current.AttemptID))
 		require.Equal(t, want.Attempt, *got)
 	})
@@ -327,7 +327,7 @@ func TestFailExhausted(t *testing.T) {
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsExternalJobIDMismatch", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, current := b.rwExhausted(t)
-			current.ExternalJobID = rwPtr("ext-forged")
+			current.ExternalJobID = new("ext-forged")
 			return current
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsTerminalAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
@@ -344,7 +344,7 @@ func TestFailExhausted(t *testing.T) {
 			got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, del)
 			tc.check(t, err)
 			require.Nil(t, got)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		})
 	}
 }
@@ -483,7 +483,7 @@ func TestLeaseFence(t *testing.T) {
 				before := b.rwRows(t, lease.AttemptID)
 				err := op.call(b, presented)
 				require.ErrorIs(t, err, repo.ErrLeaseLost)
-				b.rwUnchanged(t, before)
+				b.requireUnchanged(t, before)
 			})
 		}
 	}
@@ -525,8 +525,8 @@ func TestHeartbeat(t *testing.T) {
 		now := b.clock.Now()
 		require.Equal(t, &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID, Token: lease.Token, ExpiresAt: now.Add(90 * time.Second)}, renewed)
 		want := *before
-		want.Attempt.LeaseExpiresAt = rwPtr(now.Add(90 * time.Second))
-		want.Attempt.HeartbeatAt = rwPtr(now)
+		want.Attempt.LeaseExpiresAt = new(now.Add(90 * time.Second))
+		want.Attempt.HeartbeatAt = new(now)
 		want.Attempt.RowVersion++
 		want.Attempt.UpdatedAt = now
 		want.Outbox.AvailableAt = now.Add(90 * time.Second)
@@ -542,8 +542,8 @@ func TestHeartbeat(t *testing.T) {
 		now = b.clock.Now()
 		require.Equal(t, now.Add(repo.DefaultLeaseDuration), renewed.ExpiresAt)
 		want = *before
-		want.Attempt.LeaseExpiresAt = rwPtr(now.Add(repo.DefaultLeaseDuration))
-		want.Attempt.HeartbeatAt = rwPtr(now)
+		want.Attempt.LeaseExpiresAt = new(now.Add(repo.DefaultLeaseDuration))
+		want.Attempt.HeartbeatAt = new(now)
 		want.Attempt.RowVersion++
 		want.Attempt.UpdatedAt = now
 		want.Outbox.AvailableAt = now.Add(repo.DefaultLeaseDuration)
@@ -568,7 +568,7 @@ func TestHeartbeat(t *testing.T) {
 		before := b.rwRows(t, lease.AttemptID)
 		require.NoError(t, holder.Commit(b.ctx))
 		require.ErrorIs(t, <-done, repo.ErrLeaseLost)
-		b.rwUnchanged(t, before)
+		b.requireUnchanged(t, before)
 	})
 
 	t.Run("RefusedInATransactionThatBeganBeforeTheExpiry", func(t *testing.T) {
@@ -597,7 +597,7 @@ func TestHeartbeat(t *testing.T) {
 		_, err = r.Heartbeat(b.ctx, tx, &repo.HeartbeatParams{Lease: lease})
 		require.ErrorIs(t, err, repo.ErrLeaseLost)
 		require.NoError(t, tx.Commit(b.ctx))
-		b.rwUnchanged(t, before)
+		b.requireUnchanged(t, before)
 	})
 
 	t.Run("HeartbeatBesideAdvanceOfTheSameLease", func(t *testing.T) {
@@ -648,7 +648,7 @@ func TestHeartbeat(t *testing.T) {
 		} {
 			_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &tc.p)
 			requireInputError(t, err, tc.field)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		}
 	})
 }
@@ -858,7 +858,7 @@ func TestAdvance(t *testing.T) {
 					}},
 				{name: "RejectsUnknownPublication", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected,
 					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-						return candidate{rwPtr(uuid.New()), rwPtr(testfactory.Fingerprint("nowhere"))}
+						return candidate{new(uuid.New()), new(testfactory.Fingerprint("nowhere"))}
 					}},
 				{name: "RejectsProjectionBuiltWithoutCandidate", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isRejected},
 				{name: "RejectsUppercaseFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
@@ -868,17 +868,17 @@ func TestAdvance(t *testing.T) {
 				{name: "RejectsShortFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
 					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
 						c := pub(t, b, s, "candidate")
-						return candidate{c.id, rwPtr((*c.fp)[:85])}
+						return candidate{c.id, new((*c.fp)[:85])}
 					}},
 				{name: "RejectsLongFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
 					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
 						c := pub(t, b, s, "candidate")
-						return candidate{c.id, rwPtr(*c.fp + "0")}
+						return candidate{c.id, new(*c.fp + "0")}
 					}},
 				{name: "RejectsWrongPrefix", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidateFingerprint"),
 					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
 						c := pub(t, b, s, "candidate")
-						return candidate{c.id, rwPtr(strings.Replace(*c.fp, "sha256", "sha512", 1))}
+						return candidate{c.id, new(strings.Replace(*c.fp, "sha256", "sha512", 1))}
 					}},
 				{name: "RejectsIDWithoutFingerprint", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
 					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
@@ -890,7 +890,7 @@ func TestAdvance(t *testing.T) {
 					}},
 				{name: "RejectsNilUUID", from: kfstype.CheckpointNodesGenerated, to: kfstype.CheckpointProjectionBuilt, check: isInput("CandidatePublicationID"),
 					cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-						return candidate{rwPtr(uuid.Nil), pub(t, b, s, "candidate").fp}
+						return candidate{new(uuid.Nil), pub(t, b, s, "candidate").fp}
 					}},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
@@ -919,7 +919,7 @@ func TestAdvance(t *testing.T) {
 					if check != nil {
 						check(t, err)
 						require.Nil(t, got)
-						b.rwUnchanged(t, before)
+						b.requireUnchanged(t, before)
 						return
 					}
 					require.NoError(t, err)
@@ -1001,7 +1001,7 @@ func TestComplete(t *testing.T) {
 			require.Equal(t, cp, te.Checkpoint)
 			require.Equal(t, kfstype.RunStateSucceeded, te.To)
 			require.Nil(t, got)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		})
 	}
 
@@ -1013,7 +1013,7 @@ func TestComplete(t *testing.T) {
 		requireInputError(t, err, "Lease")
 		_, err = b.repo.Complete(b.ctx, b.db.Pool, &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID})
 		requireInputError(t, err, "Lease.Token")
-		b.rwUnchanged(t, before)
+		b.requireUnchanged(t, before)
 	})
 }
 
@@ -1088,7 +1088,7 @@ func TestCompleteThrough(t *testing.T) {
 			}},
 		{name: "RejectsUnknownPublication", from: kfstype.CheckpointQueued, check: isRejected,
 			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return candidate{rwPtr(uuid.New()), rwPtr(testfactory.Fingerprint("nowhere"))}
+				return candidate{new(uuid.New()), new(testfactory.Fingerprint("nowhere"))}
 			}},
 		{name: "RejectsIDWithoutFingerprint", from: kfstype.CheckpointQueued, check: isInput("CandidatePublicationID"),
 			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
@@ -1100,16 +1100,16 @@ func TestCompleteThrough(t *testing.T) {
 			}},
 		{name: "RejectsNilUUID", from: kfstype.CheckpointQueued, check: isInput("CandidatePublicationID"),
 			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return candidate{rwPtr(uuid.Nil), b.rwPub(t, s, "candidate").fp}
+				return candidate{new(uuid.Nil), b.rwPub(t, s, "candidate").fp}
 			}},
 		{name: "RejectsUppercaseFingerprint", from: kfstype.CheckpointQueued, check: isInput("CandidateFingerprint"),
 			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
-				return candidate{b.rwPub(t, s, "candidate").id, rwPtr("projection-set-sha256:" + strings.Repeat("A", 64))}
+				return candidate{b.rwPub(t, s, "candidate").id, new("projection-set-sha256:" + strings.Repeat("A", 64))}
 			}},
 		{name: "RejectsShortFingerprint", from: kfstype.CheckpointQueued, check: isInput("CandidateFingerprint"),
 			cand: func(t *testing.T, b *testBundle, s *testfactory.Scope, _ candidate) candidate {
 				c := b.rwPub(t, s, "candidate")
-				return candidate{c.id, rwPtr((*c.fp)[:85])}
+				return candidate{c.id, new((*c.fp)[:85])}
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1134,7 +1134,7 @@ func TestCompleteThrough(t *testing.T) {
 			if tc.check != nil {
 				tc.check(t, err)
 				require.Nil(t, got)
-				b.rwUnchanged(t, before)
+				b.requireUnchanged(t, before)
 				return
 			}
 			require.NoError(t, err)
@@ -1203,7 +1203,7 @@ func TestCompleteThrough(t *testing.T) {
 			got, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &tc.p)
 			requireInputError(t, err, tc.field)
 			require.Nil(t, got)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		}
 	})
 
@@ -1216,7 +1216,7 @@ func TestCompleteThrough(t *testing.T) {
 		l.AttemptID = uuid.New()
 		_, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{Lease: &l, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
 		require.ErrorIs(t, err, repo.ErrNotFound)
-		b.rwUnchanged(t, before)
+		b.requireUnchanged(t, before)
 	})
 }
 
@@ -1244,8 +1244,8 @@ func TestFail(t *testing.T) {
 			got, err := b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: lease, ErrorCode: tc.code, ErrorMessage: tc.msg})
 			require.NoError(t, err)
 			want := wantEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
-			want.Attempt.LastErrorCode = rwPtr(tc.code)
-			want.Attempt.LastErrorMessage = rwPtr(tc.stored)
+			want.Attempt.LastErrorCode = new(tc.code)
+			want.Attempt.LastErrorMessage = new(tc.stored)
 			after := b.rwRows(t, lease.AttemptID)
 			require.Equal(t, want, after)
 			require.Equal(t, want.Attempt, *got)
@@ -1269,7 +1269,7 @@ func TestFail(t *testing.T) {
 		} {
 			_, err := b.repo.Fail(b.ctx, b.db.Pool, &tc.p)
 			requireInputError(t, err, tc.field)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		}
 	})
 }
@@ -1280,7 +1280,7 @@ func TestScheduleRetry(t *testing.T) {
 	t.Run("ParksAttemptUntilRetryAt", func(t *testing.T) {
 		b := setup(t)
 		s, a := b.rwStart(t, nil)
-		del := b.rwDispatch(t, a.ID, "job-1", rwPtr("ext-1"))
+		del := b.rwDispatch(t, a.ID, "job-1", new("ext-1"))
 		lease := b.rwAcquire(t, del, "worker-a")
 		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointOutlineBuilt)
 		b.clock.Advance(4 * time.Second)
@@ -1294,9 +1294,9 @@ func TestScheduleRetry(t *testing.T) {
 		want := *before
 		wa := &want.Attempt
 		wa.RunState = kfstype.RunStateRetryWait
-		wa.RetryAt = rwPtr(retryAt)
-		wa.LastErrorCode = rwPtr(kfstype.ErrorCodeCompilationRetryable)
-		wa.LastErrorMessage = rwPtr("model timeout")
+		wa.RetryAt = new(retryAt)
+		wa.LastErrorCode = new(kfstype.ErrorCodeCompilationRetryable)
+		wa.LastErrorMessage = new("model timeout")
 		wa.WorkerID, wa.LeaseToken, wa.LeaseExpiresAt, wa.HeartbeatAt = nil, nil, nil, nil
 		wa.QueueJobID, wa.ExternalJobID = nil, nil
 		wa.RowVersion++
@@ -1313,7 +1313,7 @@ func TestScheduleRetry(t *testing.T) {
 		// The old delivery is stale now.
 		_, _, err = b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-a"})
 		require.ErrorIs(t, err, repo.ErrDeliveryMismatch)
-		b.rwUnchanged(t, &want)
+		b.requireUnchanged(t, &want)
 	})
 
 	t.Run("RejectsWhenNoExecutionsLeft", func(t *testing.T) {
@@ -1323,7 +1323,7 @@ func TestScheduleRetry(t *testing.T) {
 		got, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "e"})
 		require.ErrorIs(t, err, repo.ErrAttemptsExhausted)
 		require.Nil(t, got)
-		b.rwUnchanged(t, before)
+		b.requireUnchanged(t, before)
 	})
 
 	t.Run("RejectsInvalidInput", func(t *testing.T) {
@@ -1342,7 +1342,7 @@ func TestScheduleRetry(t *testing.T) {
 		} {
 			_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &tc.p)
 			requireInputError(t, err, tc.field)
-			b.rwUnchanged(t, before)
+			b.requireUnchanged(t, before)
 		}
 	})
 }

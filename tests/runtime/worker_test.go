@@ -105,6 +105,26 @@ func (b *workerBundle) rows(t *testing.T, id uuid.UUID) *testfactory.Rows {
 	return testfactory.RequireInvariants(b.ctx, t, b.pool, id)
 }
 
+// processOne starts an attempt (maxAttempts as for start), has the relay
+// publish it and w process the delivery.
+func (b *workerBundle) processOne(t *testing.T, w *worker.Worker, maxAttempts int32) (*kfstype.Attempt, worker.Result) {
+	t.Helper()
+	a := b.start(t, maxAttempts)
+	b.publish(t, 1)
+	return a, w.Process(b.ctx, b.receive(t))
+}
+
+// requireFailed requires the attempt failed with code and a message that
+// contains msg, and returns its rows for further checks.
+func (b *workerBundle) requireFailed(t *testing.T, id uuid.UUID, code, msg string) *testfactory.Rows {
+	t.Helper()
+	rows := b.rows(t, id)
+	require.Equal(t, kfstype.RunStateFailed, rows.Attempt.RunState)
+	require.Equal(t, code, *rows.Attempt.LastErrorCode)
+	require.Contains(t, *rows.Attempt.LastErrorMessage, msg)
+	return rows
+}
+
 func TestWorker(t *testing.T) {
 	t.Parallel()
 
@@ -220,9 +240,7 @@ func TestWorker(t *testing.T) {
 			}
 			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
 		}, worker.Config{LeaseDuration: time.Second, HeartbeatInterval: 200 * time.Millisecond})
-		a := b.start(t, 0)
-		b.publish(t, 1)
-		res := w.Process(b.ctx, b.receive(t))
+		a, res := b.processOne(t, w, 0)
 		require.Equal(t, worker.OutcomeCompleted, res.Outcome, "%v", res.Err)
 		require.Equal(t, kfstype.RunStateSucceeded, b.rows(t, a.ID).Attempt.RunState)
 	})
@@ -270,14 +288,9 @@ func TestWorker(t *testing.T) {
 		w := b.worker(t, func(ctx context.Context, job *worker.Job) error {
 			panic("index out of range in the outline builder")
 		}, worker.Config{})
-		a := b.start(t, 0)
-		b.publish(t, 1)
-		res := w.Process(b.ctx, b.receive(t))
+		a, res := b.processOne(t, w, 0)
 		require.Equal(t, worker.OutcomeFailed, res.Outcome)
-		rows := b.rows(t, a.ID)
-		require.Equal(t, kfstype.RunStateFailed, rows.Attempt.RunState)
-		require.Equal(t, kfstype.ErrorCodeHandlerPanic, *rows.Attempt.LastErrorCode)
-		require.Contains(t, *rows.Attempt.LastErrorMessage, "index out of range in the outline builder")
+		rows := b.requireFailed(t, a.ID, kfstype.ErrorCodeHandlerPanic, "index out of range in the outline builder")
 		require.Equal(t, kfstype.OutboxStatusDead, rows.Outbox.Status)
 	})
 
@@ -287,14 +300,9 @@ func TestWorker(t *testing.T) {
 		w := b.worker(t, func(ctx context.Context, job *worker.Job) error {
 			return worker.Fatal("PDF_ENCRYPTED", errors.New("the document is password protected"))
 		}, worker.Config{})
-		a := b.start(t, 0)
-		b.publish(t, 1)
-		res := w.Process(b.ctx, b.receive(t))
+		a, res := b.processOne(t, w, 0)
 		require.Equal(t, worker.OutcomeFailed, res.Outcome)
-		rows := b.rows(t, a.ID)
-		require.Equal(t, kfstype.RunStateFailed, rows.Attempt.RunState)
-		require.Equal(t, "PDF_ENCRYPTED", *rows.Attempt.LastErrorCode)
-		require.Contains(t, *rows.Attempt.LastErrorMessage, "the document is password protected")
+		b.requireFailed(t, a.ID, "PDF_ENCRYPTED", "the document is password protected")
 	})
 
 	t.Run("PlainErrorFailsWithDefaultCode", func(t *testing.T) {
@@ -322,9 +330,7 @@ func TestWorker(t *testing.T) {
 			}
 			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
 		}, worker.Config{RetryBackoffBase: base, RetryBackoffCap: 10 * base})
-		a := b.start(t, 0)
-		b.publish(t, 1)
-		res := w.Process(b.ctx, b.receive(t))
+		a, res := b.processOne(t, w, 0)
 		require.Equal(t, worker.OutcomeRetried, res.Outcome, "%v", res.Err)
 
 		rows := b.rows(t, a.ID)
@@ -368,14 +374,9 @@ func TestWorker(t *testing.T) {
 		w := b.worker(t, func(ctx context.Context, job *worker.Job) error {
 			return testfactory.CompileUntil(ctx, job, b.doc.Candidate, kfstype.CheckpointProjectionBuilt, nil)
 		}, worker.Config{})
-		a := b.start(t, 0)
-		b.publish(t, 1)
-		res := w.Process(b.ctx, b.receive(t))
+		a, res := b.processOne(t, w, 0)
 		require.Equal(t, worker.OutcomeFailed, res.Outcome)
-		rows := b.rows(t, a.ID)
-		require.Equal(t, kfstype.RunStateFailed, rows.Attempt.RunState)
-		require.Equal(t, kfstype.ErrorCodeCompilationFailed, *rows.Attempt.LastErrorCode)
-		require.Contains(t, *rows.Attempt.LastErrorMessage, "smoke_eval_passed")
+		rows := b.requireFailed(t, a.ID, kfstype.ErrorCodeCompilationFailed, "smoke_eval_passed")
 		require.Equal(t, kfstype.CheckpointProjectionBuilt, rows.Attempt.Checkpoint)
 	})
 

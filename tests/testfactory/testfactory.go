@@ -254,3 +254,67 @@ func (d *Driver) AdvanceTo(ctx context.Context, t testing.TB, s *Scope, lease *r
 	}
 	return a
 }
+
+// InState starts an attempt for the scope and walks it to state (through
+// Running for retry_wait, succeeded and failed; straight from
+// dispatch_pending for canceled and superseded), checking the invariants
+// after every step.
+func (d *Driver) InState(ctx context.Context, t testing.TB, s *Scope, state kfstype.RunState) *kfstype.Attempt {
+	t.Helper()
+	inv := func(a *kfstype.Attempt) *kfstype.Attempt {
+		t.Helper()
+		RequireInvariants(ctx, t, d.DB, a.ID)
+		return a
+	}
+	running := func() (*kfstype.Attempt, *repo.Lease) {
+		t.Helper()
+		a, lease, _ := d.Running(ctx, t, s)
+		return inv(a), lease
+	}
+	switch state {
+	case kfstype.RunStateDispatchPending:
+		return inv(d.Start(ctx, t, s))
+	case kfstype.RunStateQueued:
+		a := inv(d.Start(ctx, t, s))
+		d.Dispatch(ctx, t, a.ID)
+		a, err := d.Repo.GetAttempt(ctx, d.DB, s.TenantID, a.ID)
+		require.NoError(t, err)
+		return inv(a)
+	case kfstype.RunStateRunning:
+		a, _ := running()
+		return a
+	case kfstype.RunStateRetryWait:
+		_, lease := running()
+		a, err := d.Repo.ScheduleRetry(ctx, d.DB, &repo.ScheduleRetryParams{
+			Lease: lease, RetryDelay: 30 * time.Second,
+			ErrorCode: kfstype.ErrorCodeCompilationRetryable, ErrorMessage: "transient",
+		})
+		require.NoError(t, err)
+		return inv(a)
+	case kfstype.RunStateSucceeded:
+		_, lease := running()
+		inv(d.AdvanceTo(ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed))
+		a, err := d.Repo.Complete(ctx, d.DB, lease)
+		require.NoError(t, err)
+		return inv(a)
+	case kfstype.RunStateFailed:
+		_, lease := running()
+		a, err := d.Repo.Fail(ctx, d.DB, &repo.FailParams{
+			Lease: lease, ErrorCode: kfstype.ErrorCodeCompilationFailed, ErrorMessage: "broken",
+		})
+		require.NoError(t, err)
+		return inv(a)
+	case kfstype.RunStateCanceled:
+		a := inv(d.Start(ctx, t, s))
+		a, err := d.Repo.Cancel(ctx, d.DB, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
+		require.NoError(t, err)
+		return inv(a)
+	case kfstype.RunStateSuperseded:
+		a := inv(d.Start(ctx, t, s))
+		a, err := d.Repo.Supersede(ctx, d.DB, &repo.SupersedeParams{AttemptRef: s.Ref(a.ID)})
+		require.NoError(t, err)
+		return inv(a)
+	}
+	require.FailNow(t, "unknown run state", "%s", state)
+	return nil
+}

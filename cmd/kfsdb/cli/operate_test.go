@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -115,25 +114,6 @@ func TestPurgeDeletesOnlyTheTenantsOldTerminalAttempts(t *testing.T) {
 	require.Equal(t, 3, outbox, "outbox rows go with their attempts")
 }
 
-// lockedBuffer is a bytes.Buffer safe to read while another goroutine
-// writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestRelayCommandPublishesUntilInterrupted(t *testing.T) {
 	t.Parallel()
 	for name, args := range map[string][]string{"ListenAndPoll": nil, "PollOnly": {"--poll-only"}} {
@@ -146,7 +126,7 @@ func TestRelayCommandPublishesUntilInterrupted(t *testing.T) {
 
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			var stdout, stderr lockedBuffer
+			var stdout, stderr testfactory.SyncBuffer
 			done := make(chan int, 1)
 			go func() { done <- Main(ctx, append([]string{"relay"}, args...), &stdout, &stderr, envWith(db.URL)) }()
 			want := "published document.compile attempt=" + res.Attempt.ID.String() + " key=document.compile:" + res.Attempt.ID.String()

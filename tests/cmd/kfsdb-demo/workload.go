@@ -252,7 +252,7 @@ func (w *workload) control(ctx context.Context, e *entry) error {
 			return err
 		}
 		return w.lat.time(latCall+"Cancel", func() error {
-			_, err := w.repo.Cancel(ctx, w.pool, &repo.CancelParams{AttemptRef: w.ref(e), Reason: ptr("upload withdrawn before compilation")})
+			_, err := w.repo.Cancel(ctx, w.pool, &repo.CancelParams{AttemptRef: w.ref(e), Reason: new("upload withdrawn before compilation")})
 			return err
 		})
 	case scDeferredRelease:
@@ -275,12 +275,12 @@ func (w *workload) control(ctx context.Context, e *entry) error {
 		defer close(e.ended)
 		if e.sc.name == scCancelRunning {
 			return w.lat.time(latCall+"Cancel", func() error {
-				_, err := w.repo.Cancel(ctx, w.pool, &repo.CancelParams{AttemptRef: w.ref(e), Reason: ptr("canceled by the operator")})
+				_, err := w.repo.Cancel(ctx, w.pool, &repo.CancelParams{AttemptRef: w.ref(e), Reason: new("canceled by the operator")})
 				return err
 			})
 		}
 		return w.lat.time(latCall+"Supersede", func() error {
-			_, err := w.repo.Supersede(ctx, w.pool, &repo.SupersedeParams{AttemptRef: w.ref(e), Reason: ptr("document version 2 uploaded")})
+			_, err := w.repo.Supersede(ctx, w.pool, &repo.SupersedeParams{AttemptRef: w.ref(e), Reason: new("document version 2 uploaded")})
 			return err
 		})
 	case scManualRetry, scDeadLetterRetry:
@@ -315,8 +315,6 @@ func (w *workload) control(ctx context.Context, e *entry) error {
 	}
 	return nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
