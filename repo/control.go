@@ -262,14 +262,7 @@ func (r *Repo) Cancel(ctx context.Context, db DBTX, p *CancelParams) (*kfstype.A
 	if err := v.result(); err != nil {
 		return nil, err
 	}
-	row, err := r.q.CancelAttempt(ctx, db, &gen.CancelAttemptParams{
-		Now: r.now(), Reason: endReason(p.Reason), AttemptID: p.AttemptID, TenantID: p.TenantID,
-		KnowledgeSpaceID: p.KnowledgeSpaceID, ExpectedRowVersion: p.ExpectedRowVersion,
-	})
-	if err != nil {
-		return nil, r.explainControl(ctx, db, "cancel", &p.AttemptRef, kfstype.RunStateCanceled, err, terminalReason)
-	}
-	return attemptFromRow(row), nil
+	return r.end(ctx, db, "cancel", &p.AttemptRef, p.Reason, kfstype.RunStateCanceled, kfstype.ErrorCodeCanceled)
 }
 
 // SupersedeParams names the attempt to supersede.
@@ -292,12 +285,18 @@ func (r *Repo) Supersede(ctx context.Context, db DBTX, p *SupersedeParams) (*kfs
 	if err := v.result(); err != nil {
 		return nil, err
 	}
-	row, err := r.q.SupersedeAttempt(ctx, db, &gen.SupersedeAttemptParams{
-		Now: r.now(), Reason: endReason(p.Reason), AttemptID: p.AttemptID, TenantID: p.TenantID,
-		KnowledgeSpaceID: p.KnowledgeSpaceID, ExpectedRowVersion: p.ExpectedRowVersion,
+	return r.end(ctx, db, "supersede", &p.AttemptRef, p.Reason, kfstype.RunStateSuperseded, kfstype.ErrorCodeSuperseded)
+}
+
+// end is Cancel and Supersede: one statement ends a live attempt in state
+// to, storing code with the reason when one is given.
+func (r *Repo) end(ctx context.Context, db DBTX, verb string, ref *AttemptRef, reason *string, to kfstype.RunState, code string) (*kfstype.Attempt, error) {
+	row, err := r.q.EndAttempt(ctx, db, &gen.EndAttemptParams{
+		Now: r.now(), Reason: endReason(reason), RunState: string(to), ErrorCode: code, AttemptID: ref.AttemptID,
+		TenantID: ref.TenantID, KnowledgeSpaceID: ref.KnowledgeSpaceID, ExpectedRowVersion: ref.ExpectedRowVersion,
 	})
 	if err != nil {
-		return nil, r.explainControl(ctx, db, "supersede", &p.AttemptRef, kfstype.RunStateSuperseded, err, terminalReason)
+		return nil, r.explainControl(ctx, db, verb, ref, to, err, terminalReason)
 	}
 	return attemptFromRow(row), nil
 }

@@ -519,19 +519,15 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 		}
 		w.cfg.Metrics.Add(observe.Exhausted, 1)
 		res.Outcome = OutcomeExhausted
-	case errors.As(err, &te) && (te.From.Terminal() || te.From == kfstype.RunStateRetryWait):
-		// Terminal, or waiting for a retry the relay will publish anew.
+	case errors.As(err, &te) && te.From.Terminal():
 		res.Outcome = OutcomeStale
 	case errors.As(err, &te):
-		// Leased by another worker, or not yet published: try again once
-		// that lease could have lapsed.
+		// Leased by another worker: try again once that lease could have
+		// lapsed. (A retry_wait attempt has no job id, so its deliveries
+		// are mismatches above.)
 		notBefore := time.Now().Add(time.Second)
-		if a := te.Attempt; a != nil {
-			for _, t := range []*time.Time{a.RetryAt, a.LeaseExpiresAt} {
-				if t != nil && t.After(notBefore) {
-					notBefore = *t
-				}
-			}
+		if a := te.Attempt; a != nil && a.LeaseExpiresAt != nil && a.LeaseExpiresAt.After(notBefore) {
+			notBefore = *a.LeaseExpiresAt
 		}
 		w.cfg.Metrics.Add(observe.DeferredDelivery, 1)
 		res.Outcome = OutcomeDeferred

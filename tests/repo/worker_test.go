@@ -1,6 +1,7 @@
 package repo_test
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"sync"
@@ -489,6 +490,10 @@ func TestLeaseFence(t *testing.T) {
 	}
 }
 
+// leaseOpStatements names the query a leaseOps entry runs where that is
+// not its name: AdvanceTo is Advance's statement.
+var leaseOpStatements = map[string]string{"AdvanceTo": "Advance"}
+
 // TestLeaseFenceLockOrder proves that every lease-fenced transition locks
 // the attempt before its outbox row: while it waits for the outbox row
 // (held by another transaction), it already holds the attempt.
@@ -500,7 +505,7 @@ func TestLeaseFenceLockOrder(t *testing.T) {
 			s, lease, _ := b.rwRunning(t, nil)
 			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
 			holder := b.rwLockRow(t, `SELECT 1 FROM document_compilation_outbox WHERE attempt_id = $1 FOR UPDATE`, lease.AttemptID)
-			done := b.rwBlocked(t, op.name, func() error { return op.call(b, lease) })
+			done := b.rwBlocked(t, cmp.Or(leaseOpStatements[op.name], op.name), func() error { return op.call(b, lease) })
 			_, err := b.db.Pool.Exec(b.ctx, `SELECT 1 FROM document_compilation_attempts WHERE id = $1 FOR UPDATE NOWAIT`, lease.AttemptID)
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr, "the attempt is locked while %s waits for the outbox row", op.name)
