@@ -10,9 +10,6 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
-// MaxWorkerBatch bounds CompleteMany.
-const MaxWorkerBatch = 100
-
 // CompleteManyEntry is one lease to complete in CompleteMany.
 type CompleteManyEntry struct {
 	Lease *Lease
@@ -46,8 +43,8 @@ func (r *Repo) CompleteMany(ctx context.Context, db DBTX, entries []CompleteMany
 		return nil, err
 	}
 	n := len(entries)
-	if n == 0 || n > MaxWorkerBatch {
-		return nil, &InputError{Field: "Entries", Reason: fmt.Sprintf("must hold 1..%d entries", MaxWorkerBatch)}
+	if n == 0 || n > MaxBatchSize {
+		return nil, &InputError{Field: "Entries", Reason: fmt.Sprintf("must hold 1..%d entries", MaxBatchSize)}
 	}
 	arg := &gen.CompleteManyParams{
 		Now: r.now(), AttemptIds: make([]uuid.UUID, n), LeaseTokens: make([]uuid.UUID, n), WorkerIds: make([]string, n),

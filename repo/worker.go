@@ -13,9 +13,10 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
-// DefaultLeaseDuration is the lease the worker runtime asks for; it
-// heartbeats every third of it.
-const DefaultLeaseDuration = 60 * time.Second
+// LeaseDurationDefault is AcquireLeaseParams' and HeartbeatParams'
+// LeaseDuration when zero, and worker.Config.LeaseDuration's default (the
+// worker heartbeats every third of it).
+const LeaseDurationDefault = 60 * time.Second
 
 // Lease is a worker's hold on a running attempt, returned by AcquireLease.
 // Every later worker call presents it; once it expired or another
@@ -61,7 +62,7 @@ func (d *Delivery) validate(v *validator) {
 type AcquireLeaseParams struct {
 	Delivery
 	WorkerID string
-	// LeaseDuration must be > 0. Defaults to DefaultLeaseDuration.
+	// LeaseDuration must be > 0. Defaults to LeaseDurationDefault.
 	LeaseDuration time.Duration
 }
 
@@ -93,7 +94,7 @@ func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams)
 	}
 	d := p.LeaseDuration
 	if d == 0 {
-		d = DefaultLeaseDuration
+		d = LeaseDurationDefault
 	}
 	row, err := r.q.AcquireLease(ctx, db, &gen.AcquireLeaseParams{AsyncCommit: r.asyncProgress,
 		WorkerID: p.WorkerID, Now: r.now(), LeaseDuration: d, AttemptID: p.AttemptID,
@@ -181,7 +182,7 @@ func quoteOrNull(s *string) string {
 type HeartbeatParams struct {
 	Lease *Lease
 	// LeaseDuration is the new lease from now. Defaults to
-	// DefaultLeaseDuration.
+	// LeaseDurationDefault.
 	LeaseDuration time.Duration
 }
 
@@ -202,7 +203,7 @@ func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lea
 	}
 	d := p.LeaseDuration
 	if d == 0 {
-		d = DefaultLeaseDuration
+		d = LeaseDurationDefault
 	}
 	row, err := r.q.Heartbeat(ctx, db, &gen.HeartbeatParams{AsyncCommit: r.asyncProgress,
 		Now: r.now(), LeaseDuration: d, AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,

@@ -56,11 +56,11 @@ func (c *completer) close() {
 
 func (c *completer) run() {
 	defer close(c.done)
-	batch := make([]*pendingCompletion, 0, repo.MaxWorkerBatch)
+	batch := make([]*pendingCompletion, 0, repo.MaxBatchSize)
 	for p := range c.in {
 		batch = append(batch[:0], p)
 	fill:
-		for len(batch) < repo.MaxWorkerBatch {
+		for len(batch) < repo.MaxBatchSize {
 			select {
 			case p, ok := <-c.in:
 				if !ok {

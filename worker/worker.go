@@ -117,21 +117,20 @@ func Fatal(code string, err error) error {
 	return &Error{Code: code, Err: err}
 }
 
-// Defaults, from the upstream platform.
+// Defaults, from the upstream platform. LeaseDuration defaults to the
+// repo transitions' own default, repo.LeaseDurationDefault, defined there
+// once.
 const (
-	ConcurrencyDefault      = 8
-	LeaseDurationDefault    = 60 * time.Second
-	RetryBackoffBaseDefault = 5 * time.Second
-	RetryBackoffCapDefault  = 300 * time.Second
-	WriteTimeoutDefault     = 10 * time.Second
+	ConcurrencyDefault         = 8
+	PendingDeliveryWaitDefault = 20 * time.Millisecond
+	RetryBackoffBaseDefault    = 5 * time.Second
+	RetryBackoffCapDefault     = 300 * time.Second
+	WriteTimeoutDefault        = 10 * time.Second
 )
 
 // pendingDeliveryDelay is how soon a delivery that beat its relay's
 // MarkDispatched is tried again once handed back.
 const pendingDeliveryDelay = 25 * time.Millisecond
-
-// PendingDeliveryWaitDefault is Config.PendingDeliveryWait's default.
-const PendingDeliveryWaitDefault = 20 * time.Millisecond
 
 // ErrorCodeWorkerShutdown is stored when a stopping worker hands an
 // attempt back for another execution.
@@ -147,7 +146,8 @@ type Config struct {
 	// ID names the worker in the lease (worker_id). Defaults to
 	// worker-<host>-<pid>-<random>.
 	ID string
-	// LeaseDuration is the lease taken and renewed. Defaults to 60 s.
+	// LeaseDuration is the lease taken and renewed. Defaults to
+	// repo.LeaseDurationDefault (60 s).
 	LeaseDuration time.Duration
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -191,7 +191,7 @@ type TestSignals struct {
 func (c *Config) withDefaults() *Config {
 	out := *c
 	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
-	out.LeaseDuration = cmp.Or(c.LeaseDuration, LeaseDurationDefault)
+	out.LeaseDuration = cmp.Or(c.LeaseDuration, repo.LeaseDurationDefault)
 	out.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, out.LeaseDuration/3)
 	out.RetryBackoffBase = cmp.Or(c.RetryBackoffBase, RetryBackoffBaseDefault)
 	out.RetryBackoffCap = cmp.Or(c.RetryBackoffCap, RetryBackoffCapDefault)

@@ -285,11 +285,11 @@ func TestCompleteMany(t *testing.T) {
 		before := []*testfactory.Rows{b.rwRows(t, l0.AttemptID), b.rwRows(t, l1.AttemptID)}
 		good := []repo.CompleteManyEntry{{Lease: l0}, {Lease: l1, Through: true, CandidatePublicationID: c1.id, CandidateFingerprint: c1.fp}}
 
-		many := make([]repo.CompleteManyEntry, repo.MaxWorkerBatch+1)
+		many := make([]repo.CompleteManyEntry, repo.MaxBatchSize+1)
 		for i := range many {
 			many[i] = good[0]
 		}
-		require.Equal(t, 100, repo.MaxWorkerBatch)
+		require.Equal(t, 100, repo.MaxBatchSize)
 		for _, tc := range []struct {
 			name    string
 			entries []repo.CompleteManyEntry
