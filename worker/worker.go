@@ -400,15 +400,14 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 	}
 
 	if herr == nil {
-		e := completion(job, lease)
+		done := completionOf(job, lease)
 		if c != nil {
 			// The completer records it with others in one statement and
 			// acknowledges after the commit; this slot moves on.
-			c.submit(&pendingCompletion{entry: e, msg: msg, log: log, res: res})
+			c.submit(&pendingCompletion{c: done, msg: msg, log: log, res: res})
 			return Result{AttemptID: d.AttemptID, Outcome: outcomeHandedOff}
 		}
-		_, werr := w.cfg.Repo.CompleteEntry(wctx, w.pool, &e)
-		return w.completed(ctx, wctx, log, msg, lease, werr, res)
+		return w.completed(ctx, wctx, log, msg, lease, w.complete(wctx, done), res)
 	}
 	v := w.judge(herr, ctx.Err() != nil)
 	res.Err = v.err
