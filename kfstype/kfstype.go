@@ -72,13 +72,30 @@ func (s RunState) Terminal() bool {
 type Checkpoint string
 
 const (
-	CheckpointQueued          Checkpoint = "queued"
-	CheckpointParsed          Checkpoint = "parsed"
-	CheckpointOutlineBuilt    Checkpoint = "outline_built"
-	CheckpointNodesGenerated  Checkpoint = "nodes_generated"
+	// CheckpointQueued: where Start puts a new attempt; nothing is done
+	// yet. RetryFailed keeps the checkpoint reached, so a retried attempt
+	// resumes rather than starting here again.
+	CheckpointQueued Checkpoint = "queued"
+	// CheckpointParsed: the document was parsed. Set by the lease holder
+	// through Advance or AdvanceTo (worker: job.Advance, job.AdvanceTo).
+	CheckpointParsed Checkpoint = "parsed"
+	// CheckpointOutlineBuilt: the outline was built (Advance, AdvanceTo).
+	CheckpointOutlineBuilt Checkpoint = "outline_built"
+	// CheckpointNodesGenerated: the nodes were generated (Advance,
+	// AdvanceTo).
+	CheckpointNodesGenerated Checkpoint = "nodes_generated"
+	// CheckpointProjectionBuilt: the projection set was built. From here on
+	// a candidate publication must be bound (CandidatePublicationID and
+	// CandidateFingerprint): given with the write that reaches it (worker:
+	// job.BindCandidate) or bound earlier.
 	CheckpointProjectionBuilt Checkpoint = "projection_built"
+	// CheckpointSmokeEvalPassed: the candidate passed its smoke evaluation;
+	// the last checkpoint Advance and AdvanceTo reach, and the one
+	// Complete requires.
 	CheckpointSmokeEvalPassed Checkpoint = "smoke_eval_passed"
-	CheckpointPublished       Checkpoint = "published"
+	// CheckpointPublished: set only by Complete, CompleteThrough and
+	// CompleteMany, together with run state succeeded; never by Advance.
+	CheckpointPublished Checkpoint = "published"
 )
 
 // Checkpoints returns every checkpoint in order.
@@ -163,36 +180,88 @@ var Forever = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
 // Attempt is one logical compilation of one document version
 // (a document_compilation_attempts row). Times are UTC.
 type Attempt struct {
-	ID                      uuid.UUID
-	TenantID                string
-	KnowledgeSpaceID        uuid.UUID
-	DocumentAssetID         uuid.UUID
-	DocumentVersion         int32
+	// ID is the attempt's id, a UUIDv7 Start generates; it never changes,
+	// RetryFailed reactivates the same row.
+	ID uuid.UUID
+	// TenantID scopes the attempt (1..255 characters): every control-plane
+	// call names it, and another tenant's attempt is not found.
+	TenantID string
+	// KnowledgeSpaceID is the knowledge space of TenantID the document
+	// belongs to.
+	KnowledgeSpaceID uuid.UUID
+	// DocumentAssetID and DocumentVersion name the document version
+	// compiled; at most one attempt per version is live (Active).
+	DocumentAssetID uuid.UUID
+	DocumentVersion int32
+	// PublicationGenerationID is the caller's generation id, given to
+	// Start and stored as is.
 	PublicationGenerationID uuid.UUID
-	BaseHeadRevision        int32
-	CandidatePublicationID  *uuid.UUID
-	CandidateFingerprint    *string
-	Checkpoint              Checkpoint
-	RunState                RunState
+	// BaseHeadRevision is the space's publication head revision Start was
+	// given (and checked against; 0 when the space had none).
+	BaseHeadRevision int32
+	// CandidatePublicationID and CandidateFingerprint are the candidate
+	// projection set publication, both set or both nil. Nil until the
+	// lease holder binds one (Advance, AdvanceTo, CompleteThrough); bound
+	// once, then immutable, and kept by RetryFailed. Required from
+	// CheckpointProjectionBuilt on.
+	CandidatePublicationID *uuid.UUID
+	CandidateFingerprint   *string
+	// Checkpoint is how far the compilation got: CheckpointQueued at Start,
+	// moved forward by the lease holder, CheckpointPublished on success.
+	Checkpoint Checkpoint
+	// RunState is where the attempt is in the state machine; see RunState's
+	// constants for who moves it.
+	RunState RunState
 	// Active is true while the attempt holds the document version's live
-	// slot (active_slot = 1).
-	Active               bool
-	ExecutionAttempts    int32
+	// slot (active_slot = 1): from Start (or RetryFailed) until it reaches
+	// a terminal RunState, which sets active_slot NULL.
+	Active bool
+	// ExecutionAttempts counts AcquireLease calls that took the lease, this
+	// execution included; RetryFailed resets it to 0.
+	ExecutionAttempts int32
+	// MaxExecutionAttempts bounds ExecutionAttempts (StartParams'; 5,
+	// repo.MaxExecutionAttemptsDefault, by
+	// default): AcquireLease refuses with it reached, and FailExhausted
+	// then fails the attempt.
 	MaxExecutionAttempts int32
-	QueueJobID           *string
-	ExternalJobID        *string
-	WorkerID             *string
-	LeaseToken           *uuid.UUID
-	LeaseExpiresAt       *time.Time
-	HeartbeatAt          *time.Time
-	RetryAt              *time.Time
-	LastErrorCode        *string
-	LastErrorMessage     *string
-	RowVersion           int32
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
-	StartedAt            *time.Time
-	CompletedAt          *time.Time
+	// QueueJobID and ExternalJobID are the queue's ids of the current
+	// publication, copied by MarkDispatched; a delivery must present them
+	// to AcquireLease. Nil before the first publication and after
+	// ScheduleRetry or RetryFailed, which clear them.
+	QueueJobID    *string
+	ExternalJobID *string
+	// WorkerID, LeaseToken and LeaseExpiresAt are the lease: set by
+	// AcquireLease (a fresh random token), LeaseExpiresAt extended by
+	// Heartbeat. Nil unless the attempt is running; every transition out
+	// of running clears them.
+	WorkerID       *string
+	LeaseToken     *uuid.UUID
+	LeaseExpiresAt *time.Time
+	// HeartbeatAt is the lease's last AcquireLease or Heartbeat; nil when
+	// the attempt is not running.
+	HeartbeatAt *time.Time
+	// RetryAt is when a retry_wait attempt is published again
+	// (ScheduleRetry); nil in every other run state.
+	RetryAt *time.Time
+	// LastErrorCode and LastErrorMessage are the last recorded error
+	// (Fail, FailExhausted, ScheduleRetry, a dead-lettered outbox row, or
+	// Cancel and Supersede with a reason); nil until one is recorded, and
+	// cleared by RetryFailed. The code is 1..64 characters, the message at
+	// most 4,096.
+	LastErrorCode    *string
+	LastErrorMessage *string
+	// RowVersion starts at 0 and grows by one with every write; control
+	// calls can require it (AttemptRef.ExpectedRowVersion).
+	RowVersion int32
+	// CreatedAt is Start's time; UpdatedAt the last write's.
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// StartedAt is the first AcquireLease's time; nil until then, and
+	// cleared by RetryFailed.
+	StartedAt *time.Time
+	// CompletedAt is when the attempt became terminal; nil while it is
+	// live (RetryFailed clears it).
+	CompletedAt *time.Time
 }
 
 // OutboxMessage is an attempt's queue publication

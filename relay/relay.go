@@ -68,19 +68,19 @@ type Publisher interface {
 	Publish(ctx context.Context, msg *Message) (*Publication, error)
 }
 
-// Defaults, from the upstream platform.
+// Defaults, from the upstream platform. LockDuration, MaxDispatchAttempts
+// and VisibilityTimeout default to the repo transitions' own defaults
+// (repo.LockDurationDefault, repo.MaxDispatchAttemptsDefault,
+// repo.VisibilityTimeoutDefault), defined there once.
 const (
-	BackoffBaseDefault         = time.Second
-	BackoffCapDefault          = 60 * time.Second
-	BatchSizeDefault           = 100
-	ConcurrencyDefault         = 10
-	LockDurationDefault        = 30 * time.Second
-	MaxDispatchAttemptsDefault = 10
-	PollIntervalDefault        = time.Second
-	FollowUpIntervalDefault    = 20 * time.Millisecond
-	PublishTimeoutDefault      = 10 * time.Second
-	VisibilityTimeoutDefault   = 60 * time.Second
-	WriteTimeoutDefault        = 10 * time.Second
+	BackoffBaseDefault      = time.Second
+	BackoffCapDefault       = 60 * time.Second
+	BatchSizeDefault        = repo.MaxBatchSize
+	ConcurrencyDefault      = 10
+	FollowUpIntervalDefault = 20 * time.Millisecond
+	PollIntervalDefault     = time.Second
+	PublishTimeoutDefault   = 10 * time.Second
+	WriteTimeoutDefault     = 10 * time.Second
 )
 
 // Config configures a Relay. Zero values take the defaults.
@@ -90,19 +90,21 @@ type Config struct {
 	// Default to 1 s and 60 s.
 	BackoffBase time.Duration
 	BackoffCap  time.Duration
-	// BatchSize is how many rows one claim takes (1..100). Defaults to 100.
+	// BatchSize is how many rows one claim takes (1..repo.MaxBatchSize).
+	// Defaults to BatchSizeDefault (100).
 	BatchSize int32
 	// Concurrency bounds publishes in flight. Defaults to 10.
 	Concurrency int
 	// ID names this relay in locked_by. Defaults to relay-<host>-<pid>-<random>.
 	ID string
 	// LockDuration is how long a claim holds a row; a relay that dies leaves
-	// its rows to be reclaimed after it. Defaults to 30 s.
+	// its rows to be reclaimed after it. Defaults to
+	// repo.LockDurationDefault (30 s).
 	LockDuration time.Duration
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// MaxDispatchAttempts dead-letters a row after this many failed
-	// publications. Defaults to 10.
+	// publications. Defaults to repo.MaxDispatchAttemptsDefault (10).
 	MaxDispatchAttempts int32
 	// Metrics receives counts. Defaults to observe.Discard.
 	Metrics observe.Metrics
@@ -122,7 +124,8 @@ type Config struct {
 	// Repo runs the transitions. Defaults to repo.New(nil).
 	Repo *repo.Repo
 	// VisibilityTimeout is how long a published message may wait for a
-	// worker before it is republished. Defaults to 60 s.
+	// worker before it is republished. Defaults to
+	// repo.VisibilityTimeoutDefault (60 s).
 	VisibilityTimeout time.Duration
 	// WriteTimeout bounds recording a batch's results (MarkDispatched,
 	// ReleaseOutbox), which runs even while the relay stops. Defaults to 10 s.
@@ -147,12 +150,12 @@ func (c *Config) withDefaults() *Config {
 	out.BackoffCap = cmp.Or(c.BackoffCap, BackoffCapDefault)
 	out.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
 	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
-	out.LockDuration = cmp.Or(c.LockDuration, LockDurationDefault)
-	out.MaxDispatchAttempts = cmp.Or(c.MaxDispatchAttempts, MaxDispatchAttemptsDefault)
+	out.LockDuration = cmp.Or(c.LockDuration, repo.LockDurationDefault)
+	out.MaxDispatchAttempts = cmp.Or(c.MaxDispatchAttempts, repo.MaxDispatchAttemptsDefault)
 	out.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	out.FollowUpInterval = cmp.Or(c.FollowUpInterval, min(FollowUpIntervalDefault, out.PollInterval))
 	out.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
-	out.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, VisibilityTimeoutDefault)
+	out.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, repo.VisibilityTimeoutDefault)
 	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
 	if out.ID == "" {
 		host, _ := os.Hostname()
@@ -176,8 +179,8 @@ func (c *Config) validate() error {
 		return errors.New("relay: BackoffBase and BackoffCap must not be negative")
 	case c.BackoffCap < c.BackoffBase:
 		return fmt.Errorf("relay: BackoffCap %s is below BackoffBase %s", c.BackoffCap, c.BackoffBase)
-	case c.BatchSize < 1 || c.BatchSize > repo.MaxClaimBatch:
-		return fmt.Errorf("relay: BatchSize must be 1..%d, got %d", repo.MaxClaimBatch, c.BatchSize)
+	case c.BatchSize < 1 || c.BatchSize > repo.MaxBatchSize:
+		return fmt.Errorf("relay: BatchSize must be 1..%d, got %d", repo.MaxBatchSize, c.BatchSize)
 	case c.Concurrency < 1:
 		return fmt.Errorf("relay: Concurrency must be > 0, got %d", c.Concurrency)
 	case repo.ValidateWorkerID(c.ID) != nil:

@@ -10,9 +10,6 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
-// MaxWorkerBatch bounds CompleteMany.
-const MaxWorkerBatch = 100
-
 // CompleteManyEntry is one lease to complete in CompleteMany.
 type CompleteManyEntry struct {
 	Lease *Lease
@@ -46,8 +43,8 @@ func (r *Repo) CompleteMany(ctx context.Context, db DBTX, entries []CompleteMany
 		return nil, err
 	}
 	n := len(entries)
-	if n == 0 || n > MaxWorkerBatch {
-		return nil, &InputError{Field: "Entries", Reason: fmt.Sprintf("must hold 1..%d entries", MaxWorkerBatch)}
+	if n == 0 || n > MaxBatchSize {
+		return nil, &InputError{Field: "Entries", Reason: fmt.Sprintf("must hold 1..%d entries", MaxBatchSize)}
 	}
 	arg := &gen.CompleteManyParams{
 		Now: r.now(), AttemptIds: make([]uuid.UUID, n), LeaseTokens: make([]uuid.UUID, n), WorkerIds: make([]string, n),
@@ -88,29 +85,18 @@ func (r *Repo) CompleteMany(ctx context.Context, db DBTX, entries []CompleteMany
 		if out[i].Attempt != nil {
 			continue // completed by the statement
 		}
-		a, err := r.CompleteEntry(ctx, db, &entries[i])
+		e := &entries[i]
+		var a *kfstype.Attempt
+		if e.Through {
+			a, err = r.CompleteThrough(ctx, db, &CompleteThroughParams{
+				Lease: e.Lease, CandidatePublicationID: e.CandidatePublicationID, CandidateFingerprint: e.CandidateFingerprint,
+			})
+		} else {
+			a, err = r.Complete(ctx, db, e.Lease)
+		}
 		out[i] = CompleteManyResult{Attempt: a, Err: err}
 	}
 	return out, nil
-}
-
-// CompleteEntry is one CompleteMany entry on its own: CompleteThrough when
-// the entry says Through, Complete otherwise, with their errors.
-func (r *Repo) CompleteEntry(ctx context.Context, db DBTX, e *CompleteManyEntry) (*kfstype.Attempt, error) {
-	v := r.call(ctx, db)
-	set(v, "CompleteManyEntry", e)
-	if err := v.result(); err != nil {
-		return nil, err
-	}
-	if e.Through {
-		return r.CompleteThrough(ctx, db, &CompleteThroughParams{
-			Lease: e.Lease, CandidatePublicationID: e.CandidatePublicationID, CandidateFingerprint: e.CandidateFingerprint,
-		})
-	}
-	if e.CandidatePublicationID != nil || e.CandidateFingerprint != nil {
-		return nil, &InputError{Field: "CandidatePublicationID", Reason: "is only for Through"}
-	}
-	return r.Complete(ctx, db, e.Lease)
 }
 
 // entryError runs check on a batch entry and names the entry in its

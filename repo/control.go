@@ -14,8 +14,8 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
-// DefaultMaxExecutionAttempts is Start's MaxExecutionAttempts when zero.
-const DefaultMaxExecutionAttempts = 5
+// MaxExecutionAttemptsDefault is StartParams.MaxExecutionAttempts when zero.
+const MaxExecutionAttemptsDefault = 5
 
 // StartParams identifies the document version to compile.
 type StartParams struct {
@@ -28,7 +28,8 @@ type StartParams struct {
 	// BaseHeadRevision must equal the space's publication head revision
 	// (0 when the space has none), or Start returns *HeadConflictError.
 	BaseHeadRevision int32
-	// MaxExecutionAttempts bounds AcquireLease. Defaults to 5.
+	// MaxExecutionAttempts bounds AcquireLease. Defaults to
+	// MaxExecutionAttemptsDefault.
 	MaxExecutionAttempts int32
 	// Deferred parks the outbox row (available_at = infinity) until
 	// ReleaseDeferred. Defaults to false: due at once.
@@ -90,7 +91,7 @@ func (r *Repo) Start(ctx context.Context, db DBTX, p *StartParams) (*StartResult
 	}
 	maxAttempts := p.MaxExecutionAttempts
 	if maxAttempts == 0 {
-		maxAttempts = DefaultMaxExecutionAttempts
+		maxAttempts = MaxExecutionAttemptsDefault
 	}
 	for range startRaceRetries {
 		id, err := uuid.NewV7()
@@ -262,14 +263,7 @@ func (r *Repo) Cancel(ctx context.Context, db DBTX, p *CancelParams) (*kfstype.A
 	if err := v.result(); err != nil {
 		return nil, err
 	}
-	row, err := r.q.CancelAttempt(ctx, db, &gen.CancelAttemptParams{
-		Now: r.now(), Reason: endReason(p.Reason), AttemptID: p.AttemptID, TenantID: p.TenantID,
-		KnowledgeSpaceID: p.KnowledgeSpaceID, ExpectedRowVersion: p.ExpectedRowVersion,
-	})
-	if err != nil {
-		return nil, r.explainControl(ctx, db, "cancel", &p.AttemptRef, kfstype.RunStateCanceled, err, terminalReason)
-	}
-	return attemptFromRow(row), nil
+	return r.end(ctx, db, "cancel", &p.AttemptRef, p.Reason, kfstype.RunStateCanceled, kfstype.ErrorCodeCanceled)
 }
 
 // SupersedeParams names the attempt to supersede.
@@ -292,12 +286,18 @@ func (r *Repo) Supersede(ctx context.Context, db DBTX, p *SupersedeParams) (*kfs
 	if err := v.result(); err != nil {
 		return nil, err
 	}
-	row, err := r.q.SupersedeAttempt(ctx, db, &gen.SupersedeAttemptParams{
-		Now: r.now(), Reason: endReason(p.Reason), AttemptID: p.AttemptID, TenantID: p.TenantID,
-		KnowledgeSpaceID: p.KnowledgeSpaceID, ExpectedRowVersion: p.ExpectedRowVersion,
+	return r.end(ctx, db, "supersede", &p.AttemptRef, p.Reason, kfstype.RunStateSuperseded, kfstype.ErrorCodeSuperseded)
+}
+
+// end is Cancel and Supersede: one statement ends a live attempt in state
+// to, storing code with the reason when one is given.
+func (r *Repo) end(ctx context.Context, db DBTX, verb string, ref *AttemptRef, reason *string, to kfstype.RunState, code string) (*kfstype.Attempt, error) {
+	row, err := r.q.EndAttempt(ctx, db, &gen.EndAttemptParams{
+		Now: r.now(), Reason: endReason(reason), RunState: string(to), ErrorCode: code, AttemptID: ref.AttemptID,
+		TenantID: ref.TenantID, KnowledgeSpaceID: ref.KnowledgeSpaceID, ExpectedRowVersion: ref.ExpectedRowVersion,
 	})
 	if err != nil {
-		return nil, r.explainControl(ctx, db, "supersede", &p.AttemptRef, kfstype.RunStateSuperseded, err, terminalReason)
+		return nil, r.explainControl(ctx, db, verb, ref, to, err, terminalReason)
 	}
 	return attemptFromRow(row), nil
 }
@@ -385,10 +385,11 @@ func (r *Repo) read(ctx context.Context, db DBTX, id uuid.UUID, tenantID *string
 	return attemptFromRow(&row.DocumentCompilationAttempt), outboxFromRow(&row.DocumentCompilationOutbox), row.DbNow.UTC(), nil
 }
 
-// DefaultPurgeBatch is Purge's BatchSize when zero; MaxPurgeBatch bounds it.
+// PurgeBatchSizeDefault is PurgeParams.BatchSize when zero; MaxPurgeBatch
+// bounds it.
 const (
-	DefaultPurgeBatch = 1000
-	MaxPurgeBatch     = 10000
+	PurgeBatchSizeDefault = 1000
+	MaxPurgeBatch         = 10000
 )
 
 // PurgeParams selects terminal attempts to delete.
@@ -397,7 +398,8 @@ type PurgeParams struct {
 	// CompletedBefore is the retention cut-off: attempts completed strictly
 	// before it go.
 	CompletedBefore time.Time
-	// BatchSize bounds one call (1..10,000). Defaults to 1,000.
+	// BatchSize bounds one call (1..MaxPurgeBatch). Defaults to
+	// PurgeBatchSizeDefault.
 	BatchSize int32
 }
 
@@ -424,7 +426,7 @@ func (r *Repo) Purge(ctx context.Context, db DBTX, p *PurgeParams) (int, error) 
 	}
 	batch := p.BatchSize
 	if batch == 0 {
-		batch = DefaultPurgeBatch
+		batch = PurgeBatchSizeDefault
 	}
 	ids, err := r.q.PurgeAttempts(ctx, db, &gen.PurgeAttemptsParams{TenantID: p.TenantID, CompletedBefore: p.CompletedBefore, BatchSize: batch})
 	if err != nil {
@@ -457,8 +459,8 @@ func (r *Repo) StartMany(ctx context.Context, db DBTX, ps []*StartParams) ([]Sta
 	if err := r.call(ctx, db).result(); err != nil {
 		return nil, err
 	}
-	if len(ps) == 0 || len(ps) > MaxClaimBatch {
-		return nil, &InputError{Field: "StartParams", Reason: fmt.Sprintf("must hold 1..%d entries", MaxClaimBatch)}
+	if len(ps) == 0 || len(ps) > MaxBatchSize {
+		return nil, &InputError{Field: "StartParams", Reason: fmt.Sprintf("must hold 1..%d entries", MaxBatchSize)}
 	}
 	n := len(ps)
 	arg := &gen.StartAttemptsParams{
@@ -497,7 +499,7 @@ func (r *Repo) StartMany(ctx context.Context, db DBTX, ps []*StartParams) ([]Sta
 		}
 		arg.TenantIDs[i], arg.KnowledgeSpaceIDs[i], arg.DocumentAssetIDs[i] = p.TenantID, p.KnowledgeSpaceID, p.DocumentAssetID
 		arg.DocumentVersions[i], arg.PublicationGenerationIDs[i], arg.BaseHeadRevisions[i] = p.DocumentVersion, p.PublicationGenerationID, p.BaseHeadRevision
-		arg.MaxExecutionAttempts[i] = cmp.Or(p.MaxExecutionAttempts, DefaultMaxExecutionAttempts)
+		arg.MaxExecutionAttempts[i] = cmp.Or(p.MaxExecutionAttempts, MaxExecutionAttemptsDefault)
 	}
 	rows, err := r.q.StartAttempts(ctx, db, arg)
 	if err != nil {

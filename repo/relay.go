@@ -20,11 +20,16 @@ import (
 // by whoever holds the row now; nothing is lost.
 var ErrOutboxLockLost = errors.New("kfsdb: outbox lock lost")
 
-// Relay defaults from the upstream platform.
+// Relay defaults, from the upstream platform: a zero ClaimParams,
+// MarkDispatchedParams or ReleaseOutboxParams field means them, and
+// relay.Config's fields of the same names default to them.
 const (
-	DefaultClaimLockDuration   = 30 * time.Second
-	DefaultVisibilityTimeout   = 60 * time.Second
-	DefaultMaxDispatchAttempts = 10
+	// LockDurationDefault is ClaimParams.LockDuration's default.
+	LockDurationDefault = 30 * time.Second
+	// MaxDispatchAttemptsDefault is ReleaseOutboxParams.MaxDispatchAttempts'.
+	MaxDispatchAttemptsDefault = 10
+	// VisibilityTimeoutDefault is MarkDispatchedParams.VisibilityTimeout's.
+	VisibilityTimeoutDefault = 60 * time.Second
 )
 
 // ClaimParams asks for due outbox rows.
@@ -34,7 +39,7 @@ type ClaimParams struct {
 	// BatchSize is 1..100.
 	BatchSize int32
 	// LockDuration is how long the claim holds each row before another
-	// relay may recover it. Defaults to DefaultClaimLockDuration.
+	// relay may recover it. Defaults to LockDurationDefault.
 	LockDuration time.Duration
 }
 
@@ -48,8 +53,8 @@ func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimParams) ([]*kfs
 	v := r.call(ctx, db)
 	if set(v, "ClaimParams", p) {
 		v.text("RelayID", p.RelayID, MaxWorkerIDLength)
-		if p.BatchSize < 1 || p.BatchSize > MaxClaimBatch {
-			v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxClaimBatch))
+		if p.BatchSize < 1 || p.BatchSize > MaxBatchSize {
+			v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxBatchSize))
 		}
 		if p.LockDuration != 0 {
 			v.duration("LockDuration", p.LockDuration)
@@ -60,7 +65,7 @@ func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimParams) ([]*kfs
 	}
 	lock := p.LockDuration
 	if lock == 0 {
-		lock = DefaultClaimLockDuration
+		lock = LockDurationDefault
 	}
 	rows, err := r.q.ClaimOutbox(ctx, db, &gen.ClaimOutboxParams{AsyncCommit: r.asyncProgress, RelayID: p.RelayID, Now: r.now(), LockDuration: lock, BatchSize: p.BatchSize})
 	if err != nil {
@@ -167,7 +172,7 @@ type Dispatch struct {
 type MarkDispatchedParams struct {
 	Dispatches []Dispatch
 	// VisibilityTimeout is how long the queue message may wait for a worker
-	// before the relay republishes it. Defaults to DefaultVisibilityTimeout.
+	// before the relay republishes it. Defaults to VisibilityTimeoutDefault.
 	VisibilityTimeout time.Duration
 }
 
@@ -190,8 +195,8 @@ func (r *Repo) MarkDispatched(ctx context.Context, db DBTX, p *MarkDispatchedPar
 		return nil, v.result()
 	}
 	var v validator
-	if len(p.Dispatches) == 0 || len(p.Dispatches) > MaxClaimBatch {
-		v.fail("Dispatches", fmt.Sprintf("must hold 1..%d entries", MaxClaimBatch))
+	if len(p.Dispatches) == 0 || len(p.Dispatches) > MaxBatchSize {
+		v.fail("Dispatches", fmt.Sprintf("must hold 1..%d entries", MaxBatchSize))
 	}
 	if p.VisibilityTimeout != 0 {
 		v.duration("VisibilityTimeout", p.VisibilityTimeout)
@@ -222,7 +227,7 @@ func (r *Repo) MarkDispatched(ctx context.Context, db DBTX, p *MarkDispatchedPar
 		return nil, err
 	}
 	if params.VisibilityTimeout == 0 {
-		params.VisibilityTimeout = DefaultVisibilityTimeout
+		params.VisibilityTimeout = VisibilityTimeoutDefault
 	}
 	rows, err := r.q.MarkDispatched(ctx, db, params)
 	if err != nil {
@@ -250,7 +255,7 @@ type ReleaseOutboxParams struct {
 	// min(cap, base·2^(n−1)) plus jitter.
 	Backoff time.Duration
 	// MaxDispatchAttempts: once the row's dispatch attempts reach it, the
-	// row is dead-lettered instead. Defaults to DefaultMaxDispatchAttempts.
+	// row is dead-lettered instead. Defaults to MaxDispatchAttemptsDefault.
 	MaxDispatchAttempts int32
 	// LastError is the publish error, cut to 4,096 characters.
 	LastError string
@@ -289,7 +294,7 @@ func (r *Repo) ReleaseOutbox(ctx context.Context, db DBTX, p *ReleaseOutboxParam
 	}
 	maxAttempts := p.MaxDispatchAttempts
 	if maxAttempts == 0 {
-		maxAttempts = DefaultMaxDispatchAttempts
+		maxAttempts = MaxDispatchAttemptsDefault
 	}
 	row, err := r.q.ReleaseOutbox(ctx, db, &gen.ReleaseOutboxParams{
 		Now: r.now(), Backoff: p.Backoff, LastError: TruncateMessage(p.LastError),

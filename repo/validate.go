@@ -20,8 +20,11 @@ const (
 	MaxWorkerIDLength    = 255
 	MaxErrorCodeLength   = 64
 	MaxErrorMessageRunes = 4096
-	MaxClaimBatch        = 100
-	fingerprintPrefix    = "projection-set-sha256:"
+	// MaxBatchSize bounds every batch of the runtime's transitions:
+	// ClaimParams.BatchSize, MarkDispatchedParams.Dispatches, StartMany
+	// and CompleteMany (Purge, a retention delete, has MaxPurgeBatch).
+	MaxBatchSize      = 100
+	fingerprintPrefix = "projection-set-sha256:"
 )
 
 // validator collects the first failure; each check is a no-op once one

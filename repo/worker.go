@@ -13,9 +13,10 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
-// DefaultLeaseDuration is the lease the worker runtime asks for; it
-// heartbeats every third of it.
-const DefaultLeaseDuration = 60 * time.Second
+// LeaseDurationDefault is AcquireLeaseParams' and HeartbeatParams'
+// LeaseDuration when zero, and worker.Config.LeaseDuration's default (the
+// worker heartbeats every third of it).
+const LeaseDurationDefault = 60 * time.Second
 
 // Lease is a worker's hold on a running attempt, returned by AcquireLease.
 // Every later worker call presents it; once it expired or another
@@ -61,7 +62,7 @@ func (d *Delivery) validate(v *validator) {
 type AcquireLeaseParams struct {
 	Delivery
 	WorkerID string
-	// LeaseDuration must be > 0. Defaults to DefaultLeaseDuration.
+	// LeaseDuration must be > 0. Defaults to LeaseDurationDefault.
 	LeaseDuration time.Duration
 }
 
@@ -93,7 +94,7 @@ func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams)
 	}
 	d := p.LeaseDuration
 	if d == 0 {
-		d = DefaultLeaseDuration
+		d = LeaseDurationDefault
 	}
 	row, err := r.q.AcquireLease(ctx, db, &gen.AcquireLeaseParams{AsyncCommit: r.asyncProgress,
 		WorkerID: p.WorkerID, Now: r.now(), LeaseDuration: d, AttemptID: p.AttemptID,
@@ -181,7 +182,7 @@ func quoteOrNull(s *string) string {
 type HeartbeatParams struct {
 	Lease *Lease
 	// LeaseDuration is the new lease from now. Defaults to
-	// DefaultLeaseDuration.
+	// LeaseDurationDefault.
 	LeaseDuration time.Duration
 }
 
@@ -202,7 +203,7 @@ func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lea
 	}
 	d := p.LeaseDuration
 	if d == 0 {
-		d = DefaultLeaseDuration
+		d = LeaseDurationDefault
 	}
 	row, err := r.q.Heartbeat(ctx, db, &gen.HeartbeatParams{AsyncCommit: r.asyncProgress,
 		Now: r.now(), LeaseDuration: d, AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
@@ -238,27 +239,7 @@ type AdvanceParams struct {
 // Errors: *InputError, ErrNotFound, ErrLeaseLost, *TransitionError (a
 // checkpoint that skips or goes back), ErrCandidateRejected.
 func (r *Repo) Advance(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype.Attempt, error) {
-	v := r.call(ctx, db)
-	p.validate(v)
-	if err := v.result(); err != nil {
-		return nil, err
-	}
-	row, err := r.q.Advance(ctx, db, &gen.AdvanceParams{AsyncCommit: r.asyncProgress,
-		Checkpoint: string(p.Checkpoint), CandidatePublicationID: p.CandidatePublicationID,
-		CandidateFingerprint: p.CandidateFingerprint, Now: r.now(), AttemptID: p.Lease.AttemptID,
-		LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
-	})
-	if err == nil {
-		return attemptFromRow(row), nil
-	}
-	a, err := r.explainLease(ctx, db, "advance", p.Lease, err)
-	if a == nil {
-		return nil, err
-	}
-	if cur, want := a.Checkpoint.Rank(), p.Checkpoint.Rank(); want != cur && want != cur+1 {
-		return nil, checkpointRefusal("advance", a, p.Checkpoint, "is not one step forward")
-	}
-	return nil, candidateRefusal("advance", a, p.Checkpoint, p.CandidatePublicationID, p.CandidateFingerprint)
+	return r.advance(ctx, db, p, 1)
 }
 
 // AdvanceTo moves the checkpoint forward any number of steps (or keeps it)
@@ -269,13 +250,19 @@ func (r *Repo) Advance(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype
 //
 // Errors: as Advance; *TransitionError when the checkpoint would go back.
 func (r *Repo) AdvanceTo(ctx context.Context, db DBTX, p *AdvanceParams) (*kfstype.Attempt, error) {
+	return r.advance(ctx, db, p, kfstype.CheckpointSmokeEvalPassed.Rank())
+}
+
+// advance is Advance and AdvanceTo: the checkpoint stays or moves forward
+// at most maxSteps steps.
+func (r *Repo) advance(ctx context.Context, db DBTX, p *AdvanceParams, maxSteps int) (*kfstype.Attempt, error) {
 	v := r.call(ctx, db)
 	p.validate(v)
 	if err := v.result(); err != nil {
 		return nil, err
 	}
-	row, err := r.q.AdvanceTo(ctx, db, &gen.AdvanceToParams{AsyncCommit: r.asyncProgress,
-		Checkpoint: string(p.Checkpoint), CandidatePublicationID: p.CandidatePublicationID,
+	row, err := r.q.Advance(ctx, db, &gen.AdvanceParams{AsyncCommit: r.asyncProgress,
+		Checkpoint: string(p.Checkpoint), MaxSteps: int32(maxSteps), CandidatePublicationID: p.CandidatePublicationID,
 		CandidateFingerprint: p.CandidateFingerprint, Now: r.now(), AttemptID: p.Lease.AttemptID,
 		LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
 	})
@@ -286,8 +273,11 @@ func (r *Repo) AdvanceTo(ctx context.Context, db DBTX, p *AdvanceParams) (*kfsty
 	if a == nil {
 		return nil, err
 	}
-	if p.Checkpoint.Rank() < a.Checkpoint.Rank() {
+	switch cur, want := a.Checkpoint.Rank(), p.Checkpoint.Rank(); {
+	case want < cur:
 		return nil, checkpointRefusal("advance", a, p.Checkpoint, "goes back")
+	case want > cur+maxSteps:
+		return nil, checkpointRefusal("advance", a, p.Checkpoint, "skips a checkpoint")
 	}
 	return nil, candidateRefusal("advance", a, p.Checkpoint, p.CandidatePublicationID, p.CandidateFingerprint)
 }

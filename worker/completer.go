@@ -17,10 +17,10 @@ const outcomeHandedOff Outcome = "handed_off"
 // pendingCompletion is a delivery whose handler returned nil, waiting for
 // its completion to be recorded.
 type pendingCompletion struct {
-	entry repo.CompleteManyEntry
-	msg   Message
-	log   *slog.Logger
-	res   Result
+	c   completion
+	msg Message
+	log *slog.Logger
+	res Result
 }
 
 // completer records the completions Run's slots hand it, those that
@@ -56,11 +56,11 @@ func (c *completer) close() {
 
 func (c *completer) run() {
 	defer close(c.done)
-	batch := make([]*pendingCompletion, 0, repo.MaxWorkerBatch)
+	batch := make([]*pendingCompletion, 0, repo.MaxBatchSize)
 	for p := range c.in {
 		batch = append(batch[:0], p)
 	fill:
-		for len(batch) < repo.MaxWorkerBatch {
+		for len(batch) < repo.MaxBatchSize {
 			select {
 			case p, ok := <-c.in:
 				if !ok {
@@ -86,7 +86,7 @@ func (c *completer) flush(batch []*pendingCompletion) {
 	var first, repeats []int
 	seen := make(map[uuid.UUID]bool, len(batch))
 	for i, p := range batch {
-		if id := p.entry.Lease.AttemptID; seen[id] {
+		if id := p.c.lease.AttemptID; seen[id] {
 			repeats = append(repeats, i)
 		} else {
 			seen[id] = true
@@ -96,7 +96,7 @@ func (c *completer) flush(batch []*pendingCompletion) {
 	if len(first) > 1 {
 		entries := make([]repo.CompleteManyEntry, len(first))
 		for j, i := range first {
-			entries[j] = batch[i].entry
+			entries[j] = batch[i].c.entry()
 		}
 		if res, err := w.cfg.Repo.CompleteMany(wctx, w.pool, entries); err == nil {
 			for j, i := range first {
@@ -106,20 +106,46 @@ func (c *completer) flush(batch []*pendingCompletion) {
 		}
 	}
 	for _, i := range append(first, repeats...) {
-		_, errs[i] = w.cfg.Repo.CompleteEntry(wctx, w.pool, &batch[i].entry)
+		errs[i] = w.complete(wctx, batch[i].c)
 	}
 	for i, p := range batch {
-		res := w.completed(c.ctx, wctx, p.log, p.msg, p.entry.Lease, errs[i], p.res)
+		res := w.completed(c.ctx, wctx, p.log, p.msg, p.c.lease, errs[i], p.res)
 		w.cfg.TestSignals.Processed.Signal(res)
 	}
 }
 
-// completion is the write that completes job's attempt under lease:
-// Complete, or CompleteThrough when the handler asked for it.
-func completion(job *Job, lease *repo.Lease) repo.CompleteManyEntry {
-	e := repo.CompleteManyEntry{Lease: lease}
-	if t := job.through; t != nil {
+// completion is the write that completes an attempt under lease:
+// Complete, or CompleteThrough when the handler asked for it
+// (job.CompleteThrough left its candidate in through). The worker makes
+// that choice here, for one completion (complete) and for a batch's
+// entries (entry).
+type completion struct {
+	lease   *repo.Lease
+	through *repo.CompleteThroughParams
+}
+
+// completionOf is job's completion under lease.
+func completionOf(job *Job, lease *repo.Lease) completion {
+	return completion{lease: lease, through: job.through}
+}
+
+// entry is the completion as a repo.CompleteMany entry.
+func (c completion) entry() repo.CompleteManyEntry {
+	e := repo.CompleteManyEntry{Lease: c.lease}
+	if t := c.through; t != nil {
 		e.Through, e.CandidatePublicationID, e.CandidateFingerprint = true, t.CandidatePublicationID, t.CandidateFingerprint
 	}
 	return e
+}
+
+// complete records one completion in its own statement.
+func (w *Worker) complete(ctx context.Context, c completion) error {
+	if c.through == nil {
+		_, err := w.cfg.Repo.Complete(ctx, w.pool, c.lease)
+		return err
+	}
+	p := *c.through
+	p.Lease = c.lease
+	_, err := w.cfg.Repo.CompleteThrough(ctx, w.pool, &p)
+	return err
 }

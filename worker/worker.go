@@ -117,21 +117,20 @@ func Fatal(code string, err error) error {
 	return &Error{Code: code, Err: err}
 }
 
-// Defaults, from the upstream platform.
+// Defaults, from the upstream platform. LeaseDuration defaults to the
+// repo transitions' own default, repo.LeaseDurationDefault, defined there
+// once.
 const (
-	ConcurrencyDefault      = 8
-	LeaseDurationDefault    = 60 * time.Second
-	RetryBackoffBaseDefault = 5 * time.Second
-	RetryBackoffCapDefault  = 300 * time.Second
-	WriteTimeoutDefault     = 10 * time.Second
+	ConcurrencyDefault         = 8
+	PendingDeliveryWaitDefault = 20 * time.Millisecond
+	RetryBackoffBaseDefault    = 5 * time.Second
+	RetryBackoffCapDefault     = 300 * time.Second
+	WriteTimeoutDefault        = 10 * time.Second
 )
 
 // pendingDeliveryDelay is how soon a delivery that beat its relay's
 // MarkDispatched is tried again once handed back.
 const pendingDeliveryDelay = 25 * time.Millisecond
-
-// PendingDeliveryWaitDefault is Config.PendingDeliveryWait's default.
-const PendingDeliveryWaitDefault = 20 * time.Millisecond
 
 // ErrorCodeWorkerShutdown is stored when a stopping worker hands an
 // attempt back for another execution.
@@ -147,7 +146,8 @@ type Config struct {
 	// ID names the worker in the lease (worker_id). Defaults to
 	// worker-<host>-<pid>-<random>.
 	ID string
-	// LeaseDuration is the lease taken and renewed. Defaults to 60 s.
+	// LeaseDuration is the lease taken and renewed. Defaults to
+	// repo.LeaseDurationDefault (60 s).
 	LeaseDuration time.Duration
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -191,7 +191,7 @@ type TestSignals struct {
 func (c *Config) withDefaults() *Config {
 	out := *c
 	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
-	out.LeaseDuration = cmp.Or(c.LeaseDuration, LeaseDurationDefault)
+	out.LeaseDuration = cmp.Or(c.LeaseDuration, repo.LeaseDurationDefault)
 	out.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, out.LeaseDuration/3)
 	out.RetryBackoffBase = cmp.Or(c.RetryBackoffBase, RetryBackoffBaseDefault)
 	out.RetryBackoffCap = cmp.Or(c.RetryBackoffCap, RetryBackoffCapDefault)
@@ -400,15 +400,14 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 	}
 
 	if herr == nil {
-		e := completion(job, lease)
+		done := completionOf(job, lease)
 		if c != nil {
 			// The completer records it with others in one statement and
 			// acknowledges after the commit; this slot moves on.
-			c.submit(&pendingCompletion{entry: e, msg: msg, log: log, res: res})
+			c.submit(&pendingCompletion{c: done, msg: msg, log: log, res: res})
 			return Result{AttemptID: d.AttemptID, Outcome: outcomeHandedOff}
 		}
-		_, werr := w.cfg.Repo.CompleteEntry(wctx, w.pool, &e)
-		return w.completed(ctx, wctx, log, msg, lease, werr, res)
+		return w.completed(ctx, wctx, log, msg, lease, w.complete(wctx, done), res)
 	}
 	v := w.judge(herr, ctx.Err() != nil)
 	res.Err = v.err
@@ -519,19 +518,15 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 		}
 		w.cfg.Metrics.Add(observe.Exhausted, 1)
 		res.Outcome = OutcomeExhausted
-	case errors.As(err, &te) && (te.From.Terminal() || te.From == kfstype.RunStateRetryWait):
-		// Terminal, or waiting for a retry the relay will publish anew.
+	case errors.As(err, &te) && te.From.Terminal():
 		res.Outcome = OutcomeStale
 	case errors.As(err, &te):
-		// Leased by another worker, or not yet published: try again once
-		// that lease could have lapsed.
+		// Leased by another worker: try again once that lease could have
+		// lapsed. (A retry_wait attempt has no job id, so its deliveries
+		// are mismatches above.)
 		notBefore := time.Now().Add(time.Second)
-		if a := te.Attempt; a != nil {
-			for _, t := range []*time.Time{a.RetryAt, a.LeaseExpiresAt} {
-				if t != nil && t.After(notBefore) {
-					notBefore = *t
-				}
-			}
+		if a := te.Attempt; a != nil && a.LeaseExpiresAt != nil && a.LeaseExpiresAt.After(notBefore) {
+			notBefore = *a.LeaseExpiresAt
 		}
 		w.cfg.Metrics.Add(observe.DeferredDelivery, 1)
 		res.Outcome = OutcomeDeferred

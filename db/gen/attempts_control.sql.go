@@ -12,57 +12,65 @@ import (
 	"github.com/google/uuid"
 )
 
-const cancelAttempt = `-- name: CancelAttempt :one
+const endAttempt = `-- name: EndAttempt :one
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
-   WHERE a.id = $3
-     AND a.tenant_id = $4
-     AND a.knowledge_space_id = $5
+   WHERE a.id = $5
+     AND a.tenant_id = $6
+     AND a.knowledge_space_id = $7
      AND a.active_slot = 1
-     AND ($6::integer IS NULL
-          OR a.row_version = $6::integer)
+     AND $1::varchar IN ('canceled', 'superseded')
+     AND ($8::integer IS NULL
+          OR a.row_version = $8::integer)
      FOR UPDATE
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'canceled',
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($1::timestamptz, now())
+         updated_at = coalesce($2::timestamptz, now())
     FROM attempt
    WHERE o.attempt_id = attempt.id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
-   SET run_state = 'canceled',
+   SET run_state = $1::varchar,
        active_slot = NULL,
-       completed_at = coalesce($1::timestamptz, now()),
+       completed_at = coalesce($2::timestamptz, now()),
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        retry_at = NULL,
-       last_error_code = CASE WHEN $2::text IS NULL THEN a.last_error_code ELSE 'CANCELED' END,
-       last_error_message = coalesce($2::text, a.last_error_message),
+       last_error_code = CASE WHEN $3::text IS NULL THEN a.last_error_code ELSE $4::text END,
+       last_error_message = coalesce($3::text, a.last_error_message),
        row_version = a.row_version + 1,
-       updated_at = coalesce($1::timestamptz, now())
+       updated_at = coalesce($2::timestamptz, now())
   FROM attempt
  WHERE a.id = attempt.id
 RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
 `
 
-type CancelAttemptParams struct {
+type EndAttemptParams struct {
+	RunState           string
 	Now                *time.Time
 	Reason             *string
+	ErrorCode          string
 	AttemptID          uuid.UUID
 	TenantID           string
 	KnowledgeSpaceID   uuid.UUID
 	ExpectedRowVersion *int32
 }
 
-// Any live state -> canceled; the outbox row -> canceled, its relay lock
-// dropped (a relay still publishing it then fails its token check).
-func (q *Queries) CancelAttempt(ctx context.Context, db DBTX, arg *CancelAttemptParams) (*DocumentCompilationAttempt, error) {
-	row := db.QueryRow(ctx, cancelAttempt,
+// Cancel and Supersede: any live state -> run_state (canceled, or
+// superseded when a newer version made the attempt moot); the outbox row
+// -> canceled either way, its relay lock dropped (a relay still publishing
+// it then fails its token check). With a reason, the error code is
+// error_code (CANCELED or SUPERSEDED) and the message the reason.
+func (q *Queries) EndAttempt(ctx context.Context, db DBTX, arg *EndAttemptParams) (*DocumentCompilationAttempt, error) {
+	row := db.QueryRow(ctx, endAttempt,
+		arg.RunState,
 		arg.Now,
 		arg.Reason,
+		arg.ErrorCode,
 		arg.AttemptID,
 		arg.TenantID,
 		arg.KnowledgeSpaceID,
@@ -762,93 +770,4 @@ func (q *Queries) StartAttempts(ctx context.Context, db DBTX, arg *StartAttempts
 		return nil, err
 	}
 	return items, nil
-}
-
-const supersedeAttempt = `-- name: SupersedeAttempt :one
-WITH attempt AS (
-  SELECT a.id
-    FROM document_compilation_attempts a
-   WHERE a.id = $3
-     AND a.tenant_id = $4
-     AND a.knowledge_space_id = $5
-     AND a.active_slot = 1
-     AND ($6::integer IS NULL
-          OR a.row_version = $6::integer)
-     FOR UPDATE
-),
-outbox AS (
-  UPDATE document_compilation_outbox o
-     SET status = 'canceled',
-         locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($1::timestamptz, now())
-    FROM attempt
-   WHERE o.attempt_id = attempt.id
-  RETURNING o.id
-)
-UPDATE document_compilation_attempts a
-   SET run_state = 'superseded',
-       active_slot = NULL,
-       completed_at = coalesce($1::timestamptz, now()),
-       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
-       retry_at = NULL,
-       last_error_code = CASE WHEN $2::text IS NULL THEN a.last_error_code ELSE 'SUPERSEDED' END,
-       last_error_message = coalesce($2::text, a.last_error_message),
-       row_version = a.row_version + 1,
-       updated_at = coalesce($1::timestamptz, now())
-  FROM attempt
- WHERE a.id = attempt.id
-RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
-`
-
-type SupersedeAttemptParams struct {
-	Now                *time.Time
-	Reason             *string
-	AttemptID          uuid.UUID
-	TenantID           string
-	KnowledgeSpaceID   uuid.UUID
-	ExpectedRowVersion *int32
-}
-
-// As CancelAttempt, ending in superseded (a newer version made it moot).
-func (q *Queries) SupersedeAttempt(ctx context.Context, db DBTX, arg *SupersedeAttemptParams) (*DocumentCompilationAttempt, error) {
-	row := db.QueryRow(ctx, supersedeAttempt,
-		arg.Now,
-		arg.Reason,
-		arg.AttemptID,
-		arg.TenantID,
-		arg.KnowledgeSpaceID,
-		arg.ExpectedRowVersion,
-	)
-	var i DocumentCompilationAttempt
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.KnowledgeSpaceID,
-		&i.DocumentAssetID,
-		&i.DocumentVersion,
-		&i.PublicationGenerationID,
-		&i.BaseHeadRevision,
-		&i.CandidatePublicationID,
-		&i.CandidateFingerprint,
-		&i.Checkpoint,
-		&i.RunState,
-		&i.ActiveSlot,
-		&i.ExecutionAttempts,
-		&i.MaxExecutionAttempts,
-		&i.QueueJobID,
-		&i.ExternalJobID,
-		&i.WorkerID,
-		&i.LeaseToken,
-		&i.LeaseExpiresAt,
-		&i.HeartbeatAt,
-		&i.RetryAt,
-		&i.LastErrorCode,
-		&i.LastErrorMessage,
-		&i.RowVersion,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.StartedAt,
-		&i.CompletedAt,
-	)
-	return &i, err
 }

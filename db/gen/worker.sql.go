@@ -94,7 +94,7 @@ type AcquireLeaseParams struct {
 // meanwhile is seen; and a locked outbox row is skipped by the relay's
 // claim (SKIP LOCKED) until the statement's transaction ends.
 //
-// AcquireLease, Heartbeat, Advance and AdvanceTo commit asynchronously
+// AcquireLease, Heartbeat and Advance commit asynchronously
 // when async_commit is set (see outbox_relay.sql).
 // Takes the lease for a delivery. The delivered job ids must equal both
 // rows' ids; claimable is queued or running with an expired lease, with
@@ -160,17 +160,11 @@ WITH attempt AS (
      AND a.lease_expires_at > coalesce($4::timestamptz, now())
      AND o.status = 'leased'
      -- end guard
-     AND $1::varchar <> 'published'
-     AND $1::varchar IN (
-       a.checkpoint,
-       CASE a.checkpoint
-         WHEN 'queued' THEN 'parsed'
-         WHEN 'parsed' THEN 'outline_built'
-         WHEN 'outline_built' THEN 'nodes_generated'
-         WHEN 'nodes_generated' THEN 'projection_built'
-         WHEN 'projection_built' THEN 'smoke_eval_passed'
-       END
-     )
+     -- The checkpoint order, published left out: a checkpoint not in it
+     -- has no position, and the comparison is then NULL (refused).
+     AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], $1::varchar)
+         - array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+         BETWEEN 0 AND $9::integer
      -- guard:candidate
      AND ($2::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
@@ -210,14 +204,17 @@ type AdvanceParams struct {
 	AttemptID              uuid.UUID
 	LeaseToken             uuid.UUID
 	WorkerID               string
+	MaxSteps               int32
 }
 
-// Keeps the checkpoint or moves it exactly one step (never to published:
-// that is Complete). Binds the candidate publication once: it must be a
-// 'candidate' publication of the attempt's own tenant and space; binding the
-// same one again is a no-op, another one is refused. projection_built and
-// later need a bound candidate. Writes no outbox row (the lease guard locks
-// it).
+// Keeps the checkpoint or moves it forward at most max_steps steps (1 for
+// Advance, any number for AdvanceTo: the same as that many one-step calls
+// in one transaction), never to published: that is Complete, and the
+// order below stops before it. Binds the candidate publication once: it
+// must be a 'candidate' publication of the attempt's own tenant and space;
+// binding the same one again is a no-op, another one is refused.
+// projection_built and later need a bound candidate, bound here at the
+// latest. Writes no outbox row (the lease guard locks it).
 func (q *Queries) Advance(ctx context.Context, db DBTX, arg *AdvanceParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, advance,
 		arg.Checkpoint,
@@ -228,113 +225,7 @@ func (q *Queries) Advance(ctx context.Context, db DBTX, arg *AdvanceParams) (*Do
 		arg.AttemptID,
 		arg.LeaseToken,
 		arg.WorkerID,
-	)
-	var i DocumentCompilationAttempt
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.KnowledgeSpaceID,
-		&i.DocumentAssetID,
-		&i.DocumentVersion,
-		&i.PublicationGenerationID,
-		&i.BaseHeadRevision,
-		&i.CandidatePublicationID,
-		&i.CandidateFingerprint,
-		&i.Checkpoint,
-		&i.RunState,
-		&i.ActiveSlot,
-		&i.ExecutionAttempts,
-		&i.MaxExecutionAttempts,
-		&i.QueueJobID,
-		&i.ExternalJobID,
-		&i.WorkerID,
-		&i.LeaseToken,
-		&i.LeaseExpiresAt,
-		&i.HeartbeatAt,
-		&i.RetryAt,
-		&i.LastErrorCode,
-		&i.LastErrorMessage,
-		&i.RowVersion,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.StartedAt,
-		&i.CompletedAt,
-	)
-	return &i, err
-}
-
-const advanceTo = `-- name: AdvanceTo :one
-WITH attempt AS (
-  SELECT a.id, o.id AS outbox_id
-    FROM document_compilation_attempts a
-    JOIN document_compilation_outbox o ON o.attempt_id = a.id
-   WHERE a.id = $6
-     -- guard:lease
-     AND a.run_state = 'running'
-     AND a.lease_token = $7::uuid
-     AND a.worker_id = $8::text
-     AND a.lease_expires_at > coalesce($4::timestamptz, now())
-     AND o.status = 'leased'
-     -- end guard
-     AND $1::varchar <> 'published'
-     AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], $1::varchar)
-         >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
-     -- guard:candidate
-     AND ($2::uuid IS NULL
-          OR (a.candidate_publication_id IS NULL
-              AND EXISTS (
-                SELECT 1
-                  FROM projection_set_publications p
-                 WHERE p.tenant_id = a.tenant_id
-                   AND p.knowledge_space_id = a.knowledge_space_id
-                   AND p.id = $2::uuid
-                   AND p.fingerprint = $3::varchar
-                   AND p.status = 'candidate'))
-          OR (a.candidate_publication_id = $2::uuid
-              AND a.candidate_fingerprint = $3::varchar))
-     -- end guard
-     AND ($1::varchar NOT IN ('projection_built', 'smoke_eval_passed')
-          OR coalesce(a.candidate_publication_id, $2::uuid) IS NOT NULL)
-     FOR UPDATE OF a, o
-)
-UPDATE document_compilation_attempts a
-   SET checkpoint = $1::varchar,
-       candidate_publication_id = coalesce(a.candidate_publication_id, $2::uuid),
-       candidate_fingerprint = coalesce(a.candidate_fingerprint, $3::varchar),
-       row_version = a.row_version + 1,
-       updated_at = coalesce($4::timestamptz, now())
-  FROM attempt
- WHERE a.id = attempt.id
-   AND CASE WHEN $5::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
-RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
-`
-
-type AdvanceToParams struct {
-	Checkpoint             string
-	CandidatePublicationID *uuid.UUID
-	CandidateFingerprint   *string
-	Now                    *time.Time
-	AsyncCommit            bool
-	AttemptID              uuid.UUID
-	LeaseToken             uuid.UUID
-	WorkerID               string
-}
-
-// Moves the checkpoint forward any number of steps (or keeps it), never to
-// published: the same as that many one-step Advance calls in one
-// transaction, for a handler with nothing to persist in between. The
-// candidate rules are Advance's: projection_built and later need a bound
-// candidate, bound here at the latest.
-func (q *Queries) AdvanceTo(ctx context.Context, db DBTX, arg *AdvanceToParams) (*DocumentCompilationAttempt, error) {
-	row := db.QueryRow(ctx, advanceTo,
-		arg.Checkpoint,
-		arg.CandidatePublicationID,
-		arg.CandidateFingerprint,
-		arg.Now,
-		arg.AsyncCommit,
-		arg.AttemptID,
-		arg.LeaseToken,
-		arg.WorkerID,
+		arg.MaxSteps,
 	)
 	var i DocumentCompilationAttempt
 	err := row.Scan(
@@ -817,9 +708,9 @@ WITH attempt AS (
      AND ($4::text IS NULL
           OR a.external_job_id = $4::text)
      AND a.execution_attempts >= a.max_execution_attempts
-     AND a.active_slot = 1
-     AND (a.run_state <> 'running'
-          OR a.lease_expires_at <= coalesce($1::timestamptz, now()))
+     AND (a.run_state = 'queued'
+          OR (a.run_state = 'running'
+              AND a.lease_expires_at <= coalesce($1::timestamptz, now())))
      FOR UPDATE
 ),
 outbox AS (
@@ -854,8 +745,9 @@ type FailExhaustedParams struct {
 }
 
 // Fails a delivered attempt that has no execution attempts left
-// (EXECUTION_ATTEMPTS_EXHAUSTED). Same delivery fence as AcquireLease; a
-// running attempt qualifies only once its lease expired.
+// (EXECUTION_ATTEMPTS_EXHAUSTED). Same delivery fence and claimable states
+// as AcquireLease: queued, or running once its lease expired (no other
+// live state has a job id to match).
 func (q *Queries) FailExhausted(ctx context.Context, db DBTX, arg *FailExhaustedParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, failExhausted,
 		arg.Now,

@@ -147,9 +147,12 @@ UPDATE document_compilation_attempts a
  WHERE a.id = outbox.attempt_id
 RETURNING a.*;
 
--- name: CancelAttempt :one
--- Any live state -> canceled; the outbox row -> canceled, its relay lock
--- dropped (a relay still publishing it then fails its token check).
+-- name: EndAttempt :one
+-- Cancel and Supersede: any live state -> run_state (canceled, or
+-- superseded when a newer version made the attempt moot); the outbox row
+-- -> canceled either way, its relay lock dropped (a relay still publishing
+-- it then fails its token check). With a reason, the error code is
+-- error_code (CANCELED or SUPERSEDED) and the message the reason.
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
@@ -157,6 +160,7 @@ WITH attempt AS (
      AND a.tenant_id = @tenant_id
      AND a.knowledge_space_id = @knowledge_space_id
      AND a.active_slot = 1
+     AND @run_state::varchar IN ('canceled', 'superseded')
      AND (sqlc.narg('expected_row_version')::integer IS NULL
           OR a.row_version = sqlc.narg('expected_row_version')::integer)
      FOR UPDATE
@@ -171,48 +175,12 @@ outbox AS (
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
-   SET run_state = 'canceled',
+   SET run_state = @run_state::varchar,
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        retry_at = NULL,
-       last_error_code = CASE WHEN sqlc.narg('reason')::text IS NULL THEN a.last_error_code ELSE 'CANCELED' END,
-       last_error_message = coalesce(sqlc.narg('reason')::text, a.last_error_message),
-       row_version = a.row_version + 1,
-       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
-  FROM attempt
- WHERE a.id = attempt.id
-RETURNING a.*;
-
--- name: SupersedeAttempt :one
--- As CancelAttempt, ending in superseded (a newer version made it moot).
-WITH attempt AS (
-  SELECT a.id
-    FROM document_compilation_attempts a
-   WHERE a.id = @attempt_id
-     AND a.tenant_id = @tenant_id
-     AND a.knowledge_space_id = @knowledge_space_id
-     AND a.active_slot = 1
-     AND (sqlc.narg('expected_row_version')::integer IS NULL
-          OR a.row_version = sqlc.narg('expected_row_version')::integer)
-     FOR UPDATE
-),
-outbox AS (
-  UPDATE document_compilation_outbox o
-     SET status = 'canceled',
-         locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
-    FROM attempt
-   WHERE o.attempt_id = attempt.id
-  RETURNING o.id
-)
-UPDATE document_compilation_attempts a
-   SET run_state = 'superseded',
-       active_slot = NULL,
-       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
-       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
-       retry_at = NULL,
-       last_error_code = CASE WHEN sqlc.narg('reason')::text IS NULL THEN a.last_error_code ELSE 'SUPERSEDED' END,
+       last_error_code = CASE WHEN sqlc.narg('reason')::text IS NULL THEN a.last_error_code ELSE @error_code::text END,
        last_error_message = coalesce(sqlc.narg('reason')::text, a.last_error_message),
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())

@@ -19,7 +19,7 @@
 -- meanwhile is seen; and a locked outbox row is skipped by the relay's
 -- claim (SKIP LOCKED) until the statement's transaction ends.
 --
--- AcquireLease, Heartbeat, Advance and AdvanceTo commit asynchronously
+-- AcquireLease, Heartbeat and Advance commit asynchronously
 -- when async_commit is set (see outbox_relay.sql).
 
 -- name: AcquireLease :one
@@ -80,8 +80,9 @@ RETURNING a.*;
 
 -- name: FailExhausted :one
 -- Fails a delivered attempt that has no execution attempts left
--- (EXECUTION_ATTEMPTS_EXHAUSTED). Same delivery fence as AcquireLease; a
--- running attempt qualifies only once its lease expired.
+-- (EXECUTION_ATTEMPTS_EXHAUSTED). Same delivery fence and claimable states
+-- as AcquireLease: queued, or running once its lease expired (no other
+-- live state has a job id to match).
 WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
@@ -90,9 +91,9 @@ WITH attempt AS (
      AND (sqlc.narg('external_job_id')::text IS NULL
           OR a.external_job_id = sqlc.narg('external_job_id')::text)
      AND a.execution_attempts >= a.max_execution_attempts
-     AND a.active_slot = 1
-     AND (a.run_state <> 'running'
-          OR a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+     AND (a.run_state = 'queued'
+          OR (a.run_state = 'running'
+              AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
      FOR UPDATE
 ),
 outbox AS (
@@ -153,12 +154,14 @@ UPDATE document_compilation_attempts a
 RETURNING a.*;
 
 -- name: Advance :one
--- Keeps the checkpoint or moves it exactly one step (never to published:
--- that is Complete). Binds the candidate publication once: it must be a
--- 'candidate' publication of the attempt's own tenant and space; binding the
--- same one again is a no-op, another one is refused. projection_built and
--- later need a bound candidate. Writes no outbox row (the lease guard locks
--- it).
+-- Keeps the checkpoint or moves it forward at most max_steps steps (1 for
+-- Advance, any number for AdvanceTo: the same as that many one-step calls
+-- in one transaction), never to published: that is Complete, and the
+-- order below stops before it. Binds the candidate publication once: it
+-- must be a 'candidate' publication of the attempt's own tenant and space;
+-- binding the same one again is a no-op, another one is refused.
+-- projection_built and later need a bound candidate, bound here at the
+-- latest. Writes no outbox row (the lease guard locks it).
 WITH attempt AS (
   SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
@@ -171,67 +174,11 @@ WITH attempt AS (
      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
      AND o.status = 'leased'
      -- end guard
-     AND @checkpoint::varchar <> 'published'
-     AND @checkpoint::varchar IN (
-       a.checkpoint,
-       CASE a.checkpoint
-         WHEN 'queued' THEN 'parsed'
-         WHEN 'parsed' THEN 'outline_built'
-         WHEN 'outline_built' THEN 'nodes_generated'
-         WHEN 'nodes_generated' THEN 'projection_built'
-         WHEN 'projection_built' THEN 'smoke_eval_passed'
-       END
-     )
-     -- guard:candidate
-     AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
-          OR (a.candidate_publication_id IS NULL
-              AND EXISTS (
-                SELECT 1
-                  FROM projection_set_publications p
-                 WHERE p.tenant_id = a.tenant_id
-                   AND p.knowledge_space_id = a.knowledge_space_id
-                   AND p.id = sqlc.narg('candidate_publication_id')::uuid
-                   AND p.fingerprint = sqlc.narg('candidate_fingerprint')::varchar
-                   AND p.status = 'candidate'))
-          OR (a.candidate_publication_id = sqlc.narg('candidate_publication_id')::uuid
-              AND a.candidate_fingerprint = sqlc.narg('candidate_fingerprint')::varchar))
-     -- end guard
-     AND (@checkpoint::varchar NOT IN ('projection_built', 'smoke_eval_passed')
-          OR coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid) IS NOT NULL)
-     FOR UPDATE OF a, o
-)
-UPDATE document_compilation_attempts a
-   SET checkpoint = @checkpoint::varchar,
-       candidate_publication_id = coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid),
-       candidate_fingerprint = coalesce(a.candidate_fingerprint, sqlc.narg('candidate_fingerprint')::varchar),
-       row_version = a.row_version + 1,
-       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
-  FROM attempt
- WHERE a.id = attempt.id
-   AND CASE WHEN @async_commit::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
-RETURNING a.*;
-
--- name: AdvanceTo :one
--- Moves the checkpoint forward any number of steps (or keeps it), never to
--- published: the same as that many one-step Advance calls in one
--- transaction, for a handler with nothing to persist in between. The
--- candidate rules are Advance's: projection_built and later need a bound
--- candidate, bound here at the latest.
-WITH attempt AS (
-  SELECT a.id, o.id AS outbox_id
-    FROM document_compilation_attempts a
-    JOIN document_compilation_outbox o ON o.attempt_id = a.id
-   WHERE a.id = @attempt_id
-     -- guard:lease
-     AND a.run_state = 'running'
-     AND a.lease_token = @lease_token::uuid
-     AND a.worker_id = @worker_id::text
-     AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
-     AND o.status = 'leased'
-     -- end guard
-     AND @checkpoint::varchar <> 'published'
+     -- The checkpoint order, published left out: a checkpoint not in it
+     -- has no position, and the comparison is then NULL (refused).
      AND array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], @checkpoint::varchar)
-         >= array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+         - array_position('{queued,parsed,outline_built,nodes_generated,projection_built,smoke_eval_passed}'::varchar[], a.checkpoint)
+         BETWEEN 0 AND @max_steps::integer
      -- guard:candidate
      AND (sqlc.narg('candidate_publication_id')::uuid IS NULL
           OR (a.candidate_publication_id IS NULL

@@ -543,7 +543,7 @@ func (s *seq) ClaimOutbox(t *rapid.T) {
 		LockDuration: draw(t, "lock", time.Duration(0), 5*time.Second, 20*time.Second),
 	}
 	if pct(t, "invalid") < 3 {
-		p.BatchSize = draw(t, "badBatch", int32(0), repo.MaxClaimBatch+1)
+		p.BatchSize = draw(t, "badBatch", int32(0), repo.MaxBatchSize+1)
 	}
 	s.claim(t, p)
 }
@@ -641,7 +641,7 @@ func (s *seq) reclaim(t *rapid.T) (*attemptModel, time.Time) {
 	am := leased[uniform(t, "leased", len(leased))]
 	expiry := *am.a.LeaseExpiresAt
 	s.at(expiry.Add(time.Duration(uniform(t, "relayAfterMs", 2001))*time.Millisecond), func() {
-		s.claim(t, &repo.ClaimParams{RelayID: "relay-ahead", BatchSize: repo.MaxClaimBatch})
+		s.claim(t, &repo.ClaimParams{RelayID: "relay-ahead", BatchSize: repo.MaxBatchSize})
 	})
 	s.check(t)
 	require.Equal(s.tb, kfstype.OutboxStatusDispatching, am.o.Status, "the relay reclaims the expired lease's row")

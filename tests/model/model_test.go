@@ -154,7 +154,7 @@ func (m *model) created(p *repo.StartParams, id, outboxID uuid.UUID) *attemptMod
 	scope := m.scopeOf(p.TenantID, p.KnowledgeSpaceID, p.DocumentAssetID, p.DocumentVersion)
 	maxAttempts := p.MaxExecutionAttempts
 	if maxAttempts == 0 {
-		maxAttempts = repo.DefaultMaxExecutionAttempts
+		maxAttempts = repo.MaxExecutionAttemptsDefault
 	}
 	available := m.now
 	switch {
@@ -258,7 +258,7 @@ func (m *model) retryFailed(ref *repo.AttemptRef) errClass {
 // claim returns the rows ClaimOutbox takes, in claim order, and moves
 // them to dispatching; the caller records each row's lock token.
 func (m *model) claim(p *repo.ClaimParams) ([]*attemptModel, errClass) {
-	if p.RelayID == "" || p.BatchSize < 1 || p.BatchSize > repo.MaxClaimBatch || p.LockDuration < 0 {
+	if p.RelayID == "" || p.BatchSize < 1 || p.BatchSize > repo.MaxBatchSize || p.LockDuration < 0 {
 		return nil, clsInvalidInput
 	}
 	var due []*attemptModel
@@ -281,7 +281,7 @@ func (m *model) claim(p *repo.ClaimParams) ([]*attemptModel, errClass) {
 	}
 	lock := p.LockDuration
 	if lock == 0 {
-		lock = repo.DefaultClaimLockDuration
+		lock = repo.LockDurationDefault
 	}
 	for _, am := range due {
 		o := &am.o
@@ -308,7 +308,7 @@ func claimBefore(a, b *kfstype.OutboxMessage) bool {
 
 // markDispatched returns the outbox ids it marks, in input order.
 func (m *model) markDispatched(p *repo.MarkDispatchedParams) ([]uuid.UUID, errClass) {
-	if len(p.Dispatches) == 0 || len(p.Dispatches) > repo.MaxClaimBatch || p.VisibilityTimeout < 0 {
+	if len(p.Dispatches) == 0 || len(p.Dispatches) > repo.MaxBatchSize || p.VisibilityTimeout < 0 {
 		return nil, clsInvalidInput
 	}
 	seen := map[uuid.UUID]bool{}
@@ -321,7 +321,7 @@ func (m *model) markDispatched(p *repo.MarkDispatchedParams) ([]uuid.UUID, errCl
 	}
 	vis := p.VisibilityTimeout
 	if vis == 0 {
-		vis = repo.DefaultVisibilityTimeout
+		vis = repo.VisibilityTimeoutDefault
 	}
 	var marked []uuid.UUID
 	for _, d := range p.Dispatches {
@@ -363,7 +363,7 @@ func (m *model) releaseOutbox(p *repo.ReleaseOutboxParams) errClass {
 	}
 	maxAttempts := p.MaxDispatchAttempts
 	if maxAttempts == 0 {
-		maxAttempts = repo.DefaultMaxDispatchAttempts
+		maxAttempts = repo.MaxDispatchAttemptsDefault
 	}
 	msg := cut(p.LastError)
 	a := &am.a
@@ -439,7 +439,7 @@ func (m *model) acquireLease(p *repo.AcquireLeaseParams) (*attemptModel, errClas
 	}
 	d := p.LeaseDuration
 	if d == 0 {
-		d = repo.DefaultLeaseDuration
+		d = repo.LeaseDurationDefault
 	}
 	o.Status = kfstype.OutboxStatusLeased
 	o.AvailableAt = m.now.Add(d)
@@ -508,7 +508,7 @@ func (m *model) heartbeat(p *repo.HeartbeatParams) errClass {
 	}
 	d := p.LeaseDuration
 	if d == 0 {
-		d = repo.DefaultLeaseDuration
+		d = repo.LeaseDurationDefault
 	}
 	am.o.AvailableAt = m.now.Add(d)
 	am.o.UpdatedAt = m.now

@@ -285,11 +285,11 @@ func TestCompleteMany(t *testing.T) {
 		before := []*testfactory.Rows{b.rwRows(t, l0.AttemptID), b.rwRows(t, l1.AttemptID)}
 		good := []repo.CompleteManyEntry{{Lease: l0}, {Lease: l1, Through: true, CandidatePublicationID: c1.id, CandidateFingerprint: c1.fp}}
 
-		many := make([]repo.CompleteManyEntry, repo.MaxWorkerBatch+1)
+		many := make([]repo.CompleteManyEntry, repo.MaxBatchSize+1)
 		for i := range many {
 			many[i] = good[0]
 		}
-		require.Equal(t, 100, repo.MaxWorkerBatch)
+		require.Equal(t, 100, repo.MaxBatchSize)
 		for _, tc := range []struct {
 			name    string
 			entries []repo.CompleteManyEntry
@@ -331,23 +331,27 @@ func TestCompleteMany(t *testing.T) {
 	})
 }
 
-// TestCompleteEntry checks the single-entry form the worker uses: it is
-// Complete or CompleteThrough as the entry says, and a candidate without
-// Through is refused before any round trip, the row unchanged.
-func TestCompleteEntry(t *testing.T) {
+// TestCompleteManySingleEntry checks a batch of one entry: it is Complete
+// or CompleteThrough as the entry says (the worker makes that choice for
+// its single completions itself), and a candidate without Through is
+// refused before any round trip, the row unchanged.
+func TestCompleteManySingleEntry(t *testing.T) {
 	b := setup(t)
 	s, lease, _ := b.rwRunning(t, nil)
 	id, fp := s.Publication(b.ctx, t, b.db.Pool, "candidate")
 	before := b.rwRows(t, lease.AttemptID)
 
-	_, err := b.repo.CompleteEntry(b.ctx, b.db.Pool, &repo.CompleteManyEntry{Lease: lease, CandidatePublicationID: &id, CandidateFingerprint: &fp})
-	requireInputError(t, err, "CandidatePublicationID")
-	_, err = b.repo.CompleteEntry(b.ctx, b.db.Pool, &repo.CompleteManyEntry{Lease: lease})
-	require.ErrorIs(t, err, repo.ErrInvalidTransition, "plain Complete at queued")
+	_, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease, CandidatePublicationID: &id, CandidateFingerprint: &fp}})
+	requireInputError(t, err, "Entries[0].CandidatePublicationID")
+	res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease}})
+	require.NoError(t, err)
+	require.ErrorIs(t, res[0].Err, repo.ErrInvalidTransition, "plain Complete at queued")
 	b.requireUnchanged(t, before)
 
-	got, err := b.repo.CompleteEntry(b.ctx, b.db.Pool, &repo.CompleteManyEntry{Lease: lease, Through: true, CandidatePublicationID: &id, CandidateFingerprint: &fp})
+	res, err = b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease, Through: true, CandidatePublicationID: &id, CandidateFingerprint: &fp}})
 	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	got := res[0].Attempt
 	require.Equal(t, kfstype.RunStateSucceeded, got.RunState)
 	require.Equal(t, kfstype.CheckpointPublished, got.Checkpoint)
 	require.Equal(t, &id, got.CandidatePublicationID)

@@ -240,7 +240,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 			s := b.scope(t)
 			a := b.drv.InState(b.ctx, t, s, state)
 			if state == kfstype.RunStateRunning {
-				b.clock.Advance(repo.DefaultLeaseDuration)
+				b.clock.Advance(repo.LeaseDurationDefault)
 			}
 			m := b.drv.Claim(b.ctx, t, a.ID)
 			before := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)

@@ -141,8 +141,7 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 			ErrorMessage: "m"}}, Deep: []int{3}},
 		"Repo.ScheduleRetry": {Fn: (*repo.Repo).ScheduleRetry, Args: []any{r, ctx, pool, &repo.ScheduleRetryParams{Lease: lease(),
 			RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "m"}}, Deep: []int{3}},
-		"Repo.CompleteMany":  {Fn: (*repo.Repo).CompleteMany, Args: []any{r, ctx, pool, []repo.CompleteManyEntry{entry(), entry()}}, Deep: []int{3}},
-		"Repo.CompleteEntry": {Fn: (*repo.Repo).CompleteEntry, Args: []any{r, ctx, pool, new(entry())}, Deep: []int{3}},
+		"Repo.CompleteMany": {Fn: (*repo.Repo).CompleteMany, Args: []any{r, ctx, pool, []repo.CompleteManyEntry{entry(), entry()}}, Deep: []int{3}},
 		"Repo.ClaimOutbox": {Fn: (*repo.Repo).ClaimOutbox, Args: []any{r, ctx, pool, &repo.ClaimParams{RelayID: "relay",
 			BatchSize: 10, LockDuration: time.Minute}}, Deep: []int{3}},
 		"Repo.MarkDispatched": {Fn: (*repo.Repo).MarkDispatched, Args: []any{r, ctx, pool, &repo.MarkDispatchedParams{

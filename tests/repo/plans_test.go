@@ -133,9 +133,8 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 		"AcquireLease":    nil,
 		"Heartbeat":       nil,
 		"Advance":         nil,
-		"AdvanceTo":       nil,
 		"CompleteThrough": nil,
-		"CancelAttempt":   nil,
+		"EndAttempt":      nil,
 		"PurgeAttempts":   {"document_compilation_attempts_tenant_completed_idx"},
 		// Both indexes lead with the full document version.
 		"AttemptListByDocumentVersion": {"document_compilation_attempts_document_version_idx|document_compilation_attempts_scope_version_active_uq"},

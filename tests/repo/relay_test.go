@@ -41,7 +41,7 @@ func (b *testBundle) rwStart(t *testing.T, opts func(*repo.StartParams)) (*testf
 // rwClaim claims every due row for relayID and returns them by attempt.
 func (b *testBundle) rwClaim(t *testing.T, relayID string) map[uuid.UUID]*kfstype.OutboxMessage {
 	t.Helper()
-	msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: relayID, BatchSize: repo.MaxClaimBatch})
+	msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: relayID, BatchSize: repo.MaxBatchSize})
 	require.NoError(t, err)
 	out := make(map[uuid.UUID]*kfstype.OutboxMessage, len(msgs))
 	for _, m := range msgs {
@@ -128,35 +128,35 @@ func TestClaimOutbox(t *testing.T) {
 		{"ClaimsDispatchedRowAtVisibilityDeadline", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, a := b.rwStart(t, nil)
 			b.rwDispatch(t, a.ID, "job-1", nil)
-			b.clock.Advance(repo.DefaultVisibilityTimeout)
+			b.clock.Advance(repo.VisibilityTimeoutDefault)
 			return a.ID
 		}, true},
 		{"SkipsDispatchedRowWithinVisibility", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, a := b.rwStart(t, nil)
 			b.rwDispatch(t, a.ID, "job-1", nil)
-			b.clock.Advance(repo.DefaultVisibilityTimeout - time.Microsecond)
+			b.clock.Advance(repo.VisibilityTimeoutDefault - time.Microsecond)
 			return a.ID
 		}, false},
 		{"ClaimsLeasedRowAtLeaseExpiry", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, lease, _ := b.rwRunning(t, nil)
-			b.clock.Advance(repo.DefaultLeaseDuration)
+			b.clock.Advance(repo.LeaseDurationDefault)
 			return lease.AttemptID
 		}, true},
 		{"SkipsLeasedRowWithLiveLease", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, lease, _ := b.rwRunning(t, nil)
-			b.clock.Advance(repo.DefaultLeaseDuration - time.Microsecond)
+			b.clock.Advance(repo.LeaseDurationDefault - time.Microsecond)
 			return lease.AttemptID
 		}, false},
 		{"RecoversDispatchingRowWithExpiredLock", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, a := b.rwStart(t, nil)
 			b.rwClaim(t, "relay-dead")
-			b.clock.Advance(repo.DefaultClaimLockDuration)
+			b.clock.Advance(repo.LockDurationDefault)
 			return a.ID
 		}, true},
 		{"SkipsDispatchingRowWithLiveLock", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, a := b.rwStart(t, nil)
 			b.rwClaim(t, "relay-other")
-			b.clock.Advance(repo.DefaultClaimLockDuration - time.Microsecond)
+			b.clock.Advance(repo.LockDurationDefault - time.Microsecond)
 			return a.ID
 		}, false},
 		{"ClaimsRetryWaitRowAtRetryAt", func(t *testing.T, b *testBundle) uuid.UUID {
@@ -284,7 +284,7 @@ func TestClaimOutbox(t *testing.T) {
 		for i, before := range befores {
 			m := msgs[i]
 			require.Equal(t, before.Attempt.ID, m.AttemptID, "claim order is available_at, created_at, id")
-			want := wantClaimed(before, m, "relay-a", b.clock.Now(), repo.DefaultClaimLockDuration)
+			want := wantClaimed(before, m, "relay-a", b.clock.Now(), repo.LockDurationDefault)
 			require.Equal(t, want, b.rwRows(t, before.Attempt.ID))
 		}
 	})
@@ -427,7 +427,7 @@ func TestMarkDispatched(t *testing.T) {
 		// A queued attempt whose visibility deadline passes: republished.
 		_, requeued := b.rwStart(t, nil)
 		b.rwDispatch(t, requeued.ID, "job-old", new("ext-old"))
-		b.clock.Advance(repo.DefaultVisibilityTimeout)
+		b.clock.Advance(repo.VisibilityTimeoutDefault)
 		// A fresh one.
 		_, fresh := b.rwStart(t, nil)
 
@@ -472,7 +472,7 @@ func TestMarkDispatched(t *testing.T) {
 	t.Run("KeepsRunningAttemptWithExpiredLeaseRunning", func(t *testing.T) {
 		b := setup(t)
 		_, lease, _ := b.rwRunning(t, nil)
-		b.clock.Advance(repo.DefaultLeaseDuration + time.Second)
+		b.clock.Advance(repo.LeaseDurationDefault + time.Second)
 		m := b.rwClaim(t, "relay-a")[lease.AttemptID]
 		require.NotNil(t, m)
 		before := b.rwRows(t, lease.AttemptID)
@@ -481,7 +481,7 @@ func TestMarkDispatched(t *testing.T) {
 		}}})
 		require.NoError(t, err)
 		require.Empty(t, res.Refused)
-		want := wantMarked(before, "job-2", new("ext-2"), b.clock.Now(), repo.DefaultVisibilityTimeout)
+		want := wantMarked(before, "job-2", new("ext-2"), b.clock.Now(), repo.VisibilityTimeoutDefault)
 		require.Equal(t, kfstype.RunStateRunning, want.Attempt.RunState)
 		require.Equal(t, lease.Token, *want.Attempt.LeaseToken, "the expired lease stays until a worker takes over")
 		require.Equal(t, want, b.rwRows(t, lease.AttemptID))
@@ -493,7 +493,7 @@ func TestMarkDispatched(t *testing.T) {
 		// then a worker takes the attempt over with the old delivery.
 		_, oldLease, oldDel := b.rwRunning(t, nil)
 		takenOver := oldLease.AttemptID
-		b.clock.Advance(repo.DefaultLeaseDuration)
+		b.clock.Advance(repo.LeaseDurationDefault)
 		_, ok := b.rwStart(t, nil)
 		_, wrongToken := b.rwStart(t, nil)
 		_, reclaimed := b.rwStart(t, nil)
@@ -502,7 +502,7 @@ func TestMarkDispatched(t *testing.T) {
 
 		first := b.rwClaim(t, "relay-1")
 		require.Len(t, first, 6)
-		b.clock.Advance(repo.DefaultClaimLockDuration)
+		b.clock.Advance(repo.LockDurationDefault)
 		second := b.rwClaim(t, "relay-2")
 		require.Len(t, second, 6, "every lock expired: all recovered")
 
@@ -537,7 +537,7 @@ func TestMarkDispatched(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{second[wrongToken.ID].ID, second[reclaimed.ID].ID, second[canceled.ID].ID, second[takenOver].ID, second[marked.ID].ID}, res.Refused)
 		require.Len(t, res.Marked, 1)
-		want := wantMarked(befores[ok.ID], "job-new-"+ok.ID.String(), nil, b.clock.Now(), repo.DefaultVisibilityTimeout)
+		want := wantMarked(befores[ok.ID], "job-new-"+ok.ID.String(), nil, b.clock.Now(), repo.VisibilityTimeoutDefault)
 		require.Equal(t, want, b.rwRows(t, ok.ID))
 		require.Equal(t, want.Outbox, *res.Marked[0])
 		for _, id := range refusedIDs {
@@ -590,7 +590,7 @@ func TestMarkDispatched(t *testing.T) {
 		})})
 		require.NoError(t, err)
 		require.Len(t, res.Marked, 1)
-		require.Equal(t, wantMarked(before, strings.Repeat("j", 255), new(strings.Repeat("e", 255)), b.clock.Now(), repo.DefaultVisibilityTimeout), b.rwRows(t, a.ID))
+		require.Equal(t, wantMarked(before, strings.Repeat("j", 255), new(strings.Repeat("e", 255)), b.clock.Now(), repo.VisibilityTimeoutDefault), b.rwRows(t, a.ID))
 	})
 }
 
@@ -655,9 +655,9 @@ func TestReleaseOutbox(t *testing.T) {
 		b := setup(t)
 		_, a := b.rwStart(t, nil)
 		const maxAttempts = 3
-		b.rwClaim(t, "relay-a")                        // 1: the relay dies
-		b.clock.Advance(repo.DefaultClaimLockDuration) // its lock expires
-		m := b.rwClaim(t, "relay-b")[a.ID]             // 2
+		b.rwClaim(t, "relay-a")                   // 1: the relay dies
+		b.clock.Advance(repo.LockDurationDefault) // its lock expires
+		m := b.rwClaim(t, "relay-b")[a.ID]        // 2
 		require.EqualValues(t, 2, m.DispatchAttempts)
 		got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
 			OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: maxAttempts, LastError: "try 2",
@@ -699,12 +699,12 @@ func TestReleaseOutbox(t *testing.T) {
 		{"DeadLettersQueuedAttempt", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, a := b.rwStart(t, nil)
 			b.rwDispatch(t, a.ID, "job-1", nil)
-			b.clock.Advance(repo.DefaultVisibilityTimeout)
+			b.clock.Advance(repo.VisibilityTimeoutDefault)
 			return a.ID
 		}},
 		{"DeadLettersRunningAttemptWithExpiredLease", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, lease, _ := b.rwRunning(t, nil)
-			b.clock.Advance(repo.DefaultLeaseDuration)
+			b.clock.Advance(repo.LeaseDurationDefault)
 			return lease.AttemptID
 		}},
 	} {
@@ -739,7 +739,7 @@ func TestReleaseOutbox(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			_, lease, _ := b.rwRunning(t, nil)
-			b.clock.Advance(repo.DefaultLeaseDuration - time.Second)
+			b.clock.Advance(repo.LeaseDurationDefault - time.Second)
 			m := b.rwReclaim(t, lease)
 			before := b.rwRows(t, lease.AttemptID)
 			got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
@@ -774,7 +774,7 @@ func TestReleaseOutbox(t *testing.T) {
 			{"TokenOfAnExpiredClaim", func(t *testing.T, b *testBundle) (uuid.UUID, *kfstype.OutboxMessage, uuid.UUID) {
 				_, a := b.rwStart(t, nil)
 				m := b.rwClaim(t, "relay-a")[a.ID]
-				b.clock.Advance(repo.DefaultClaimLockDuration)
+				b.clock.Advance(repo.LockDurationDefault)
 				require.NotNil(t, b.rwClaim(t, "relay-b")[a.ID])
 				return a.ID, m, *m.LockToken
 			}},

@@ -85,7 +85,7 @@ func TestStart(t *testing.T) {
 
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
 		now := b.clock.Now()
-		require.Equal(t, ctlStarted(got, p, repo.DefaultMaxExecutionAttempts, now, now), *got)
+		require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, now, now), *got)
 		require.NotEqual(t, uuid.Nil, got.Outbox.ID)
 		require.JSONEq(t, `{"attemptId":"`+res.Attempt.ID.String()+`"}`, string(got.Outbox.Payload))
 		require.Equal(t, got.Attempt, *res.Attempt)
@@ -141,7 +141,7 @@ func TestStart(t *testing.T) {
 			require.True(t, res.Created, "after %s", state)
 			require.NotEqual(t, old.ID, res.Attempt.ID)
 			got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-			require.Equal(t, ctlStarted(got, p, repo.DefaultMaxExecutionAttempts, now, now), *got)
+			require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, now, now), *got)
 			require.Equal(t, *snap.rows[0], *testfactory.RequireInvariants(b.ctx, t, b.db.Pool, old.ID))
 			// End it so the next state gets the slot.
 			_, err = b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: s.Ref(res.Attempt.ID)})
@@ -159,7 +159,7 @@ func TestStart(t *testing.T) {
 		res, err := b.repo.Start(b.ctx, b.db.Pool, p)
 		require.NoError(t, err)
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-		require.Equal(t, ctlStarted(got, p, repo.DefaultMaxExecutionAttempts, b.clock.Now(), due), *got)
+		require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), due), *got)
 
 		b.clock.Advance(10*time.Minute - time.Microsecond)
 		require.False(t, ctlClaimable(t, b, res.Attempt.ID))
@@ -196,7 +196,7 @@ func TestStart(t *testing.T) {
 					require.NoError(t, err)
 					require.True(t, res.Created)
 					got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-					require.Equal(t, ctlStarted(got, p, repo.DefaultMaxExecutionAttempts, b.clock.Now(), b.clock.Now()), *got)
+					require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), *got)
 					return
 				}
 				var hc *repo.HeadConflictError
@@ -279,7 +279,7 @@ func TestStart(t *testing.T) {
 		res, err := b.repo.Start(b.ctx, b.db.Pool, p)
 		require.NoError(t, err)
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-		require.Equal(t, ctlStarted(got, p, repo.DefaultMaxExecutionAttempts, b.clock.Now(), b.clock.Now()), *got)
+		require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), *got)
 	})
 
 	t.Run("ConcurrentStartsCreateOneAttempt", func(t *testing.T) {
@@ -350,7 +350,7 @@ func TestStart(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, res.Created)
 			inTx := testfactory.RequireInvariants(b.ctx, t, tx, res.Attempt.ID)
-			require.Equal(t, ctlStarted(inTx, p, repo.DefaultMaxExecutionAttempts, b.clock.Now(), b.clock.Now()), *inTx)
+			require.Equal(t, ctlStarted(inTx, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), *inTx)
 			// Invisible outside the transaction until it commits: no relay
 			// publishes an attempt whose document may still roll back.
 			require.Zero(t, ctlCount(t, b, "document_compilation_attempts"))
@@ -386,7 +386,7 @@ func TestReleaseDeferred(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.Created)
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-		require.Equal(t, ctlStarted(got, p, repo.DefaultMaxExecutionAttempts, b.clock.Now(), kfstype.Forever), *got)
+		require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), kfstype.Forever), *got)
 		require.Equal(t, got.Attempt, *res.Attempt)
 		return res.Attempt
 	}

@@ -118,7 +118,7 @@ func TestStartMany(t *testing.T) {
 		deferred.Deferred = true
 		bad := s.StartParams()
 		bad.TenantID = ""
-		tooMany := make([]*repo.StartParams, repo.MaxClaimBatch+1)
+		tooMany := make([]*repo.StartParams, repo.MaxBatchSize+1)
 		for i := range tooMany {
 			tooMany[i] = s.StartParams()
 		}

@@ -1,6 +1,7 @@
 package repo_test
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"sync"
@@ -83,7 +84,7 @@ func (b *testBundle) rwAdvanceTo(t *testing.T, s *testfactory.Scope, lease *repo
 func (b *testBundle) rwExhausted(t *testing.T) (stale, current *repo.Delivery) {
 	t.Helper()
 	_, lease, del := b.rwRunning(t, func(p *repo.StartParams) { p.MaxExecutionAttempts = 1 })
-	b.clock.Advance(repo.DefaultLeaseDuration)
+	b.clock.Advance(repo.LeaseDurationDefault)
 	return del, b.rwDispatch(t, lease.AttemptID, "job-redelivered", nil)
 }
 
@@ -110,12 +111,12 @@ func TestAcquireLease(t *testing.T) {
 		b := setup(t)
 		_, old, del := b.rwRunning(t, nil)
 		startedAt := *b.rwRows(t, old.AttemptID).Attempt.StartedAt
-		b.clock.Advance(repo.DefaultLeaseDuration) // expires exactly now
+		b.clock.Advance(repo.LeaseDurationDefault) // expires exactly now
 		before := b.rwRows(t, old.AttemptID)
 		got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
 		require.NotEqual(t, old.Token, lease.Token)
-		want := wantLeased(before, lease, b.clock.Now(), repo.DefaultLeaseDuration)
+		want := wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
 		require.EqualValues(t, 2, want.Attempt.ExecutionAttempts)
 		require.Equal(t, startedAt, *want.Attempt.StartedAt, "started_at is kept")
 		require.Equal(t, want, b.rwRows(t, old.AttemptID))
@@ -125,14 +126,14 @@ func TestAcquireLease(t *testing.T) {
 	t.Run("TakesOverExpiredLeaseAfterRedelivery", func(t *testing.T) {
 		b := setup(t)
 		_, old, _ := b.rwRunning(t, nil)
-		b.clock.Advance(repo.DefaultLeaseDuration)
+		b.clock.Advance(repo.LeaseDurationDefault)
 		del := b.rwDispatch(t, old.AttemptID, "job-2", new("ext-2"))
 		require.Equal(t, kfstype.RunStateRunning, b.rwRows(t, old.AttemptID).Attempt.RunState)
 		b.clock.Advance(time.Second)
 		before := b.rwRows(t, old.AttemptID)
 		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
-		require.Equal(t, wantLeased(before, lease, b.clock.Now(), repo.DefaultLeaseDuration), b.rwRows(t, old.AttemptID))
+		require.Equal(t, wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault), b.rwRows(t, old.AttemptID))
 	})
 
 	t.Run("ResumesRetryWaitAttemptAfterRepublish", func(t *testing.T) {
@@ -151,7 +152,7 @@ func TestAcquireLease(t *testing.T) {
 		before := b.rwRows(t, first.AttemptID)
 		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
-		want := wantLeased(before, lease, b.clock.Now(), repo.DefaultLeaseDuration)
+		want := wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
 		require.EqualValues(t, 2, want.Attempt.ExecutionAttempts)
 		require.Equal(t, startedAt, *want.Attempt.StartedAt)
 		require.Equal(t, want, b.rwRows(t, first.AttemptID))
@@ -166,7 +167,7 @@ func TestAcquireLease(t *testing.T) {
 		{"RejectsStaleQueueJobID", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, a := b.rwStart(t, nil)
 			stale := b.rwDispatch(t, a.ID, "job-1", nil)
-			b.clock.Advance(repo.DefaultVisibilityTimeout)
+			b.clock.Advance(repo.VisibilityTimeoutDefault)
 			b.rwDispatch(t, a.ID, "job-2", nil) // republished: job-1 is stale
 			return stale
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
@@ -204,7 +205,7 @@ func TestAcquireLease(t *testing.T) {
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsLiveLeaseOfAnotherWorker", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, _, del := b.rwRunning(t, nil)
-			b.clock.Advance(repo.DefaultLeaseDuration - time.Microsecond)
+			b.clock.Advance(repo.LeaseDurationDefault - time.Microsecond)
 			return del
 		}, func(t *testing.T, err error) {
 			var te *repo.TransitionError
@@ -318,7 +319,7 @@ func TestFailExhausted(t *testing.T) {
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrInvalidTransition) }},
 		{"RejectsAttemptWithLiveLease", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, _, del := b.rwRunning(t, func(p *repo.StartParams) { p.MaxExecutionAttempts = 1 })
-			b.clock.Advance(repo.DefaultLeaseDuration - time.Microsecond)
+			b.clock.Advance(repo.LeaseDurationDefault - time.Microsecond)
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrInvalidTransition) }},
 		{"RejectsStaleDelivery", func(t *testing.T, b *testBundle) *repo.Delivery {
@@ -366,12 +367,12 @@ var leaseFaults = []struct {
 		return &l
 	}},
 	{"StaleTokenAfterTakeover", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, del *repo.Delivery) *repo.Lease {
-		b.clock.Advance(repo.DefaultLeaseDuration)
+		b.clock.Advance(repo.LeaseDurationDefault)
 		b.rwAcquire(t, del, "worker-b")
 		return lease
 	}},
 	{"StaleTokenOfSameWorker", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, del *repo.Delivery) *repo.Lease {
-		b.clock.Advance(repo.DefaultLeaseDuration)
+		b.clock.Advance(repo.LeaseDurationDefault)
 		b.rwAcquire(t, del, lease.WorkerID)
 		return lease
 	}},
@@ -380,7 +381,7 @@ var leaseFaults = []struct {
 		return lease
 	}},
 	{"ExpiredLeaseRedelivered", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
-		b.clock.Advance(repo.DefaultLeaseDuration + time.Second)
+		b.clock.Advance(repo.LeaseDurationDefault + time.Second)
 		b.rwDispatch(t, lease.AttemptID, "job-redelivered", nil)
 		return lease
 	}},
@@ -446,7 +447,7 @@ var leaseOps = []struct {
 func (b *testBundle) rwReclaim(t *testing.T, lease *repo.Lease) *kfstype.OutboxMessage {
 	t.Helper()
 	relay := repo.New(&repo.Config{Clock: testfactory.ClockAt(lease.ExpiresAt)})
-	msgs, err := relay.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-ahead", BatchSize: repo.MaxClaimBatch})
+	msgs, err := relay.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-ahead", BatchSize: repo.MaxBatchSize})
 	require.NoError(t, err)
 	for _, m := range msgs {
 		if m.AttemptID == lease.AttemptID {
@@ -470,7 +471,7 @@ func TestLeaseFence(t *testing.T) {
 			b := setup(t)
 			s, lease, _ := b.rwRunning(t, nil)
 			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
-			b.clock.Advance(repo.DefaultLeaseDuration - time.Microsecond)
+			b.clock.Advance(repo.LeaseDurationDefault - time.Microsecond)
 			require.NoError(t, op.call(b, lease))
 			b.rwRows(t, lease.AttemptID)
 		})
@@ -489,6 +490,10 @@ func TestLeaseFence(t *testing.T) {
 	}
 }
 
+// leaseOpStatements names the query a leaseOps entry runs where that is
+// not its name: AdvanceTo is Advance's statement.
+var leaseOpStatements = map[string]string{"AdvanceTo": "Advance"}
+
 // TestLeaseFenceLockOrder proves that every lease-fenced transition locks
 // the attempt before its outbox row: while it waits for the outbox row
 // (held by another transaction), it already holds the attempt.
@@ -500,7 +505,7 @@ func TestLeaseFenceLockOrder(t *testing.T) {
 			s, lease, _ := b.rwRunning(t, nil)
 			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
 			holder := b.rwLockRow(t, `SELECT 1 FROM document_compilation_outbox WHERE attempt_id = $1 FOR UPDATE`, lease.AttemptID)
-			done := b.rwBlocked(t, op.name, func() error { return op.call(b, lease) })
+			done := b.rwBlocked(t, cmp.Or(leaseOpStatements[op.name], op.name), func() error { return op.call(b, lease) })
 			_, err := b.db.Pool.Exec(b.ctx, `SELECT 1 FROM document_compilation_attempts WHERE id = $1 FOR UPDATE NOWAIT`, lease.AttemptID)
 			var pgErr *pgconn.PgError
 			require.ErrorAs(t, err, &pgErr, "the attempt is locked while %s waits for the outbox row", op.name)
@@ -540,13 +545,13 @@ func TestHeartbeat(t *testing.T) {
 		renewed, err = b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
 		require.NoError(t, err)
 		now = b.clock.Now()
-		require.Equal(t, now.Add(repo.DefaultLeaseDuration), renewed.ExpiresAt)
+		require.Equal(t, now.Add(repo.LeaseDurationDefault), renewed.ExpiresAt)
 		want = *before
-		want.Attempt.LeaseExpiresAt = new(now.Add(repo.DefaultLeaseDuration))
+		want.Attempt.LeaseExpiresAt = new(now.Add(repo.LeaseDurationDefault))
 		want.Attempt.HeartbeatAt = new(now)
 		want.Attempt.RowVersion++
 		want.Attempt.UpdatedAt = now
-		want.Outbox.AvailableAt = now.Add(repo.DefaultLeaseDuration)
+		want.Outbox.AvailableAt = now.Add(repo.LeaseDurationDefault)
 		want.Outbox.UpdatedAt = now
 		require.Equal(t, &want, b.rwRows(t, lease.AttemptID))
 	})
@@ -558,7 +563,7 @@ func TestHeartbeat(t *testing.T) {
 	t.Run("RefusedWhenTheRelayReclaimsWhileItWaitsForTheAttemptLock", func(t *testing.T) {
 		b := setup(t)
 		_, lease, _ := b.rwRunning(t, nil)
-		b.clock.Advance(repo.DefaultLeaseDuration - time.Second)
+		b.clock.Advance(repo.LeaseDurationDefault - time.Second)
 		holder := b.rwLockRow(t, `SELECT 1 FROM document_compilation_attempts WHERE id = $1 FOR UPDATE`, lease.AttemptID)
 		done := b.rwBlocked(t, "Heartbeat", func() error {
 			_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})

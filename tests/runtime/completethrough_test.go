@@ -153,7 +153,7 @@ func TestWorkerCompleteThrough(t *testing.T) {
 		res := w.Process(b.ctx, b.receive(t))
 		require.Equal(t, worker.OutcomeCompleted, res.Outcome, "%v", res.Err)
 		require.Equal(t, kfstype.CheckpointNodesGenerated, seen, "job.Attempt follows AdvanceTo")
-		require.Equal(t, []string{"AcquireLease", "AdvanceTo", "CompleteThrough"}, log.sent(), "the worker's statements")
+		require.Equal(t, []string{"AcquireLease", "Advance", "CompleteThrough"}, log.sent(), "the worker's statements")
 
 		after := b.rows(t, a.ID)
 		want := wantAfterRun(t, before, after, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, kfstype.CheckpointPublished)

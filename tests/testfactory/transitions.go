@@ -348,7 +348,7 @@ func (tr *transitions) exhausted(t *testing.T) {
 	p.MaxExecutionAttempts = 1
 	a := tr.start(t, p)
 	lease := tr.acquire(t, tr.dispatch(t, a.ID))
-	tr.clock.Advance(repo.DefaultLeaseDuration + time.Second) // the worker is lost
+	tr.clock.Advance(repo.LeaseDurationDefault + time.Second) // the worker is lost
 	_, err := tr.repo.Heartbeat(bg, tr.env.App, &repo.HeartbeatParams{Lease: lease})
 	tr.refused(t, "Heartbeat", err, repo.ErrLeaseLost)
 	d := tr.dispatch(t, a.ID) // the relay redelivers at the lease expiry

@@ -140,7 +140,7 @@ func (o *PurgeOpts) Validate() error {
 	case o.OlderThan < 0:
 		return fmt.Errorf("invalid options: OlderThan must be >= 0 (--older-than), got %s", o.OlderThan)
 	case o.BatchSize < 0 || o.BatchSize > repo.MaxPurgeBatch:
-		return fmt.Errorf("invalid options: BatchSize must be 1..%d (or 0 for %d), got %d", repo.MaxPurgeBatch, repo.DefaultPurgeBatch, o.BatchSize)
+		return fmt.Errorf("invalid options: BatchSize must be 1..%d (or 0 for %d), got %d", repo.MaxPurgeBatch, repo.PurgeBatchSizeDefault, o.BatchSize)
 	case o.Out == nil:
 		return errors.New("invalid options: Out is required")
 	}
@@ -174,7 +174,7 @@ func purge(ctx context.Context, opts *PurgeOpts) (int, error) {
 	}
 	batch := opts.BatchSize
 	if batch == 0 {
-		batch = repo.DefaultPurgeBatch
+		batch = repo.PurgeBatchSizeDefault
 	}
 	r := repo.New(nil)
 	total, batches := 0, 0

@@ -26,10 +26,10 @@ import (
 
 // Work defaults.
 const (
-	DefaultWorkConcurrency = 2
-	DefaultWorkDuration    = 30 * time.Second
-	DefaultWorkStepDelay   = 10 * time.Millisecond
-	DefaultWorkWorkers     = 4
+	WorkConcurrencyDefault = 2
+	WorkDurationDefault    = 30 * time.Second
+	WorkStepDelayDefault   = 10 * time.Millisecond
+	WorkWorkersDefault     = 4
 )
 
 // ErrorCodeInjectedFailure is the error code of the executions `kfsdb work`
@@ -93,9 +93,9 @@ func (o *WorkOpts) Validate() error {
 	case o.Duration <= 0:
 		return fmt.Errorf("invalid options: Duration must be > 0, got %s", o.Duration)
 	case o.Workers < 0 || o.Workers > 64:
-		return fmt.Errorf("invalid options: Workers must be 1..64 (or 0 for %d), got %d", DefaultWorkWorkers, o.Workers)
+		return fmt.Errorf("invalid options: Workers must be 1..64 (or 0 for %d), got %d", WorkWorkersDefault, o.Workers)
 	case o.Concurrency < 0 || o.Concurrency > 64:
-		return fmt.Errorf("invalid options: Concurrency must be 1..64 (or 0 for %d), got %d", DefaultWorkConcurrency, o.Concurrency)
+		return fmt.Errorf("invalid options: Concurrency must be 1..64 (or 0 for %d), got %d", WorkConcurrencyDefault, o.Concurrency)
 	case o.FailRate < 0 || o.FailRate > 1:
 		return fmt.Errorf("invalid options: FailRate must be 0..1, got %g", o.FailRate)
 	case o.LeaseDuration < 0 || o.StepDelay < 0 || o.VisibilityTimeout < 0:
@@ -109,13 +109,13 @@ func (o *WorkOpts) Validate() error {
 func (o *WorkOpts) withDefaults() *WorkOpts {
 	out := *o
 	if out.Workers == 0 {
-		out.Workers = DefaultWorkWorkers
+		out.Workers = WorkWorkersDefault
 	}
 	if out.Concurrency == 0 {
-		out.Concurrency = DefaultWorkConcurrency
+		out.Concurrency = WorkConcurrencyDefault
 	}
 	if out.StepDelay == 0 {
-		out.StepDelay = DefaultWorkStepDelay
+		out.StepDelay = WorkStepDelayDefault
 	}
 	if out.ID == "" {
 		host, _ := os.Hostname()

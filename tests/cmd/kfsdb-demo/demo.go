@@ -18,10 +18,10 @@ import (
 
 // Demo defaults and bounds.
 const (
-	DefaultDemoAttempts = 400
+	DemoAttemptsDefault = 400
 	MaxDemoAttempts     = 5000
-	DefaultDemoSeed     = 1
-	DefaultDemoTimeout  = 45 * time.Second
+	DemoSeedDefault     = 1
+	DemoTimeoutDefault  = 45 * time.Second
 )
 
 // DemoOpts are the options of Demo.
@@ -55,7 +55,7 @@ func (o *DemoOpts) Validate() error {
 		}
 	}
 	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
-		return fmt.Errorf("invalid options: Attempts must be %d..%d (or 0 for %d), got %d", minDemoAttempts, MaxDemoAttempts, DefaultDemoAttempts, o.Attempts)
+		return fmt.Errorf("invalid options: Attempts must be %d..%d (or 0 for %d), got %d", minDemoAttempts, MaxDemoAttempts, DemoAttemptsDefault, o.Attempts)
 	}
 	if o.Timeout < 0 {
 		return fmt.Errorf("invalid options: Timeout must not be negative, got %s", o.Timeout)
@@ -124,9 +124,9 @@ func withServer(ctx context.Context, serverURL string, out io.Writer, fn func(sr
 }
 
 func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string) error {
-	n := cmp.Or(opts.Attempts, DefaultDemoAttempts)
-	seed := cmp.Or(opts.Seed, DefaultDemoSeed)
-	timeout := cmp.Or(opts.Timeout, DefaultDemoTimeout)
+	n := cmp.Or(opts.Attempts, DemoAttemptsDefault)
+	seed := cmp.Or(opts.Seed, DemoSeedDefault)
+	timeout := cmp.Or(opts.Timeout, DemoTimeoutDefault)
 
 	lat := newLatencies()
 	cfg, err := pgxpool.ParseConfig(url)

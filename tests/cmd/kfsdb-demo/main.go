@@ -46,9 +46,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	opts := &DemoOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "",
 		"server to create the demo database on; defaults to $"+cli.EnvDatabaseURL+", else a throwaway server (see pgtest: KFS_TEST_DATABASE_URL, KFS_TEST_POSTGRES_IMAGE)")
-	fs.IntVar(&opts.Attempts, "attempts", DefaultDemoAttempts, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
-	fs.Uint64Var(&opts.Seed, "seed", DefaultDemoSeed, "shuffles which attempt follows which scenario")
-	fs.DurationVar(&opts.Timeout, "timeout", DefaultDemoTimeout, "fail if the workload has not settled by then")
+	fs.IntVar(&opts.Attempts, "attempts", DemoAttemptsDefault, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
+	fs.Uint64Var(&opts.Seed, "seed", DemoSeedDefault, "shuffles which attempt follows which scenario")
+	fs.DurationVar(&opts.Timeout, "timeout", DemoTimeoutDefault, "fail if the workload has not settled by then")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log the relay's and workers' INFO records too (default: WARN and above)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb-demo [--database-url URL] [--attempts N] [--seed N] [--timeout D] [--verbose]")
