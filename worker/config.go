@@ -1,0 +1,131 @@
+package worker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/internal/testsignal"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// Defaults, from the upstream platform. LeaseDuration defaults to the
+// repo transitions' own default, repo.LeaseDurationDefault, defined there
+// once.
+const (
+	ConcurrencyDefault         = 8
+	PendingDeliveryWaitDefault = 20 * time.Millisecond
+	RetryBackoffBaseDefault    = 5 * time.Second
+	RetryBackoffCapDefault     = 300 * time.Second
+	WriteTimeoutDefault        = 10 * time.Second
+)
+
+// pendingDeliveryDelay is how soon a delivery that beat its relay's
+// MarkDispatched is tried again once handed back.
+const pendingDeliveryDelay = 25 * time.Millisecond
+
+// ErrorCodeWorkerShutdown is stored when a stopping worker hands an
+// attempt back for another execution.
+const ErrorCodeWorkerShutdown = "WORKER_SHUTDOWN"
+
+// Config configures a Worker. Zero values take the defaults.
+type Config struct {
+	// Concurrency is how many deliveries Run processes at once. Defaults to 8.
+	Concurrency int
+	// HeartbeatInterval is how often a lease is extended. Defaults to a
+	// third of LeaseDuration.
+	HeartbeatInterval time.Duration
+	// ID names the worker in the lease (worker_id). Defaults to
+	// worker-<host>-<pid>-<random>.
+	ID string
+	// LeaseDuration is the lease taken and renewed. Defaults to
+	// repo.LeaseDurationDefault (60 s).
+	LeaseDuration time.Duration
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives counts. Defaults to observe.Discard.
+	Metrics observe.Metrics
+	// Repo runs the transitions. Defaults to repo.New(nil).
+	Repo *repo.Repo
+	// RetryBackoffBase and RetryBackoffCap shape retries of retryable
+	// errors: min(cap, base·2^(n−1)), n = execution attempts. Default to
+	// 5 s and 300 s.
+	RetryBackoffBase time.Duration
+	RetryBackoffCap  time.Duration
+	// WriteTimeout bounds the outcome write after the handler returned
+	// (it runs even when the worker is stopping). Defaults to 10 s.
+	WriteTimeout time.Duration
+	// PendingDeliveryWait is how long a slot keeps trying to lease a
+	// delivery that arrived before its relay's MarkDispatched committed
+	// (the relay publishes first, so the mark is usually one commit
+	// behind), waiting 1, 2, 4 … ms in between, before it hands the
+	// delivery back to be tried again 25 ms later. Defaults to 20 ms;
+	// negative hands it back at once.
+	PendingDeliveryWait time.Duration
+	// SingleCompletions makes Run complete each attempt in its own
+	// statement, in its slot, as Process does. By default Run hands the
+	// completions to a completer that records those its slots finish
+	// meanwhile in one statement (repo.CompleteMany) and acknowledges each
+	// delivery after that commit, while the slot takes the next delivery.
+	SingleCompletions bool
+
+	// TestSignals are for tests; they do nothing until initialized.
+	TestSignals TestSignals
+}
+
+// TestSignals report worker events to tests.
+type TestSignals struct {
+	// Processed carries each delivery's result once it was acknowledged or
+	// handed back.
+	Processed testsignal.Signal[Result]
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	out.LeaseDuration = cmp.Or(c.LeaseDuration, repo.LeaseDurationDefault)
+	out.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, out.LeaseDuration/3)
+	out.RetryBackoffBase = cmp.Or(c.RetryBackoffBase, RetryBackoffBaseDefault)
+	out.RetryBackoffCap = cmp.Or(c.RetryBackoffCap, RetryBackoffCapDefault)
+	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	out.PendingDeliveryWait = cmp.Or(c.PendingDeliveryWait, PendingDeliveryWaitDefault)
+	if out.ID == "" {
+		host, _ := os.Hostname()
+		out.ID = fmt.Sprintf("worker-%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Metrics == nil {
+		out.Metrics = observe.Discard{}
+	}
+	if out.Repo == nil {
+		out.Repo = repo.New(nil)
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Concurrency < 1:
+		return fmt.Errorf("worker: Concurrency must be > 0, got %d", c.Concurrency)
+	case c.LeaseDuration < 0 || c.HeartbeatInterval < 0 || c.RetryBackoffBase < 0 || c.RetryBackoffCap < 0 || c.WriteTimeout < 0:
+		return errors.New("worker: durations must not be negative")
+	case c.HeartbeatInterval >= c.LeaseDuration:
+		return fmt.Errorf("worker: HeartbeatInterval %s must be shorter than LeaseDuration %s", c.HeartbeatInterval, c.LeaseDuration)
+	case c.RetryBackoffCap < c.RetryBackoffBase:
+		return fmt.Errorf("worker: RetryBackoffCap %s is below RetryBackoffBase %s", c.RetryBackoffCap, c.RetryBackoffBase)
+	case repo.ValidateWorkerID(c.ID) != nil:
+		return fmt.Errorf("worker: ID: %w", repo.ValidateWorkerID(c.ID))
+	case nilvalue.Is(c.Metrics):
+		return fmt.Errorf("worker: Metrics is a nil %T", c.Metrics)
+	}
+	return nil
+}

@@ -1,0 +1,208 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/knowledgefs/kfsdb/internal/backoff"
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// Outcome says what became of a delivery.
+type Outcome string
+
+// Outcomes of Process.
+const (
+	OutcomeCompleted Outcome = "completed"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeRetried   Outcome = "retry_scheduled"
+	OutcomeExhausted Outcome = "exhausted"
+	OutcomeStale     Outcome = "stale"
+	OutcomeDeferred  Outcome = "deferred"
+	OutcomeLeaseLost Outcome = "lease_lost"
+	OutcomeReleased  Outcome = "released"
+	// OutcomeRejected: Process was called on a nil Worker, with a nil
+	// context or a nil Message; nothing was done.
+	OutcomeRejected Outcome = "rejected"
+)
+
+// Result is what Process did with one delivery.
+type Result struct {
+	AttemptID uuid.UUID
+	Outcome   Outcome
+	// Lease is the lease held while the handler ran, if it ran.
+	Lease *repo.Lease
+	// Err is the handler's error or the error that decided the outcome.
+	Err error
+}
+
+// Process handles one delivery: lease, run, record, acknowledge. It never
+// returns an error; what it did is in the Result (and the logs and metrics).
+func (w *Worker) Process(ctx context.Context, msg Message) Result {
+	if err := w.usable(ctx); err != nil {
+		return Result{Outcome: OutcomeRejected, Err: err}
+	}
+	if nilvalue.Is(msg) {
+		return Result{Outcome: OutcomeRejected, Err: errors.New("worker: msg is nil")}
+	}
+	res := w.process(ctx, msg, nil)
+	w.cfg.TestSignals.Processed.Signal(res)
+	return res
+}
+
+func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result {
+	d := msg.Delivery()
+	res := Result{AttemptID: d.AttemptID}
+	log := w.log.With("attempt_id", d.AttemptID, "queue_job_id", d.QueueJobID)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WriteTimeout)
+	defer cancel()
+
+	if ctx.Err() != nil {
+		// Stopping before the lease: hand the delivery back untouched.
+		res.Outcome, res.Err = OutcomeDeferred, ctx.Err()
+		w.retryDelivery(wctx, log, msg, time.Now())
+		return res
+	}
+	// Not on ctx: a cancel arriving while the lease commits would leave
+	// the lease taken but unreported, and the attempt stranded until it
+	// expires. Once leased, a stopping worker releases it (below).
+	attempt, lease, err := w.acquireLease(ctx, wctx, d)
+	if err != nil {
+		return w.refused(ctx, wctx, log, msg, d, err)
+	}
+	w.cfg.Metrics.Add(observe.LeasesAcquired, 1)
+	res.Lease = lease
+
+	job := &Job{Attempt: attempt, repo: w.cfg.Repo, pool: w.pool}
+	job.lease.Store(lease)
+	herr, lost := w.runWithHeartbeat(ctx, job, log)
+	lease = job.Lease()
+	res.Lease = lease
+	if lost {
+		w.cfg.Metrics.Add(observe.LeasesLost, 1)
+		var why string
+		if herr != nil {
+			why = w.judge(herr, false).message // the handler's error may be unusable
+		}
+		log.WarnContext(ctx, "lease lost; the handler was stopped", "err", why)
+		res.Outcome, res.Err = OutcomeLeaseLost, repo.ErrLeaseLost
+		// The attempt is someone else's now (or will be redelivered by the
+		// relay at lease expiry): this delivery is spent.
+		w.ack(wctx, log, msg)
+		return res
+	}
+
+	if herr == nil {
+		done := completionOf(job, lease)
+		if c != nil {
+			// The completer records it with others in one statement and
+			// acknowledges after the commit; this slot moves on.
+			c.submit(&pendingCompletion{c: done, msg: msg, log: log, res: res})
+			return Result{AttemptID: d.AttemptID, Outcome: outcomeHandedOff}
+		}
+		return w.completed(ctx, wctx, log, msg, lease, w.complete(wctx, done), res)
+	}
+	v := w.judge(herr, ctx.Err() != nil)
+	res.Err = v.err
+	var werr error
+	switch {
+	case v.shutdown:
+		// The worker is stopping: hand the attempt back for another run.
+		werr = w.retry(wctx, lease, job.Attempt, v, time.Second, &res)
+		if res.Outcome == OutcomeRetried {
+			res.Outcome = OutcomeReleased
+		}
+	case v.retry:
+		// Marked retryable, or transient (the database connection failed,
+		// a conflict, a timeout): not the document's fault.
+		n := job.Attempt.ExecutionAttempts
+		werr = w.retry(wctx, lease, job.Attempt, v, backoff.Exponential(w.cfg.RetryBackoffBase, w.cfg.RetryBackoffCap, n), &res)
+	default:
+		werr = w.fail(wctx, lease, v, &res)
+	}
+	return w.settle(ctx, wctx, log, msg, lease, werr, res)
+}
+
+// acquireLease takes the delivery's lease (on wctx, see process). A
+// delivery that beat its relay's MarkDispatched is tried again in the slot
+// after waits of 1, 2, 4 … ms, up to PendingDeliveryWait in all: handed
+// back at once, it would wait pendingDeliveryDelay for a mark that is
+// usually a commit away. A refused try writes nothing.
+func (w *Worker) acquireLease(ctx, wctx context.Context, d repo.Delivery) (*kfstype.Attempt, *repo.Lease, error) {
+	p := &repo.AcquireLeaseParams{Delivery: d, WorkerID: w.cfg.ID, LeaseDuration: w.cfg.LeaseDuration}
+	attempt, lease, err := w.cfg.Repo.AcquireLease(wctx, w.pool, p)
+	for wait, left := time.Millisecond, w.cfg.PendingDeliveryWait; errors.Is(err, repo.ErrDeliveryPending) && left > 0; wait *= 2 {
+		wait = min(wait, left)
+		left -= wait
+		w.cfg.Metrics.Add(observe.PendingWaits, 1)
+		if sleep(ctx, wait); ctx.Err() != nil {
+			break // stopping: the caller hands the delivery back
+		}
+		attempt, lease, err = w.cfg.Repo.AcquireLease(wctx, w.pool, p)
+	}
+	return attempt, lease, err
+}
+
+// refused handles a delivery AcquireLease refused.
+func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Message, d repo.Delivery, err error) Result {
+	res := Result{AttemptID: d.AttemptID, Err: err}
+	var te *repo.TransitionError
+	switch {
+	case errors.Is(err, repo.ErrDeliveryMismatch), errors.Is(err, repo.ErrNotFound):
+		res.Outcome = OutcomeStale
+	case errors.Is(err, repo.ErrInvalidInput):
+		// A malformed delivery (zero attempt id, an empty or invalid job
+		// id: forged or corrupted), since New checked the worker's own id
+		// and lease: it can never be leased, so handing it back would
+		// loop. Acknowledge it like a stale one.
+		res.Outcome = OutcomeStale
+	case errors.Is(err, repo.ErrDeliveryPending):
+		// Delivered before the relay recorded the job id: try again soon.
+		w.cfg.Metrics.Add(observe.DeferredDelivery, 1)
+		res.Outcome = OutcomeDeferred
+		w.retryDelivery(wctx, log, msg, time.Now().Add(pendingDeliveryDelay))
+		return res
+	case errors.Is(err, repo.ErrAttemptsExhausted):
+		if _, ferr := w.cfg.Repo.FailExhausted(wctx, w.pool, &d); ferr != nil && !errors.Is(ferr, repo.ErrInvalidTransition) && !errors.Is(ferr, repo.ErrDeliveryMismatch) {
+			log.ErrorContext(ctx, "fail exhausted attempt", "err", ferr)
+			res.Outcome, res.Err = OutcomeDeferred, ferr
+			w.retryDelivery(wctx, log, msg, time.Now().Add(time.Second))
+			return res
+		}
+		w.cfg.Metrics.Add(observe.Exhausted, 1)
+		res.Outcome = OutcomeExhausted
+	case errors.As(err, &te) && te.From.Terminal():
+		res.Outcome = OutcomeStale
+	case errors.As(err, &te):
+		// Leased by another worker: try again once that lease could have
+		// lapsed. (A retry_wait attempt has no job id, so its deliveries
+		// are mismatches above.)
+		notBefore := time.Now().Add(time.Second)
+		if a := te.Attempt; a != nil && a.LeaseExpiresAt != nil && a.LeaseExpiresAt.After(notBefore) {
+			notBefore = *a.LeaseExpiresAt
+		}
+		w.cfg.Metrics.Add(observe.DeferredDelivery, 1)
+		res.Outcome = OutcomeDeferred
+		w.retryDelivery(wctx, log, msg, notBefore)
+		return res
+	default:
+		// Connection trouble and the like: the delivery is still good.
+		log.ErrorContext(ctx, "acquire lease failed", "err", err)
+		res.Outcome = OutcomeDeferred
+		w.retryDelivery(wctx, log, msg, time.Now().Add(time.Second))
+		return res
+	}
+	if res.Outcome == OutcomeStale {
+		w.cfg.Metrics.Add(observe.StaleDeliveries, 1)
+		log.DebugContext(ctx, "stale delivery acknowledged", "reason", err)
+	}
+	w.ack(wctx, log, msg)
+	return res
+}
