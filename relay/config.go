@@ -1,0 +1,148 @@
+package relay
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/internal/testsignal"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// Defaults, from the upstream platform. LockDuration, MaxDispatchAttempts
+// and VisibilityTimeout default to the repo transitions' own defaults
+// (repo.LockDurationDefault, repo.MaxDispatchAttemptsDefault,
+// repo.VisibilityTimeoutDefault), defined there once.
+const (
+	BackoffBaseDefault      = time.Second
+	BackoffCapDefault       = 60 * time.Second
+	BatchSizeDefault        = repo.MaxBatchSize
+	ConcurrencyDefault      = 10
+	FollowUpIntervalDefault = 20 * time.Millisecond
+	PollIntervalDefault     = time.Second
+	PublishTimeoutDefault   = 10 * time.Second
+	WriteTimeoutDefault     = 10 * time.Second
+)
+
+// Config configures a Relay. Zero values take the defaults.
+type Config struct {
+	// BackoffBase and BackoffCap shape the backoff after a failed publish:
+	// min(cap, base·2^(n−1)) plus up to 20% jitter, n = dispatch attempts.
+	// Default to 1 s and 60 s.
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+	// BatchSize is how many rows one claim takes (1..repo.MaxBatchSize).
+	// Defaults to BatchSizeDefault (100).
+	BatchSize int32
+	// Concurrency bounds publishes in flight. Defaults to 10.
+	Concurrency int
+	// ID names this relay in locked_by. Defaults to relay-<host>-<pid>-<random>.
+	ID string
+	// LockDuration is how long a claim holds a row; a relay that dies leaves
+	// its rows to be reclaimed after it. Defaults to
+	// repo.LockDurationDefault (30 s).
+	LockDuration time.Duration
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxDispatchAttempts dead-letters a row after this many failed
+	// publications. Defaults to repo.MaxDispatchAttemptsDefault (10).
+	MaxDispatchAttempts int32
+	// Metrics receives counts. Defaults to observe.Discard.
+	Metrics observe.Metrics
+	// PollInterval is the longest wait between claims when nothing wakes
+	// the relay. Defaults to 1 s.
+	PollInterval time.Duration
+	// FollowUpInterval is the wait before claiming again after a batch
+	// that found rows but was not full: a busy relay is not notified, so
+	// it looks again soon on its own, and rows arriving meanwhile go out
+	// together. Defaults to 20 ms.
+	FollowUpInterval time.Duration
+	// PollOnly disables LISTEN/NOTIFY, for PgBouncer in transaction pooling
+	// mode, where a session's LISTEN does not survive. Defaults to false.
+	PollOnly bool
+	// PublishTimeout bounds one Publish call. Defaults to 10 s.
+	PublishTimeout time.Duration
+	// Repo runs the transitions. Defaults to repo.New(nil).
+	Repo *repo.Repo
+	// VisibilityTimeout is how long a published message may wait for a
+	// worker before it is republished. Defaults to
+	// repo.VisibilityTimeoutDefault (60 s).
+	VisibilityTimeout time.Duration
+	// WriteTimeout bounds recording a batch's results (MarkDispatched,
+	// ReleaseOutbox), which runs even while the relay stops. Defaults to 10 s.
+	WriteTimeout time.Duration
+
+	// TestSignals are for tests; they do nothing until initialized.
+	TestSignals TestSignals
+}
+
+// TestSignals report relay events to tests.
+type TestSignals struct {
+	// BatchDone carries the number of rows of each claimed batch once
+	// they are all marked or released.
+	BatchDone testsignal.Signal[int]
+	// Listening fires once LISTEN is in place.
+	Listening testsignal.Signal[struct{}]
+}
+
+func (c *Config) withDefaults() *Config {
+	out := *c
+	out.BackoffBase = cmp.Or(c.BackoffBase, BackoffBaseDefault)
+	out.BackoffCap = cmp.Or(c.BackoffCap, BackoffCapDefault)
+	out.BatchSize = cmp.Or(c.BatchSize, BatchSizeDefault)
+	out.Concurrency = cmp.Or(c.Concurrency, ConcurrencyDefault)
+	out.LockDuration = cmp.Or(c.LockDuration, repo.LockDurationDefault)
+	out.MaxDispatchAttempts = cmp.Or(c.MaxDispatchAttempts, repo.MaxDispatchAttemptsDefault)
+	out.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	out.FollowUpInterval = cmp.Or(c.FollowUpInterval, min(FollowUpIntervalDefault, out.PollInterval))
+	out.PublishTimeout = cmp.Or(c.PublishTimeout, PublishTimeoutDefault)
+	out.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, repo.VisibilityTimeoutDefault)
+	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	if out.ID == "" {
+		host, _ := os.Hostname()
+		out.ID = fmt.Sprintf("relay-%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Metrics == nil {
+		out.Metrics = observe.Discard{}
+	}
+	if out.Repo == nil {
+		out.Repo = repo.New(nil)
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.BackoffBase < 0 || c.BackoffCap < 0:
+		return errors.New("relay: BackoffBase and BackoffCap must not be negative")
+	case c.BackoffCap < c.BackoffBase:
+		return fmt.Errorf("relay: BackoffCap %s is below BackoffBase %s", c.BackoffCap, c.BackoffBase)
+	case c.BatchSize < 1 || c.BatchSize > repo.MaxBatchSize:
+		return fmt.Errorf("relay: BatchSize must be 1..%d, got %d", repo.MaxBatchSize, c.BatchSize)
+	case c.Concurrency < 1:
+		return fmt.Errorf("relay: Concurrency must be > 0, got %d", c.Concurrency)
+	case repo.ValidateWorkerID(c.ID) != nil:
+		return fmt.Errorf("relay: ID: %w", repo.ValidateWorkerID(c.ID))
+	case nilvalue.Is(c.Metrics):
+		return fmt.Errorf("relay: Metrics is a nil %T", c.Metrics)
+	case c.FollowUpInterval > c.PollInterval:
+		return fmt.Errorf("relay: FollowUpInterval %s is longer than PollInterval %s", c.FollowUpInterval, c.PollInterval)
+	case c.LockDuration < 0 || c.PollInterval < 0 || c.FollowUpInterval < 0 || c.PublishTimeout < 0 || c.VisibilityTimeout < 0 || c.WriteTimeout < 0:
+		return errors.New("relay: durations must not be negative")
+	case c.MaxDispatchAttempts < 1:
+		return fmt.Errorf("relay: MaxDispatchAttempts must be > 0, got %d", c.MaxDispatchAttempts)
+	case c.PublishTimeout >= c.LockDuration:
+		return fmt.Errorf("relay: PublishTimeout %s must be shorter than LockDuration %s", c.PublishTimeout, c.LockDuration)
+	}
+	return nil
+}
