@@ -70,7 +70,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 		}
 	}
-	r.cfg.TestSignals.BatchDone.Signal(len(msgs))
+	r.testSignals.BatchDone.Signal(len(msgs))
 	return len(msgs), errors.Join(errs...)
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
-	"github.com/knowledgefs/kfsdb/internal/testsignal"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -78,18 +77,6 @@ type Config struct {
 	// WriteTimeout bounds recording a batch's results (MarkDispatched,
 	// ReleaseOutbox), which runs even while the relay stops. Defaults to 10 s.
 	WriteTimeout time.Duration
-
-	// TestSignals are for tests; they do nothing until initialized.
-	TestSignals TestSignals
-}
-
-// TestSignals report relay events to tests.
-type TestSignals struct {
-	// BatchDone carries the number of rows of each claimed batch once
-	// they are all marked or released.
-	BatchDone testsignal.Signal[int]
-	// Listening fires once LISTEN is in place.
-	Listening testsignal.Signal[struct{}]
 }
 
 func (c *Config) withDefaults() *Config {

@@ -71,6 +71,9 @@ type Relay struct {
 	// listening is true while the LISTEN connection is in place; only then
 	// may the relay register idle and sleep on notifications.
 	listening atomic.Bool
+	// testSignals are for tests (TestSignals); they do nothing until a
+	// test initializes them.
+	testSignals TestSignals
 }
 
 // New returns a relay publishing through pub. cfg may be nil.

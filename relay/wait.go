@@ -189,7 +189,7 @@ func (r *Relay) listenOnce(ctx context.Context) error {
 	r.listening.Store(true)
 	// Notifications sent while nobody listened are gone: claim now.
 	r.wake.note(time.Now())
-	r.cfg.TestSignals.Listening.Signal(struct{}{})
+	r.testSignals.Listening.Signal(struct{}{})
 	for {
 		n, err := conn.Conn().WaitForNotification(ctx)
 		if err != nil {

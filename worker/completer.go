@@ -110,7 +110,7 @@ func (c *completer) flush(batch []*pendingCompletion) {
 	}
 	for i, p := range batch {
 		res := w.completed(c.ctx, wctx, p.log, p.msg, p.c.lease, errs[i], p.res)
-		w.cfg.TestSignals.Processed.Signal(res)
+		w.testSignals.Processed.Signal(res)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
-	"github.com/knowledgefs/kfsdb/internal/testsignal"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -75,16 +74,6 @@ type Config struct {
 	// meanwhile in one statement (repo.CompleteMany) and acknowledges each
 	// delivery after that commit, while the slot takes the next delivery.
 	SingleCompletions bool
-
-	// TestSignals are for tests; they do nothing until initialized.
-	TestSignals TestSignals
-}
-
-// TestSignals report worker events to tests.
-type TestSignals struct {
-	// Processed carries each delivery's result once it was acknowledged or
-	// handed back.
-	Processed testsignal.Signal[Result]
 }
 
 func (c *Config) withDefaults() *Config {

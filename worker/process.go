@@ -53,7 +53,7 @@ func (w *Worker) Process(ctx context.Context, msg Message) Result {
 		return Result{Outcome: OutcomeRejected, Err: errors.New("worker: msg is nil")}
 	}
 	res := w.process(ctx, msg, nil)
-	w.cfg.TestSignals.Processed.Signal(res)
+	w.testSignals.Processed.Signal(res)
 	return res
 }
 

@@ -44,6 +44,9 @@ type Worker struct {
 	src     Source
 	handler Handler
 	log     *slog.Logger
+	// testSignals are for tests (TestSignals); they do nothing until a
+	// test initializes them.
+	testSignals TestSignals
 }
 
 // New returns a worker. cfg may be nil.
@@ -109,7 +112,7 @@ func (w *Worker) Run(ctx context.Context) error {
 					continue
 				}
 				if res := w.process(ctx, msg, c); res.Outcome != outcomeHandedOff {
-					w.cfg.TestSignals.Processed.Signal(res)
+					w.testSignals.Processed.Signal(res)
 				}
 			}
 		})

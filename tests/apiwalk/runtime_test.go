@@ -74,9 +74,10 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 		apiwalk.Walk(t, "../../relay", map[string]apiwalk.Case{
 			"New": {Fn: relay.New, Args: []any{pool, q, &relay.Config{Logger: quiet}}, Deep: []int{2},
 				Valid: []string{"arg2=zero(*relay.Config)", "arg2=nil"}, SkipValidCall: true},
-			"Relay.ID":      {Fn: (*relay.Relay).ID, Args: []any{rl}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}}}},
-			"Relay.Run":     {Fn: (*relay.Relay).Run, Args: []any{rl, canceled}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}, canceled}}},
-			"Relay.RunOnce": {Fn: (*relay.Relay).RunOnce, Args: []any{rl, canceled}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}, canceled}}},
+			"Relay.ID":          {Fn: (*relay.Relay).ID, Args: []any{rl}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}}}},
+			"Relay.Run":         {Fn: (*relay.Relay).Run, Args: []any{rl, canceled}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}, canceled}}},
+			"Relay.RunOnce":     {Fn: (*relay.Relay).RunOnce, Args: []any{rl, canceled}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}, canceled}}},
+			"Relay.TestSignals": {Fn: (*relay.Relay).TestSignals, Args: []any{rl}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}}}},
 		}, runtimeRules, refused, notRefused)
 	})
 
@@ -84,8 +85,9 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 		apiwalk.Walk(t, "../../worker", map[string]apiwalk.Case{
 			"New": {Fn: worker.New, Args: []any{pool, q, h, &worker.Config{Logger: quiet}}, Deep: []int{3},
 				Valid: []string{"arg3=zero(*worker.Config)", "arg3=nil", "arg3.PendingDeliveryWait=-1ns"}, SkipValidCall: true},
-			"Worker.ID":  {Fn: (*worker.Worker).ID, Args: []any{w}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}}}},
-			"Worker.Run": {Fn: (*worker.Worker).Run, Args: []any{w, canceled}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}, canceled}}},
+			"Worker.ID":          {Fn: (*worker.Worker).ID, Args: []any{w}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}}}},
+			"Worker.Run":         {Fn: (*worker.Worker).Run, Args: []any{w, canceled}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}, canceled}}},
+			"Worker.TestSignals": {Fn: (*worker.Worker).TestSignals, Args: []any{w}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}}}},
 			"Worker.Process": {Fn: (*worker.Worker).Process, Args: []any{w, canceled, msg}, Err: resultErr,
 				Extra: map[string][]any{"zero Worker": {&worker.Worker{}, canceled, msg}, "malformed delivery": {w, ctx, forged}}},
 			"HandlerFunc.Work": {Fn: worker.HandlerFunc.Work, Args: []any{h, ctx, job},

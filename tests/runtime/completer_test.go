@@ -87,6 +87,8 @@ type completerRun struct {
 	src      *settleSource
 	log      *queryLog
 	cfg      worker.Config
+	// signals are the test signals of the worker run started.
+	signals *worker.TestSignals
 }
 
 func setupCompleterRun(t *testing.T, n int, cfg worker.Config) *completerRun {
@@ -97,7 +99,6 @@ func setupCompleterRun(t *testing.T, n int, cfg worker.Config) *completerRun {
 	docs := testfactory.SeedDocuments(ctx, t, pool, 4, n/4)
 	attempts := testfactory.StartAll(ctx, t, repo.New(nil), pool, docs, 0)
 	cfg.Concurrency = 8
-	cfg.TestSignals.Processed.Init()
 	return &completerRun{ctx: ctx, pool: pool, docs: docs, attempts: attempts, ids: attemptIDs(attempts),
 		src: &settleSource{src: memqueue.New()}, log: &queryLog{}, cfg: cfg}
 }
@@ -114,6 +115,8 @@ func (c *completerRun) run(t *testing.T, h worker.HandlerFunc) (stop func()) {
 	q := c.src.src.(*memqueue.Queue)
 	rl := newRelay(t, c.pool, q, relay.Config{PollInterval: 50 * time.Millisecond})
 	w := newWorker(t, wpool, c.src, h, c.cfg)
+	c.signals = w.TestSignals()
+	c.signals.Processed.Init()
 	return testfactory.RunAll(c.ctx, t, rl.Run, w.Run)
 }
 
@@ -122,7 +125,7 @@ func (c *completerRun) processed() []worker.Result {
 	var out []worker.Result
 	for {
 		select {
-		case r := <-c.cfg.TestSignals.Processed.C():
+		case r := <-c.signals.Processed.C():
 			out = append(out, r)
 		default:
 			return out
@@ -348,7 +351,6 @@ func TestCompleterBatches(t *testing.T) {
 		c2 := *c
 		c2.src = &settleSource{src: c.src.src}
 		c2.log = &queryLog{}
-		c2.cfg.TestSignals = worker.TestSignals{}
 		stop2 := c2.run(t, func(ctx context.Context, job *worker.Job) error {
 			cd := cands[job.Attempt.KnowledgeSpaceID]
 			job.CompleteThrough(cd.ID, cd.Fingerprint)

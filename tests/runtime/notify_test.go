@@ -31,7 +31,7 @@ type latencyBundle struct {
 	started chan uuid.UUID
 }
 
-func setupLatency(t *testing.T, n int, relayCfg relay.Config) (*latencyBundle, *relay.Config) {
+func setupLatency(t *testing.T, n int, relayCfg relay.Config) (*latencyBundle, *relay.TestSignals) {
 	t.Helper()
 	db := pgtest.NewDB(t)
 	pool := newPool(t, db, 8)
@@ -43,11 +43,11 @@ func setupLatency(t *testing.T, n int, relayCfg relay.Config) (*latencyBundle, *
 		b.started <- job.Attempt.ID
 		return testfactory.CompileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID], nil)
 	})
-	relayCfg.TestSignals.Listening.Init()
 	rl := newRelay(t, pool, q, relayCfg)
+	rl.TestSignals().Listening.Init()
 	w := newWorker(t, pool, q, h, worker.Config{Concurrency: 2})
 	testfactory.RunAll(context.Background(), t, rl.Run, w.Run)
-	return b, &relayCfg
+	return b, rl.TestSignals()
 }
 
 // startAndWait starts document i and returns how long it took until the
@@ -79,8 +79,8 @@ func TestNotifyWakesRelay(t *testing.T) {
 	// parallel load.
 	const samples = 20
 	const poll = 5 * time.Second
-	b, cfg := setupLatency(t, samples+1, relay.Config{PollInterval: poll})
-	cfg.TestSignals.Listening.WaitOrTimeout(t, 10*time.Second)
+	b, signals := setupLatency(t, samples+1, relay.Config{PollInterval: poll})
+	signals.Listening.WaitOrTimeout(t, 10*time.Second)
 
 	// A warm-up attempt: the relay's first claim runs at once on start, so
 	// the first Start may race it rather than the notification.
@@ -100,7 +100,7 @@ func TestNotifyWakesRelay(t *testing.T) {
 func TestPollOnlyStillDelivers(t *testing.T) {
 	t.Parallel()
 	const poll = time.Second
-	b, cfg := setupLatency(t, 3, relay.Config{PollInterval: poll, PollOnly: true})
+	b, signals := setupLatency(t, 3, relay.Config{PollInterval: poll, PollOnly: true})
 	for i := range 3 {
 		latency := b.startAndWait(t, i, 10*poll)
 		t.Logf("poll-only latency: %s", latency.Round(time.Millisecond))
@@ -108,7 +108,7 @@ func TestPollOnlyStillDelivers(t *testing.T) {
 		require.Less(t, latency, poll+2*time.Second)
 	}
 	select {
-	case <-cfg.TestSignals.Listening.C():
+	case <-signals.Listening.C():
 		require.Fail(t, "a PollOnly relay must not LISTEN")
 	default:
 	}
@@ -142,8 +142,8 @@ func settle() { time.Sleep(300 * time.Millisecond) }
 func TestStartInCallerTxWakesIdleRelay(t *testing.T) {
 	const samples = 3
 	const poll = 5 * time.Second
-	b, cfg := setupLatency(t, 2*samples+1, relay.Config{PollInterval: poll})
-	cfg.TestSignals.Listening.WaitOrTimeout(t, 10*time.Second)
+	b, signals := setupLatency(t, 2*samples+1, relay.Config{PollInterval: poll})
+	signals.Listening.WaitOrTimeout(t, 10*time.Second)
 	b.startAndWait(t, 0, 2*poll)
 
 	var latencies []time.Duration
@@ -184,8 +184,8 @@ func TestStartInCallerTxWakesIdleRelay(t *testing.T) {
 // Failed before migration 0007 (the second Start waited ≈ 4.9 s).
 func TestLockedDueRowDoesNotStallRelay(t *testing.T) {
 	const poll = 5 * time.Second
-	b, cfg := setupLatency(t, 3, relay.Config{PollInterval: poll})
-	cfg.TestSignals.Listening.WaitOrTimeout(t, 10*time.Second)
+	b, signals := setupLatency(t, 3, relay.Config{PollInterval: poll})
+	signals.Listening.WaitOrTimeout(t, 10*time.Second)
 	b.startAndWait(t, 0, 2*poll)
 	settle()
 
@@ -226,8 +226,8 @@ func TestNoWakeupLostUnderChurn(t *testing.T) {
 	t.Parallel()
 	const producers, rounds = 4, 30
 	const poll = 30 * time.Second
-	b, cfg := setupLatency(t, producers*rounds, relay.Config{PollInterval: poll})
-	cfg.TestSignals.Listening.WaitOrTimeout(t, 10*time.Second)
+	b, signals := setupLatency(t, producers*rounds, relay.Config{PollInterval: poll})
+	signals.Listening.WaitOrTimeout(t, 10*time.Second)
 	rng := rand.New(rand.NewPCG(1, 7))
 	var worst time.Duration
 	for r := range rounds {

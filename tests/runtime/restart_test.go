@@ -58,10 +58,10 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	relayCfg := relay.Config{PollInterval: 100 * time.Millisecond, LockDuration: 2 * time.Second, PublishTimeout: time.Second, BatchSize: 10}
 	workerCfg := worker.Config{Concurrency: 4, LeaseDuration: 10 * time.Second}
 	wc1, wc2 := workerCfg, workerCfg
-	wc1.TestSignals.Processed.Init()
-	wc2.TestSignals.Processed.Init()
 	w1 := newWorker(t, pool, q, gen1, wc1)
 	w2 := newWorker(t, pool, q, gen1, wc2)
+	w1.TestSignals().Processed.Init()
+	w2.TestSignals().Processed.Init()
 	rl := newRelay(t, pool, q, relayCfg)
 	stop := testfactory.RunAll(context.Background(), t, rl.Run, w1.Run, w2.Run)
 
@@ -71,7 +71,7 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 
 	// Each blocked handler's attempt was handed back for another run.
 	var released []uuid.UUID
-	for _, sig := range []*worker.TestSignals{&wc1.TestSignals, &wc2.TestSignals} {
+	for _, sig := range []*worker.TestSignals{w1.TestSignals(), w2.TestSignals()} {
 	drain:
 		for {
 			select {
