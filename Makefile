@@ -138,7 +138,7 @@ loadgen: ## Lifecycle load driver (cmd/kfsdb/loadgen) on KFS_BENCH_DATABASE_URL'
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLoadgen$$' -v -timeout 30m ./bench/ \
 		| tee $(CURDIR)/$(BENCH_OUT)/loadgen.txt
 
-# Fuzz targets of package repo (repo/fuzz_test.go), run one after another;
+# Fuzz targets of package repo (repo/fuzz_*_test.go), run one after another;
 # `go test` alone replays their committed corpus in repo/testdata/fuzz.
 FUZZ_TARGETS := FuzzStartParams FuzzAttemptRef FuzzReads FuzzAcquireLeaseParams FuzzLeaseCalls \
 	FuzzFailParams FuzzTruncateMessage FuzzClaimParams FuzzMarkDispatchedParams \

@@ -7,19 +7,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -52,127 +46,6 @@ const (
 	failRate    = 0.1
 	maxAttempts = 10
 )
-
-// buildKfsdb builds cmd/kfsdb into a temporary directory (with -race when
-// the test has it) and returns the binary's path.
-func buildKfsdb(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "kfsdb")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, ".")...)
-	cmd.Dir = filepath.Join("..", "..", "cmd", "kfsdb")
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build cmd/kfsdb:\n%s", out)
-	return bin
-}
-
-// process is one running `kfsdb work`.
-type process struct {
-	id   string
-	cmd  *exec.Cmd
-	out  *testfactory.SyncBuffer
-	done chan error
-}
-
-func startWork(t *testing.T, bin, url, id string) *process {
-	t.Helper()
-	p := &process{id: id, out: &testfactory.SyncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "work", "--database-url", url, "--duration", "5m", "--workers", "2", "--concurrency", "2",
-		"--lease", lease.String(), "--visibility", visibility.String(), "--step-delay", stepDelay.String(),
-		"--fail-rate", strconv.FormatFloat(failRate, 'f', -1, 64), "--id", id)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	require.NoError(t, p.cmd.Start())
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
-			_ = p.cmd.Process.Kill()
-		}
-	})
-	return p
-}
-
-// stop interrupts the process (SIGINT, like Ctrl-C) and requires a clean
-// exit.
-func (p *process) stop(t *testing.T) {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
-	select {
-	case err := <-p.done:
-		require.NoError(t, err, "kfsdb work %s:\n%s", p.id, p.out.String())
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		require.FailNow(t, "kfsdb work did not stop within 60 s", "%s:\n%s", p.id, p.out.String())
-	}
-}
-
-var counterRe = regexp.MustCompile(`(?m)^\s+([a-z_]+)\s+(\d+)$`)
-
-// counters parses the counters `kfsdb work` printed at the end.
-func (p *process) counters() map[string]int64 {
-	m := map[string]int64{}
-	for _, sub := range counterRe.FindAllStringSubmatch(p.out.String(), -1) {
-		n, _ := strconv.ParseInt(sub[2], 10, 64)
-		m[sub[1]] = n
-	}
-	return m
-}
-
-// tracker knows every attempt the test started and its document.
-type tracker struct {
-	mu    sync.Mutex
-	ids   []uuid.UUID
-	scope map[uuid.UUID]testfactory.Scope
-}
-
-func (tr *tracker) add(id uuid.UUID, s testfactory.Scope) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	if _, ok := tr.scope[id]; !ok {
-		tr.ids = append(tr.ids, id)
-		tr.scope[id] = s
-	}
-}
-
-func (tr *tracker) random() (uuid.UUID, testfactory.Scope) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	id := tr.ids[rand.IntN(len(tr.ids))]
-	return id, tr.scope[id]
-}
-
-// opStats counts the racers' calls and their answers.
-type opStats struct {
-	mu         sync.Mutex
-	answers    map[string]int
-	unexpected []string
-	deadlocks  int
-}
-
-func (s *opStats) record(op string, err error, expected ...error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
-		s.deadlocks++
-	}
-	answer := "ok"
-	if err != nil {
-		answer = "unexpected"
-		for _, e := range expected {
-			if errors.Is(err, e) {
-				answer = strings.TrimPrefix(e.Error(), "kfsdb: ")
-			}
-		}
-		if answer == "unexpected" {
-			s.unexpected = append(s.unexpected, fmt.Sprintf("%s: %v", op, err))
-		}
-	}
-	s.answers[op+": "+answer]++
-}
 
 // TestProcessesRaceOnTheSameRows runs two `kfsdb work` processes and a
 // relay and worker in the test process on the same attempts, while

@@ -1,0 +1,259 @@
+package repo_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+)
+
+// ctlEnded is the rows expected after Cancel or Supersede of before at now.
+func ctlEnded(before *testfactory.Rows, state kfstype.RunState, code string, reason *string, now time.Time) testfactory.Rows {
+	want := *before
+	a, o := &want.Attempt, &want.Outbox
+	a.RunState = state
+	a.Active = false
+	a.CompletedAt = &now
+	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
+	a.RetryAt = nil
+	if reason != nil {
+		a.LastErrorCode, a.LastErrorMessage = &code, reason
+	}
+	a.RowVersion++
+	a.UpdatedAt = now
+	o.Status = kfstype.OutboxStatusCanceled
+	o.LockedBy, o.LockToken, o.LockedUntil = nil, nil, nil
+	o.UpdatedAt = now
+	return want
+}
+
+// ctlEndOp is Cancel or Supersede, which share their rules.
+type ctlEndOp struct {
+	verb  string
+	state kfstype.RunState
+	code  string
+	call  func(b *testBundle, ref repo.AttemptRef, reason *string) (*kfstype.Attempt, error)
+}
+
+var ctlCancel = ctlEndOp{
+	verb: "Cancel", state: kfstype.RunStateCanceled, code: kfstype.ErrorCodeCanceled,
+	call: func(b *testBundle, ref repo.AttemptRef, reason *string) (*kfstype.Attempt, error) {
+		return b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: ref, Reason: reason})
+	},
+}
+
+var ctlSupersede = ctlEndOp{
+	verb: "Supersede", state: kfstype.RunStateSuperseded, code: kfstype.ErrorCodeSuperseded,
+	call: func(b *testBundle, ref repo.AttemptRef, reason *string) (*kfstype.Attempt, error) {
+		return b.repo.Supersede(b.ctx, b.db.Pool, &repo.SupersedeParams{AttemptRef: ref, Reason: reason})
+	},
+}
+
+func TestCancel(t *testing.T)    { testEndOp(t, ctlCancel) }
+func TestSupersede(t *testing.T) { testEndOp(t, ctlSupersede) }
+
+func testEndOp(t *testing.T, op ctlEndOp) {
+	t.Parallel()
+	past := map[kfstype.RunState]string{kfstype.RunStateCanceled: "Cancels", kfstype.RunStateSuperseded: "Supersedes"}[op.state]
+
+	for _, state := range ctlLiveStates {
+		for _, withReason := range []bool{true, false} {
+			name := past + ctlStateName(state) + "Attempt"
+			if withReason {
+				name += "WithReason"
+			} else {
+				name += "WithoutReasonKeepingLastError"
+			}
+			t.Run(name, func(t *testing.T) {
+				b := setup(t)
+				s := b.scope(t)
+				a := b.drv.InState(b.ctx, t, s, state)
+				before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
+				now := b.clock.Advance(time.Minute)
+
+				var reason *string
+				if withReason {
+					reason = new("operator asked")
+				}
+				got, err := op.call(b, s.Ref(a.ID), reason)
+				require.NoError(t, err)
+
+				after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+				require.Equal(t, ctlEnded(before, op.state, op.code, reason, now), *after)
+				require.Equal(t, after.Attempt, *got)
+				if !withReason && state == kfstype.RunStateRetryWait {
+					require.Equal(t, kfstype.ErrorCodeCompilationRetryable, *after.Attempt.LastErrorCode)
+					require.Equal(t, "transient", *after.Attempt.LastErrorMessage)
+				}
+				// The document version's slot is free again.
+				res, err := b.repo.Start(b.ctx, b.db.Pool, s.StartParams())
+				require.NoError(t, err)
+				require.True(t, res.Created)
+				testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
+			})
+		}
+	}
+
+	t.Run("CutsLongReasonTo4096Characters", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		got, err := op.call(b, s.Ref(a.ID), new(strings.Repeat("é", 5000)))
+		require.NoError(t, err)
+		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+		require.Equal(t, strings.Repeat("é", 4096), *after.Attempt.LastErrorMessage)
+		require.Equal(t, after.Attempt, *got)
+	})
+
+	t.Run(past+"AtExpectedRowVersion", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateQueued)
+		require.EqualValues(t, 1, a.RowVersion)
+		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
+		now := b.clock.Advance(time.Minute)
+		ref := s.Ref(a.ID)
+		ref.ExpectedRowVersion = new(a.RowVersion)
+		got, err := op.call(b, ref, nil)
+		require.NoError(t, err)
+		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+		require.Equal(t, ctlEnded(before, op.state, op.code, nil, now), *after)
+		require.Equal(t, after.Attempt, *got)
+	})
+
+	t.Run("RefusesStaleRowVersion", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateQueued)
+		snap := b.snapshot(t, a.ID)
+		b.clock.Advance(time.Minute)
+		for _, v := range []int32{0, 2} {
+			ref := s.Ref(a.ID)
+			ref.ExpectedRowVersion = new(v)
+			_, err := op.call(b, ref, new("late"))
+			require.ErrorIs(t, err, repo.ErrStaleRowVersion)
+			snap.requireUnchanged(t, b)
+		}
+	})
+
+	for _, state := range ctlTerminalStates {
+		t.Run("Refuses"+ctlStateName(state)+"Attempt", func(t *testing.T) {
+			b := setup(t)
+			s := b.scope(t)
+			a := b.drv.InState(b.ctx, t, s, state)
+			snap := b.snapshot(t, a.ID)
+			b.clock.Advance(time.Minute)
+			_, err := op.call(b, s.Ref(a.ID), new("too late"))
+			te := ctlRequireTransitionError(t, err, state)
+			require.Equal(t, a.ID, te.AttemptID)
+			require.Equal(t, op.state, te.To)
+			snap.requireUnchanged(t, b)
+		})
+	}
+
+	t.Run("RefusesUnknownAttempt", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		snap := b.snapshot(t, a.ID)
+		_, err := op.call(b, s.Ref(uuid.New()), nil)
+		require.ErrorIs(t, err, repo.ErrNotFound)
+		snap.requireUnchanged(t, b)
+	})
+
+	t.Run("KillsTheWorkersLease", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		a, lease, _ := b.drv.Running(b.ctx, t, s)
+		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+		// Paired positive: the lease is alive before.
+		b.clock.Advance(10 * time.Second)
+		lease, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
+		require.NoError(t, err)
+		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+
+		b.clock.Advance(time.Second)
+		_, err = op.call(b, s.Ref(a.ID), nil)
+		require.NoError(t, err)
+		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+
+		snap := b.snapshot(t, a.ID)
+		b.clock.Advance(time.Second)
+		_, err = b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
+		require.ErrorIs(t, err, repo.ErrLeaseLost)
+		snap.requireUnchanged(t, b)
+		_, err = b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: lease, ErrorCode: "X", ErrorMessage: "x"})
+		require.ErrorIs(t, err, repo.ErrLeaseLost)
+		snap.requireUnchanged(t, b)
+	})
+
+	// A relay that claimed the outbox row before the call cannot mark it
+	// dispatched afterwards, whether the attempt waited for its first
+	// publication or was running with an expired lease (redelivery).
+	for _, state := range []kfstype.RunState{kfstype.RunStateDispatchPending, kfstype.RunStateRunning} {
+		t.Run("FencesRelayHoldingOutboxLockOf"+ctlStateName(state)+"Attempt", func(t *testing.T) {
+			b := setup(t)
+			s := b.scope(t)
+			a := b.drv.InState(b.ctx, t, s, state)
+			if state == kfstype.RunStateRunning {
+				b.clock.Advance(repo.LeaseDurationDefault)
+			}
+			m := b.drv.Claim(b.ctx, t, a.ID)
+			before := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+			require.Equal(t, kfstype.OutboxStatusDispatching, before.Outbox.Status)
+
+			now := b.clock.Advance(time.Second)
+			_, err := op.call(b, s.Ref(a.ID), nil)
+			require.NoError(t, err)
+			after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+			require.Equal(t, ctlEnded(before, op.state, op.code, nil, now), *after)
+
+			snap := b.snapshot(t, a.ID)
+			b.clock.Advance(time.Second)
+			res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
+				OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: b.drv.NextJobID(),
+			}}})
+			require.NoError(t, err)
+			require.Empty(t, res.Marked)
+			require.Equal(t, []uuid.UUID{m.ID}, res.Refused)
+			snap.requireUnchanged(t, b)
+
+			// Nor does a canceled row come up for a claim again.
+			b.clock.Advance(time.Hour)
+			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-2", BatchSize: 100})
+			require.NoError(t, err)
+			require.Empty(t, msgs)
+			snap.requireUnchanged(t, b)
+		})
+	}
+
+	t.Run("ValidatesInput", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		snap := b.snapshot(t, a.ID)
+		for _, tc := range []struct {
+			field string
+			edit  func(*repo.AttemptRef)
+		}{
+			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = "" }},
+			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = strings.Repeat("t", 256) }},
+			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = "a\x00b" }},
+			{"KnowledgeSpaceID", func(r *repo.AttemptRef) { r.KnowledgeSpaceID = uuid.Nil }},
+			{"AttemptID", func(r *repo.AttemptRef) { r.AttemptID = uuid.Nil }},
+			{"ExpectedRowVersion", func(r *repo.AttemptRef) { r.ExpectedRowVersion = new(int32(-1)) }},
+		} {
+			ref := s.Ref(a.ID)
+			tc.edit(&ref)
+			_, err := op.call(b, ref, nil)
+			requireInputError(t, err, tc.field)
+			snap.requireUnchanged(t, b)
+		}
+	})
+}

@@ -1,0 +1,217 @@
+package repo_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+)
+
+// wantMarked is before with the claimed outbox row marked dispatched at
+// now and the attempt queued (or still running) with the job ids.
+func wantMarked(before *testfactory.Rows, job string, ext *string, now time.Time, visibility time.Duration) *testfactory.Rows {
+	want := *before
+	want.Outbox.Status = kfstype.OutboxStatusDispatched
+	want.Outbox.DeliveredAt = new(now)
+	want.Outbox.QueueJobID = new(job)
+	want.Outbox.ExternalJobID = ext
+	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
+	want.Outbox.AvailableAt = now.Add(visibility)
+	want.Outbox.UpdatedAt = now
+	if want.Attempt.RunState != kfstype.RunStateRunning {
+		want.Attempt.RunState = kfstype.RunStateQueued
+	}
+	want.Attempt.QueueJobID = new(job)
+	want.Attempt.ExternalJobID = ext
+	want.Attempt.RetryAt = nil
+	want.Attempt.RowVersion++
+	want.Attempt.UpdatedAt = now
+	return &want
+}
+
+func TestMarkDispatched(t *testing.T) {
+	t.Parallel()
+
+	t.Run("MarksEveryRowOfABatch", func(t *testing.T) {
+		b := setup(t)
+		// A retry_wait attempt, due in 10 s.
+		_, lease, _ := b.rwRunning(t, nil)
+		retrying := lease.AttemptID
+		_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: 10 * time.Second, ErrorCode: "E", ErrorMessage: "e"})
+		require.NoError(t, err)
+		b.rwRows(t, retrying)
+		// A queued attempt whose visibility deadline passes: republished.
+		_, requeued := b.rwStart(t, nil)
+		b.rwDispatch(t, requeued.ID, "job-old", new("ext-old"))
+		b.clock.Advance(repo.VisibilityTimeoutDefault)
+		// A fresh one.
+		_, fresh := b.rwStart(t, nil)
+
+		claimed := b.rwClaim(t, "relay-a")
+		require.Len(t, claimed, 3)
+		b.clock.Advance(2 * time.Second)
+		befores := map[uuid.UUID]*testfactory.Rows{}
+		for id := range claimed {
+			befores[id] = b.rwRows(t, id)
+		}
+		jobs := map[uuid.UUID]struct {
+			job string
+			ext *string
+		}{
+			fresh.ID:    {"job-fresh", nil},
+			retrying:    {"job-retry", new("ext-retry")},
+			requeued.ID: {"job-requeued", nil},
+		}
+		var ds []repo.Dispatch
+		for _, id := range []uuid.UUID{fresh.ID, retrying, requeued.ID} {
+			ds = append(ds, repo.Dispatch{OutboxID: claimed[id].ID, LockToken: *claimed[id].LockToken, QueueJobID: jobs[id].job, ExternalJobID: jobs[id].ext})
+		}
+		res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: ds, VisibilityTimeout: 90 * time.Second})
+		require.NoError(t, err)
+		require.Empty(t, res.Refused)
+		require.Len(t, res.Marked, 3)
+		marked := map[uuid.UUID]*kfstype.OutboxMessage{}
+		for _, m := range res.Marked {
+			marked[m.AttemptID] = m
+		}
+		for id, j := range jobs {
+			want := wantMarked(befores[id], j.job, j.ext, b.clock.Now(), 90*time.Second)
+			require.Equal(t, kfstype.RunStateQueued, want.Attempt.RunState)
+			after := b.rwRows(t, id)
+			require.Equal(t, want, after, "attempt %s", id)
+			require.Equal(t, after.Outbox, *marked[id])
+		}
+		require.Nil(t, b.rwRows(t, retrying).Attempt.RetryAt)
+		require.Nil(t, b.rwRows(t, requeued.ID).Attempt.ExternalJobID, "a nil external id replaces the old one")
+	})
+
+	t.Run("KeepsRunningAttemptWithExpiredLeaseRunning", func(t *testing.T) {
+		b := setup(t)
+		_, lease, _ := b.rwRunning(t, nil)
+		b.clock.Advance(repo.LeaseDurationDefault + time.Second)
+		m := b.rwClaim(t, "relay-a")[lease.AttemptID]
+		require.NotNil(t, m)
+		before := b.rwRows(t, lease.AttemptID)
+		res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
+			OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: "job-2", ExternalJobID: new("ext-2"),
+		}}})
+		require.NoError(t, err)
+		require.Empty(t, res.Refused)
+		want := wantMarked(before, "job-2", new("ext-2"), b.clock.Now(), repo.VisibilityTimeoutDefault)
+		require.Equal(t, kfstype.RunStateRunning, want.Attempt.RunState)
+		require.Equal(t, lease.Token, *want.Attempt.LeaseToken, "the expired lease stays until a worker takes over")
+		require.Equal(t, want, b.rwRows(t, lease.AttemptID))
+	})
+
+	t.Run("RefusesStaleRowsAndMarksTheRest", func(t *testing.T) {
+		b := setup(t)
+		// takenOver: running, its lease expires, the relay claims the row,
+		// then a worker takes the attempt over with the old delivery.
+		_, oldLease, oldDel := b.rwRunning(t, nil)
+		takenOver := oldLease.AttemptID
+		b.clock.Advance(repo.LeaseDurationDefault)
+		_, ok := b.rwStart(t, nil)
+		_, wrongToken := b.rwStart(t, nil)
+		_, reclaimed := b.rwStart(t, nil)
+		sCanceled, canceled := b.rwStart(t, nil)
+		_, marked := b.rwStart(t, nil)
+
+		first := b.rwClaim(t, "relay-1")
+		require.Len(t, first, 6)
+		b.clock.Advance(repo.LockDurationDefault)
+		second := b.rwClaim(t, "relay-2")
+		require.Len(t, second, 6, "every lock expired: all recovered")
+
+		_, err := b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: sCanceled.Ref(canceled.ID)})
+		require.NoError(t, err)
+		b.rwRows(t, canceled.ID)
+		b.rwAcquire(t, oldDel, "worker-b")
+		res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
+			OutboxID: second[marked.ID].ID, LockToken: *second[marked.ID].LockToken, QueueJobID: "job-marked",
+		}}})
+		require.NoError(t, err)
+		require.Len(t, res.Marked, 1)
+		b.rwRows(t, marked.ID)
+
+		b.clock.Advance(time.Second)
+		refusedIDs := []uuid.UUID{wrongToken.ID, reclaimed.ID, canceled.ID, takenOver, marked.ID}
+		befores := map[uuid.UUID]*testfactory.Rows{ok.ID: b.rwRows(t, ok.ID)}
+		for _, id := range refusedIDs {
+			befores[id] = b.rwRows(t, id)
+		}
+		d := func(id uuid.UUID, token uuid.UUID) repo.Dispatch {
+			return repo.Dispatch{OutboxID: second[id].ID, LockToken: token, QueueJobID: "job-new-" + id.String()}
+		}
+		res, err = b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{
+			d(wrongToken.ID, uuid.New()),
+			d(ok.ID, *second[ok.ID].LockToken),
+			d(reclaimed.ID, *first[reclaimed.ID].LockToken), // the token of the expired claim
+			d(canceled.ID, *second[canceled.ID].LockToken),
+			d(takenOver, *second[takenOver].LockToken),
+			d(marked.ID, *second[marked.ID].LockToken), // marked already
+		}})
+		require.NoError(t, err)
+		require.Equal(t, []uuid.UUID{second[wrongToken.ID].ID, second[reclaimed.ID].ID, second[canceled.ID].ID, second[takenOver].ID, second[marked.ID].ID}, res.Refused)
+		require.Len(t, res.Marked, 1)
+		want := wantMarked(befores[ok.ID], "job-new-"+ok.ID.String(), nil, b.clock.Now(), repo.VisibilityTimeoutDefault)
+		require.Equal(t, want, b.rwRows(t, ok.ID))
+		require.Equal(t, want.Outbox, *res.Marked[0])
+		for _, id := range refusedIDs {
+			b.requireUnchanged(t, befores[id])
+		}
+	})
+
+	t.Run("RejectsInvalidInput", func(t *testing.T) {
+		b := setup(t)
+		_, a := b.rwStart(t, nil)
+		m := b.rwClaim(t, "relay-a")[a.ID]
+		before := b.rwRows(t, a.ID)
+		good := repo.Dispatch{OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: "job-1"}
+		with := func(f func(*repo.Dispatch)) []repo.Dispatch {
+			d := good
+			f(&d)
+			return []repo.Dispatch{d}
+		}
+		many := make([]repo.Dispatch, 101)
+		for i := range many {
+			many[i] = repo.Dispatch{OutboxID: uuid.New(), LockToken: uuid.New(), QueueJobID: "job"}
+		}
+		many[0] = good
+		for _, tc := range []struct {
+			name  string
+			field string
+			p     repo.MarkDispatchedParams
+		}{
+			{"EmptyBatch", "Dispatches", repo.MarkDispatchedParams{}},
+			{"OversizedBatch", "Dispatches", repo.MarkDispatchedParams{Dispatches: many}},
+			{"DuplicateOutboxID", "Dispatches[1].OutboxID", repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{good, good}}},
+			{"EmptyQueueJobID", "Dispatches[0].QueueJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.QueueJobID = "" })}},
+			{"LongQueueJobID", "Dispatches[0].QueueJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.QueueJobID = strings.Repeat("j", 256) })}},
+			{"EmptyExternalJobID", "Dispatches[0].ExternalJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.ExternalJobID = new("") })}},
+			{"LongExternalJobID", "Dispatches[0].ExternalJobID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.ExternalJobID = new(strings.Repeat("e", 256)) })}},
+			{"ZeroLockToken", "Dispatches[0].LockToken", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.LockToken = uuid.Nil })}},
+			{"ZeroOutboxID", "Dispatches[0].OutboxID", repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) { d.OutboxID = uuid.Nil })}},
+			{"NegativeVisibility", "VisibilityTimeout", repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{good}, VisibilityTimeout: -time.Second}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &tc.p)
+				requireInputError(t, err, tc.field)
+				require.Nil(t, res)
+				b.requireUnchanged(t, before)
+			})
+		}
+		// 255 characters are fine.
+		res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: with(func(d *repo.Dispatch) {
+			d.QueueJobID, d.ExternalJobID = strings.Repeat("j", 255), new(strings.Repeat("e", 255))
+		})})
+		require.NoError(t, err)
+		require.Len(t, res.Marked, 1)
+		require.Equal(t, wantMarked(before, strings.Repeat("j", 255), new(strings.Repeat("e", 255)), b.clock.Now(), repo.VisibilityTimeoutDefault), b.rwRows(t, a.ID))
+	})
+}

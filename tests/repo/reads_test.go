@@ -1,0 +1,110 @@
+package repo_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+)
+
+func TestListDocumentVersionAttempts(t *testing.T) {
+	t.Parallel()
+	t.Run("ListsEveryAttemptOldestFirst", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		var ids []uuid.UUID
+		for _, state := range []kfstype.RunState{
+			kfstype.RunStateCanceled, kfstype.RunStateFailed, kfstype.RunStateSucceeded, kfstype.RunStateSuperseded,
+			kfstype.RunStateRunning,
+		} {
+			b.clock.Advance(time.Minute)
+			ids = append(ids, b.drv.InState(b.ctx, t, s, state).ID)
+		}
+		// Other document versions do not show up.
+		other := b.scope(t)
+		b.drv.InState(b.ctx, t, other, kfstype.RunStateDispatchPending)
+		otherVersion := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID, DocumentVersion: new(int32(2))})
+		b.drv.InState(b.ctx, t, otherVersion, kfstype.RunStateDispatchPending)
+
+		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
+			TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: s.DocumentVersion,
+		})
+		require.NoError(t, err)
+		require.Len(t, got, len(ids))
+		for i, id := range ids {
+			require.Equal(t, testfactory.RequireInvariants(b.ctx, t, b.db.Pool, id).Attempt, *got[i])
+		}
+	})
+
+	t.Run("ListsNothingForUnknownVersion", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
+		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
+			TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: 2,
+		})
+		require.NoError(t, err)
+		require.Empty(t, got)
+	})
+
+	t.Run("ValidatesInput", func(t *testing.T) {
+		b := setup(t)
+		s := b.scope(t)
+		for _, tc := range []struct {
+			field string
+			edit  func(*repo.DocumentVersion)
+		}{
+			{"TenantID", func(d *repo.DocumentVersion) { d.TenantID = "" }},
+			{"KnowledgeSpaceID", func(d *repo.DocumentVersion) { d.KnowledgeSpaceID = uuid.Nil }},
+			{"DocumentAssetID", func(d *repo.DocumentVersion) { d.DocumentAssetID = uuid.Nil }},
+			{"DocumentVersion", func(d *repo.DocumentVersion) { d.DocumentVersion = 0 }},
+		} {
+			dv := &repo.DocumentVersion{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: 1}
+			tc.edit(dv)
+			_, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, dv)
+			requireInputError(t, err, tc.field)
+		}
+	})
+}
+
+func TestCountLiveAttempts(t *testing.T) {
+	t.Parallel()
+	t.Run("CountsLiveAttemptsPerRunState", func(t *testing.T) {
+		b := setup(t)
+		tenant := "tenant-" + uuid.NewString()[:8]
+		states := []kfstype.RunState{
+			kfstype.RunStateDispatchPending, kfstype.RunStateDispatchPending, kfstype.RunStateQueued,
+			kfstype.RunStateRunning, kfstype.RunStateRetryWait, kfstype.RunStateRetryWait, kfstype.RunStateRetryWait,
+			// Terminal ones are not counted.
+			kfstype.RunStateSucceeded, kfstype.RunStateFailed, kfstype.RunStateCanceled, kfstype.RunStateSuperseded,
+		}
+		for _, state := range states {
+			s := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &tenant})
+			b.drv.InState(b.ctx, t, s, state)
+		}
+		b.drv.InState(b.ctx, t, b.scope(t), kfstype.RunStateQueued) // another tenant
+
+		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, tenant)
+		require.NoError(t, err)
+		require.Equal(t, map[kfstype.RunState]int64{
+			kfstype.RunStateDispatchPending: 2,
+			kfstype.RunStateQueued:          1,
+			kfstype.RunStateRunning:         1,
+			kfstype.RunStateRetryWait:       3,
+		}, counts)
+	})
+
+	t.Run("CountsNothingForTenantWithoutAttempts", func(t *testing.T) {
+		b := setup(t)
+		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, "nobody")
+		require.NoError(t, err)
+		require.Empty(t, counts)
+		_, err = b.repo.CountLiveAttempts(b.ctx, b.db.Pool, "")
+		requireInputError(t, err, "TenantID")
+	})
+}
