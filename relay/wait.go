@@ -71,7 +71,7 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // idleWait is the relay's state between claims that found nothing.
 type idleWait struct {
-	// rechecked: the registration is new and the claim after it ran.
+	// recheck is a new registration whose claim-once-more is under way.
 	recheck *repo.ListenerIdleResult
 	// retry is the wait before trying a due row that was locked again.
 	retry time.Duration
