@@ -170,7 +170,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("KillsTheWorkersLease", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a, lease, _ := b.drv.Running(b.ctx, t, s)
+		a, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		// Paired positive: the lease is alive before.
 		b.clock.Advance(10 * time.Second)
