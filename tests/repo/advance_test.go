@@ -270,7 +270,7 @@ func TestAdvanceToWalksAllTheWay(t *testing.T) {
 	b.clock.Advance(time.Second)
 	done, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
 	require.NoError(t, err)
-	wantDone := wantEnded(&want, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+	wantDone := testfactory.ExpectEnded(&want, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
 	wantDone.Attempt.Checkpoint = kfstype.CheckpointPublished
 	require.Equal(t, wantDone, b.rows(t, lease.AttemptID))
 	require.Equal(t, wantDone.Attempt, *done)

@@ -15,18 +15,6 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantClaimed is before with the outbox row claimed by relayID at now.
-func wantClaimed(before *testfactory.Rows, m *kfstype.OutboxMessage, relayID string, now time.Time, lock time.Duration) *testfactory.Rows {
-	want := *before
-	want.Outbox.Status = kfstype.OutboxStatusDispatching
-	want.Outbox.DispatchAttempts++
-	want.Outbox.LockedBy = new(relayID)
-	want.Outbox.LockToken = m.LockToken
-	want.Outbox.LockedUntil = new(now.Add(lock))
-	want.Outbox.UpdatedAt = now
-	return &want
-}
-
 func TestClaimOutbox(t *testing.T) {
 	t.Parallel()
 
@@ -149,7 +137,7 @@ func TestClaimOutbox(t *testing.T) {
 			if before.Outbox.LockToken != nil {
 				require.NotEqual(t, *before.Outbox.LockToken, *m.LockToken, "a recovered row needs a fresh token")
 			}
-			want := wantClaimed(before, m, "relay-a", b.clock.Now(), 45*time.Second)
+			want := testfactory.ExpectClaimed(before, m, "relay-a", b.clock.Now(), 45*time.Second)
 			require.Equal(t, want, after, "only the outbox row changes; the attempt is untouched")
 			require.Equal(t, want.Outbox, *m)
 		})
@@ -214,7 +202,7 @@ func TestClaimOutbox(t *testing.T) {
 		for i, before := range befores {
 			m := msgs[i]
 			require.Equal(t, before.Attempt.ID, m.AttemptID, "claim order is available_at, created_at, id")
-			want := wantClaimed(before, m, "relay-a", b.clock.Now(), repo.LockDurationDefault)
+			want := testfactory.ExpectClaimed(before, m, "relay-a", b.clock.Now(), repo.LockDurationDefault)
 			require.Equal(t, want, b.rows(t, before.Attempt.ID))
 		}
 	})

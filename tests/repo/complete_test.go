@@ -23,7 +23,7 @@ func TestComplete(t *testing.T) {
 		before := b.rows(t, lease.AttemptID)
 		got, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
 		require.NoError(t, err)
-		want := wantEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+		want := testfactory.ExpectEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
 		want.Attempt.Checkpoint = kfstype.CheckpointPublished
 		require.Equal(t, want, b.rows(t, lease.AttemptID))
 		require.Equal(t, want.Attempt, *got)
@@ -182,7 +182,7 @@ func TestCompleteThrough(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			want := wantEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+			want := testfactory.ExpectEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
 			want.Attempt.Checkpoint = kfstype.CheckpointPublished
 			if tc.binds {
 				require.Nil(t, before.Attempt.CandidatePublicationID)

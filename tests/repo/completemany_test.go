@@ -31,7 +31,7 @@ func (b *testBundle) cmCountedPool(t *testing.T) (*pgxpool.Pool, *statementCount
 // ended succeeded at published, its outbox row completed, binding c if
 // given (nil: the bound candidate is kept).
 func cmSucceeded(before *testfactory.Rows, now time.Time, c *rwCandidate) *testfactory.Rows {
-	want := wantEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, now)
+	want := testfactory.ExpectEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, now)
 	want.Attempt.Checkpoint = kfstype.CheckpointPublished
 	if c != nil {
 		want.Attempt.CandidatePublicationID, want.Attempt.CandidateFingerprint = c.id, c.fp

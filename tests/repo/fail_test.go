@@ -36,7 +36,7 @@ func TestFail(t *testing.T) {
 			before := b.rows(t, lease.AttemptID)
 			got, err := b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: lease, ErrorCode: tc.code, ErrorMessage: tc.msg})
 			require.NoError(t, err)
-			want := wantEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
+			want := testfactory.ExpectEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
 			want.Attempt.LastErrorCode = new(tc.code)
 			want.Attempt.LastErrorMessage = new(tc.stored)
 			after := b.rows(t, lease.AttemptID)

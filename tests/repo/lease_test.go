@@ -13,29 +13,6 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantLeased is before with the attempt leased to workerID at now.
-func wantLeased(before *testfactory.Rows, lease *repo.Lease, now time.Time, d time.Duration) *testfactory.Rows {
-	want := *before
-	a := &want.Attempt
-	a.RunState = kfstype.RunStateRunning
-	a.ExecutionAttempts++
-	a.WorkerID = new(lease.WorkerID)
-	a.LeaseToken = new(lease.Token)
-	a.LeaseExpiresAt = new(now.Add(d))
-	a.HeartbeatAt = new(now)
-	if a.StartedAt == nil {
-		a.StartedAt = new(now)
-	}
-	a.RetryAt = nil
-	a.RowVersion++
-	a.UpdatedAt = now
-	want.Outbox.Status = kfstype.OutboxStatusLeased
-	want.Outbox.AvailableAt = now.Add(d)
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.UpdatedAt = now
-	return &want
-}
-
 // rwExhausted runs an attempt with MaxExecutionAttempts 1 once, lets the
 // lease lapse and has the relay redeliver it. It returns the stale first
 // delivery and the current one.
@@ -60,7 +37,7 @@ func TestAcquireLease(t *testing.T) {
 		require.NotEqual(t, uuid.Nil, lease.Token)
 		now := b.clock.Now()
 		require.Equal(t, &repo.Lease{AttemptID: a.ID, WorkerID: "worker-a", Token: lease.Token, ExpiresAt: now.Add(45 * time.Second)}, lease)
-		want := wantLeased(before, lease, now, 45*time.Second)
+		want := testfactory.ExpectLeased(before, lease, now, 45*time.Second)
 		require.Equal(t, want, b.rows(t, a.ID))
 		require.Equal(t, want.Attempt, *got)
 	})
@@ -74,7 +51,7 @@ func TestAcquireLease(t *testing.T) {
 		got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
 		require.NotEqual(t, old.Token, lease.Token)
-		want := wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
+		want := testfactory.ExpectLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
 		require.EqualValues(t, 2, want.Attempt.ExecutionAttempts)
 		require.Equal(t, startedAt, *want.Attempt.StartedAt, "started_at is kept")
 		require.Equal(t, want, b.rows(t, old.AttemptID))
@@ -91,7 +68,7 @@ func TestAcquireLease(t *testing.T) {
 		before := b.rows(t, old.AttemptID)
 		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
-		require.Equal(t, wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault), b.rows(t, old.AttemptID))
+		require.Equal(t, testfactory.ExpectLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault), b.rows(t, old.AttemptID))
 	})
 
 	t.Run("ResumesRetryWaitAttemptAfterRepublish", func(t *testing.T) {
@@ -110,7 +87,7 @@ func TestAcquireLease(t *testing.T) {
 		before := b.rows(t, first.AttemptID)
 		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
-		want := wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
+		want := testfactory.ExpectLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
 		require.EqualValues(t, 2, want.Attempt.ExecutionAttempts)
 		require.Equal(t, startedAt, *want.Attempt.StartedAt)
 		require.Equal(t, want, b.rows(t, first.AttemptID))
@@ -259,7 +236,7 @@ func TestFailExhausted(t *testing.T) {
 		b.clock.Advance(time.Second)
 		got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, current)
 		require.NoError(t, err)
-		want := wantEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
+		want := testfactory.ExpectEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
 		want.Attempt.LastErrorCode = new(kfstype.ErrorCodeExecutionAttemptsExhausted)
 		want.Attempt.LastErrorMessage = new("execution attempts exhausted (1 of 1)")
 		require.Equal(t, want, b.rows(t, current.AttemptID))

@@ -13,28 +13,6 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantMarked is before with the claimed outbox row marked dispatched at
-// now and the attempt queued (or still running) with the job ids.
-func wantMarked(before *testfactory.Rows, job string, ext *string, now time.Time, visibility time.Duration) *testfactory.Rows {
-	want := *before
-	want.Outbox.Status = kfstype.OutboxStatusDispatched
-	want.Outbox.DeliveredAt = new(now)
-	want.Outbox.QueueJobID = new(job)
-	want.Outbox.ExternalJobID = ext
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.AvailableAt = now.Add(visibility)
-	want.Outbox.UpdatedAt = now
-	if want.Attempt.RunState != kfstype.RunStateRunning {
-		want.Attempt.RunState = kfstype.RunStateQueued
-	}
-	want.Attempt.QueueJobID = new(job)
-	want.Attempt.ExternalJobID = ext
-	want.Attempt.RetryAt = nil
-	want.Attempt.RowVersion++
-	want.Attempt.UpdatedAt = now
-	return &want
-}
-
 func TestMarkDispatched(t *testing.T) {
 	t.Parallel()
 
@@ -81,7 +59,7 @@ func TestMarkDispatched(t *testing.T) {
 			marked[m.AttemptID] = m
 		}
 		for id, j := range jobs {
-			want := wantMarked(befores[id], j.job, j.ext, b.clock.Now(), 90*time.Second)
+			want := testfactory.ExpectMarked(befores[id], j.job, j.ext, b.clock.Now(), 90*time.Second)
 			require.Equal(t, kfstype.RunStateQueued, want.Attempt.RunState)
 			after := b.rows(t, id)
 			require.Equal(t, want, after, "attempt %s", id)
@@ -103,7 +81,7 @@ func TestMarkDispatched(t *testing.T) {
 		}}})
 		require.NoError(t, err)
 		require.Empty(t, res.Refused)
-		want := wantMarked(before, "job-2", new("ext-2"), b.clock.Now(), repo.VisibilityTimeoutDefault)
+		want := testfactory.ExpectMarked(before, "job-2", new("ext-2"), b.clock.Now(), repo.VisibilityTimeoutDefault)
 		require.Equal(t, kfstype.RunStateRunning, want.Attempt.RunState)
 		require.Equal(t, lease.Token, *want.Attempt.LeaseToken, "the expired lease stays until a worker takes over")
 		require.Equal(t, want, b.rows(t, lease.AttemptID))
@@ -160,7 +138,7 @@ func TestMarkDispatched(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{second[wrongToken.ID].ID, second[reclaimed.ID].ID, second[canceled.ID].ID, second[takenOver].ID, second[marked.ID].ID}, res.Refused)
 		require.Len(t, res.Marked, 1)
-		want := wantMarked(befores[ok.ID], "job-new-"+ok.ID.String(), nil, b.clock.Now(), repo.VisibilityTimeoutDefault)
+		want := testfactory.ExpectMarked(befores[ok.ID], "job-new-"+ok.ID.String(), nil, b.clock.Now(), repo.VisibilityTimeoutDefault)
 		require.Equal(t, want, b.rows(t, ok.ID))
 		require.Equal(t, want.Outbox, *res.Marked[0])
 		for _, id := range refusedIDs {
@@ -213,6 +191,6 @@ func TestMarkDispatched(t *testing.T) {
 		})})
 		require.NoError(t, err)
 		require.Len(t, res.Marked, 1)
-		require.Equal(t, wantMarked(before, strings.Repeat("j", 255), new(strings.Repeat("e", 255)), b.clock.Now(), repo.VisibilityTimeoutDefault), b.rows(t, a.ID))
+		require.Equal(t, testfactory.ExpectMarked(before, strings.Repeat("j", 255), new(strings.Repeat("e", 255)), b.clock.Now(), repo.VisibilityTimeoutDefault), b.rows(t, a.ID))
 	})
 }

@@ -12,37 +12,6 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantBackedOff is before with the claimed row released for a retry.
-func wantBackedOff(before *testfactory.Rows, msg string, now time.Time, backoff time.Duration) *testfactory.Rows {
-	want := *before
-	want.Outbox.Status = kfstype.OutboxStatusPending
-	want.Outbox.AvailableAt = now.Add(backoff)
-	want.Outbox.LastError = new(msg)
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.UpdatedAt = now
-	return &want
-}
-
-// wantDeadLettered is before with the row dead and the attempt failed.
-func wantDeadLettered(before *testfactory.Rows, msg string, now time.Time) *testfactory.Rows {
-	want := *before
-	want.Outbox.Status = kfstype.OutboxStatusDead
-	want.Outbox.LastError = new(msg)
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.UpdatedAt = now
-	a := &want.Attempt
-	a.RunState = kfstype.RunStateFailed
-	a.Active = false
-	a.CompletedAt = new(now)
-	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
-	a.RetryAt = nil
-	a.LastErrorCode = new(kfstype.ErrorCodeOutboxDead)
-	a.LastErrorMessage = new(msg)
-	a.RowVersion++
-	a.UpdatedAt = now
-	return &want
-}
-
 func TestReleaseOutbox(t *testing.T) {
 	t.Parallel()
 
@@ -56,7 +25,7 @@ func TestReleaseOutbox(t *testing.T) {
 			OutboxID: m.ID, LockToken: *m.LockToken, Backoff: 7 * time.Second, LastError: "broker down",
 		})
 		require.NoError(t, err)
-		want := wantBackedOff(before, "broker down", b.clock.Now(), 7*time.Second)
+		want := testfactory.ExpectBackedOff(before, "broker down", b.clock.Now(), 7*time.Second)
 		require.Equal(t, want, b.rows(t, a.ID), "the attempt is untouched")
 		require.Equal(t, want.Outbox, *got)
 
@@ -92,7 +61,7 @@ func TestReleaseOutbox(t *testing.T) {
 			OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: maxAttempts, LastError: "try 3",
 		})
 		require.NoError(t, err)
-		want := wantDeadLettered(before, "try 3", b.clock.Now())
+		want := testfactory.ExpectDeadLettered(before, "try 3", b.clock.Now())
 		require.Equal(t, want, b.rows(t, a.ID))
 		require.Equal(t, want.Outbox, *got)
 	})
@@ -136,7 +105,7 @@ func TestReleaseOutbox(t *testing.T) {
 				OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: m.DispatchAttempts, LastError: "queue rejected the message",
 			})
 			require.NoError(t, err)
-			want := wantDeadLettered(before, "queue rejected the message", b.clock.Now())
+			want := testfactory.ExpectDeadLettered(before, "queue rejected the message", b.clock.Now())
 			require.Equal(t, want, b.rows(t, id))
 			require.Equal(t, want.Outbox, *got)
 		})
@@ -164,7 +133,7 @@ func TestReleaseOutbox(t *testing.T) {
 				OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: tc.maxAttempts(m), LastError: "queue rejected the message",
 			})
 			require.NoError(t, err)
-			want := wantBackedOff(before, "queue rejected the message", b.clock.Now(), 0)
+			want := testfactory.ExpectBackedOff(before, "queue rejected the message", b.clock.Now(), 0)
 			want.Outbox.Status = kfstype.OutboxStatusLeased
 			want.Outbox.AvailableAt = *before.Attempt.LeaseExpiresAt
 			require.Equal(t, want, b.rows(t, lease.AttemptID))

@@ -9,31 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 // Helpers shared by the relay's and the worker's tests carry an rw prefix:
 // this file holds them.
-
-// wantEnded is before with the attempt ended in state at now (terminal
-// columns set, lease cleared) and its outbox row in status.
-func wantEnded(before *testfactory.Rows, state kfstype.RunState, status kfstype.OutboxStatus, now time.Time) *testfactory.Rows {
-	want := *before
-	a := &want.Attempt
-	a.RunState = state
-	a.Active = false
-	a.CompletedAt = new(now)
-	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
-	a.RetryAt = nil
-	a.RowVersion++
-	a.UpdatedAt = now
-	want.Outbox.Status = status
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.UpdatedAt = now
-	return &want
-}
 
 // rwLockRow runs lockSQL (a SELECT ... FOR UPDATE of one row by $1) in a
 // transaction of its own and returns it, holding the lock; the test ends
