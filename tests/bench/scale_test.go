@@ -82,22 +82,22 @@ func BenchmarkScale(b *testing.B) {
 					return func() error { _, err := r.Start(ctx, pool, s.StartParams()); return err }
 				}},
 				{"ClaimOutbox", func(b *testing.B) func() error {
-					drv.Start(ctx, b, testfactory.NewScope(ctx, b, pool, nil))
+					drv.Start(ctx, b, testfactory.NewScope(ctx, b, pool, nil), nil)
 					return func() error {
 						_, err := r.ClaimOutbox(ctx, pool, &repo.ClaimParams{RelayID: "scale", BatchSize: 100})
 						return err
 					}
 				}},
 				{"AcquireLease", func(b *testing.B) func() error {
-					a := drv.Start(ctx, b, testfactory.NewScope(ctx, b, pool, nil))
-					del := drv.Dispatch(ctx, b, a.ID)
+					a := drv.Start(ctx, b, testfactory.NewScope(ctx, b, pool, nil), nil)
+					del := drv.Dispatch(ctx, b, a.ID, nil)
 					return func() error {
 						_, _, err := r.AcquireLease(ctx, pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "scale"})
 						return err
 					}
 				}},
 				{"Heartbeat", func(b *testing.B) func() error {
-					_, lease, _ := drv.Running(ctx, b, testfactory.NewScope(ctx, b, pool, nil))
+					_, lease, _ := drv.Running(ctx, b, testfactory.NewScope(ctx, b, pool, nil), nil)
 					return func() error { _, err := r.Heartbeat(ctx, pool, &repo.HeartbeatParams{Lease: lease}); return err }
 				}},
 				{"PurgeBatch", func(b *testing.B) func() error {

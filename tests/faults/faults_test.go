@@ -52,7 +52,7 @@ func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
 
 	scope := testfactory.NewScope(ctx, t, db.Pool, nil)
 	running := testfactory.NewScope(ctx, t, db.Pool, nil)
-	_, lease, _ := drv.Running(ctx, t, running)
+	_, lease, _ := drv.Running(ctx, t, running, nil)
 	candID, candFP := running.Publication(ctx, t, db.Pool, "candidate")
 	var started *repo.StartResult
 
@@ -218,8 +218,8 @@ func TestCrashForgetsAsyncLease(t *testing.T) {
 	asyncRepo := repo.New(&repo.Config{AsyncProgressCommits: true})
 	drv := &testfactory.Driver{Repo: syncRepo, DB: db.Pool}
 	s := testfactory.NewScope(ctx, t, db.Pool, nil)
-	a := drv.Start(ctx, t, s)
-	del := drv.Dispatch(ctx, t, a.ID)
+	a := drv.Start(ctx, t, s, nil)
+	del := drv.Dispatch(ctx, t, a.ID, nil)
 
 	running, _, err := asyncRepo.AcquireLease(ctx, db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-async"})
 	require.NoError(t, err)

@@ -203,15 +203,16 @@ func TestAdvance(t *testing.T) {
 						check, binds = tc.advanceTo.check, tc.advanceTo.binds
 					}
 					b := setup(t)
-					s, lease, _ := b.rwRunning(t, nil)
+					s := b.scope(t)
+					_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 					if tc.from != kfstype.CheckpointQueued {
-						b.rwAdvanceTo(t, s, lease, tc.from)
+						b.drv.AdvanceTo(b.ctx, t, s, lease, tc.from)
 					}
 					if tc.bindEarly {
 						b.rwBindEarly(t, s, lease)
 					}
 					b.clock.Advance(time.Second)
-					before := b.rwRows(t, lease.AttemptID)
+					before := b.rows(t, lease.AttemptID)
 					require.Equal(t, tc.from, before.Attempt.Checkpoint)
 					var c candidate
 					if tc.cand != nil {
@@ -236,7 +237,7 @@ func TestAdvance(t *testing.T) {
 					}
 					want.Attempt.RowVersion++
 					want.Attempt.UpdatedAt = now
-					require.Equal(t, &want, b.rwRows(t, lease.AttemptID), "only the checkpoint (and candidate) change; the outbox row is untouched")
+					require.Equal(t, &want, b.rows(t, lease.AttemptID), "only the checkpoint (and candidate) change; the outbox row is untouched")
 					require.Equal(t, want.Attempt, *got)
 				})
 			}
@@ -249,10 +250,11 @@ func TestAdvance(t *testing.T) {
 // completes it: the same rows as the one-step walk.
 func TestAdvanceToWalksAllTheWay(t *testing.T) {
 	b := setup(t)
-	s, lease, _ := b.rwRunning(t, nil)
+	s := b.scope(t)
+	_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 	c := b.rwPub(t, s, "candidate")
 	b.clock.Advance(time.Second)
-	before := b.rwRows(t, lease.AttemptID)
+	before := b.rows(t, lease.AttemptID)
 	got, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceParams{
 		Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: c.id, CandidateFingerprint: c.fp,
 	})
@@ -262,14 +264,14 @@ func TestAdvanceToWalksAllTheWay(t *testing.T) {
 	want.Attempt.CandidatePublicationID, want.Attempt.CandidateFingerprint = c.id, c.fp
 	want.Attempt.RowVersion++
 	want.Attempt.UpdatedAt = b.clock.Now()
-	require.Equal(t, &want, b.rwRows(t, lease.AttemptID))
+	require.Equal(t, &want, b.rows(t, lease.AttemptID))
 	require.Equal(t, want.Attempt, *got)
 
 	b.clock.Advance(time.Second)
 	done, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
 	require.NoError(t, err)
-	wantDone := wantEnded(&want, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+	wantDone := testfactory.ExpectEnded(&want, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
 	wantDone.Attempt.Checkpoint = kfstype.CheckpointPublished
-	require.Equal(t, wantDone, b.rwRows(t, lease.AttemptID))
+	require.Equal(t, wantDone, b.rows(t, lease.AttemptID))
 	require.Equal(t, wantDone.Attempt, *done)
 }

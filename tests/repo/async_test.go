@@ -57,7 +57,7 @@ func TestAsyncProgressCommits(t *testing.T) {
 				del   *repo.Delivery
 				lease *repo.Lease
 			)
-			step("Start", false, func(pgx.Tx) { a = drv.Start(ctx, t, s) })
+			step("Start", false, func(pgx.Tx) { a = drv.Start(ctx, t, s, nil) })
 			step("ClaimOutbox", true, func(pgx.Tx) { m = drv.Claim(ctx, t, a.ID) })
 			step("MarkDispatched", true, func(tx pgx.Tx) {
 				del = &repo.Delivery{AttemptID: a.ID, QueueJobID: drv.NextJobID()}

@@ -13,26 +13,6 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// ctlEnded is the rows expected after Cancel or Supersede of before at now.
-func ctlEnded(before *testfactory.Rows, state kfstype.RunState, code string, reason *string, now time.Time) testfactory.Rows {
-	want := *before
-	a, o := &want.Attempt, &want.Outbox
-	a.RunState = state
-	a.Active = false
-	a.CompletedAt = &now
-	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
-	a.RetryAt = nil
-	if reason != nil {
-		a.LastErrorCode, a.LastErrorMessage = &code, reason
-	}
-	a.RowVersion++
-	a.UpdatedAt = now
-	o.Status = kfstype.OutboxStatusCanceled
-	o.LockedBy, o.LockToken, o.LockedUntil = nil, nil, nil
-	o.UpdatedAt = now
-	return want
-}
-
 // ctlEndOp is Cancel or Supersede, which share their rules.
 type ctlEndOp struct {
 	verb  string
@@ -85,7 +65,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 				require.NoError(t, err)
 
 				after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
-				require.Equal(t, ctlEnded(before, op.state, op.code, reason, now), *after)
+				require.Equal(t, testfactory.ExpectControlEnded(before, op.state, op.code, reason, now), after)
 				require.Equal(t, after.Attempt, *got)
 				if !withReason && state == kfstype.RunStateRetryWait {
 					require.Equal(t, kfstype.ErrorCodeCompilationRetryable, *after.Attempt.LastErrorCode)
@@ -123,7 +103,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 		got, err := op.call(b, ref, nil)
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
-		require.Equal(t, ctlEnded(before, op.state, op.code, nil, now), *after)
+		require.Equal(t, testfactory.ExpectControlEnded(before, op.state, op.code, nil, now), after)
 		require.Equal(t, after.Attempt, *got)
 	})
 
@@ -170,7 +150,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 	t.Run("KillsTheWorkersLease", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
-		a, lease, _ := b.drv.Running(b.ctx, t, s)
+		a, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		// Paired positive: the lease is alive before.
 		b.clock.Advance(10 * time.Second)
@@ -212,7 +192,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 			_, err := op.call(b, s.Ref(a.ID), nil)
 			require.NoError(t, err)
 			after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
-			require.Equal(t, ctlEnded(before, op.state, op.code, nil, now), *after)
+			require.Equal(t, testfactory.ExpectControlEnded(before, op.state, op.code, nil, now), after)
 
 			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Second)

@@ -15,18 +15,6 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantClaimed is before with the outbox row claimed by relayID at now.
-func wantClaimed(before *testfactory.Rows, m *kfstype.OutboxMessage, relayID string, now time.Time, lock time.Duration) *testfactory.Rows {
-	want := *before
-	want.Outbox.Status = kfstype.OutboxStatusDispatching
-	want.Outbox.DispatchAttempts++
-	want.Outbox.LockedBy = new(relayID)
-	want.Outbox.LockToken = m.LockToken
-	want.Outbox.LockedUntil = new(now.Add(lock))
-	want.Outbox.UpdatedAt = now
-	return &want
-}
-
 func TestClaimOutbox(t *testing.T) {
 	t.Parallel()
 
@@ -39,90 +27,90 @@ func TestClaimOutbox(t *testing.T) {
 		due   bool
 	}{
 		{"ClaimsPendingRow", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
 			return a.ID
 		}, true},
 		{"ClaimsPendingRowDueInThePast", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, func(p *repo.StartParams) { p.AvailableAt = new(b.clock.Now().Add(-time.Hour)) })
+			a := b.drv.Start(b.ctx, t, b.scope(t), &testfactory.StartOpts{AvailableAt: new(b.clock.Now().Add(-time.Hour))})
 			return a.ID
 		}, true},
 		{"SkipsPendingRowNotYetDue", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, func(p *repo.StartParams) { p.AvailableAt = new(b.clock.Now().Add(time.Microsecond)) })
+			a := b.drv.Start(b.ctx, t, b.scope(t), &testfactory.StartOpts{AvailableAt: new(b.clock.Now().Add(time.Microsecond))})
 			return a.ID
 		}, false},
 		{"SkipsDeferredRow", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, func(p *repo.StartParams) { p.Deferred = true })
+			a := b.drv.Start(b.ctx, t, b.scope(t), &testfactory.StartOpts{Deferred: new(true)})
 			b.clock.Advance(24 * time.Hour)
 			return a.ID
 		}, false},
 		{"ClaimsDispatchedRowAtVisibilityDeadline", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, nil)
-			b.rwDispatch(t, a.ID, "job-1", nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
 			b.clock.Advance(repo.VisibilityTimeoutDefault)
 			return a.ID
 		}, true},
 		{"SkipsDispatchedRowWithinVisibility", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, nil)
-			b.rwDispatch(t, a.ID, "job-1", nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
 			b.clock.Advance(repo.VisibilityTimeoutDefault - time.Microsecond)
 			return a.ID
 		}, false},
 		{"ClaimsLeasedRowAtLeaseExpiry", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			b.clock.Advance(repo.LeaseDurationDefault)
 			return lease.AttemptID
 		}, true},
 		{"SkipsLeasedRowWithLiveLease", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			b.clock.Advance(repo.LeaseDurationDefault - time.Microsecond)
 			return lease.AttemptID
 		}, false},
 		{"RecoversDispatchingRowWithExpiredLock", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, nil)
-			b.rwClaim(t, "relay-dead")
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-dead")})
 			b.clock.Advance(repo.LockDurationDefault)
 			return a.ID
 		}, true},
 		{"SkipsDispatchingRowWithLiveLock", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, nil)
-			b.rwClaim(t, "relay-other")
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-other")})
 			b.clock.Advance(repo.LockDurationDefault - time.Microsecond)
 			return a.ID
 		}, false},
 		{"ClaimsRetryWaitRowAtRetryAt", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: 10 * time.Second, ErrorCode: "X", ErrorMessage: "x"})
 			require.NoError(t, err)
-			b.rwRows(t, lease.AttemptID)
+			b.rows(t, lease.AttemptID)
 			b.clock.Advance(10 * time.Second)
 			return lease.AttemptID
 		}, true},
 		{"SkipsRetryWaitRowBeforeRetryAt", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: 10 * time.Second, ErrorCode: "X", ErrorMessage: "x"})
 			require.NoError(t, err)
-			b.rwRows(t, lease.AttemptID)
+			b.rows(t, lease.AttemptID)
 			b.clock.Advance(10*time.Second - time.Microsecond)
 			return lease.AttemptID
 		}, false},
 		{"SkipsCompletedRow", func(t *testing.T, b *testBundle) uuid.UUID {
-			s, lease, _ := b.rwRunning(t, nil)
-			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 			_, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
 			require.NoError(t, err)
 			b.clock.Advance(24 * time.Hour)
 			return lease.AttemptID
 		}, false},
 		{"SkipsDeadRow", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			_, err := b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: lease, ErrorCode: "X", ErrorMessage: "x"})
 			require.NoError(t, err)
-			b.rwRows(t, lease.AttemptID)
+			b.rows(t, lease.AttemptID)
 			b.clock.Advance(24 * time.Hour)
 			return lease.AttemptID
 		}, false},
 		{"SkipsCanceledRow", func(t *testing.T, b *testBundle) uuid.UUID {
-			s, a := b.rwStart(t, nil)
+			s := b.scope(t)
+			a := b.drv.Start(b.ctx, t, s, nil)
 			_, err := b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
 			require.NoError(t, err)
 			b.clock.Advance(24 * time.Hour)
@@ -133,10 +121,10 @@ func TestClaimOutbox(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			id := tc.build(t, b)
-			before := b.rwRows(t, id)
+			before := b.rows(t, id)
 			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 10, LockDuration: 45 * time.Second})
 			require.NoError(t, err)
-			after := b.rwRows(t, id)
+			after := b.rows(t, id)
 			if !tc.due {
 				require.Empty(t, msgs)
 				require.Equal(t, before, after)
@@ -149,7 +137,7 @@ func TestClaimOutbox(t *testing.T) {
 			if before.Outbox.LockToken != nil {
 				require.NotEqual(t, *before.Outbox.LockToken, *m.LockToken, "a recovered row needs a fresh token")
 			}
-			want := wantClaimed(before, m, "relay-a", b.clock.Now(), 45*time.Second)
+			want := testfactory.ExpectClaimed(before, m, "relay-a", b.clock.Now(), 45*time.Second)
 			require.Equal(t, want, after, "only the outbox row changes; the attempt is untouched")
 			require.Equal(t, want.Outbox, *m)
 		})
@@ -158,22 +146,22 @@ func TestClaimOutbox(t *testing.T) {
 	t.Run("ClaimsOldestDueFirstUpToBatchSize", func(t *testing.T) {
 		b := setup(t)
 		t0 := b.clock.Now()
-		at := func(d time.Duration) func(*repo.StartParams) {
-			return func(p *repo.StartParams) { p.AvailableAt = new(t0.Add(d)) }
+		at := func(d time.Duration) *testfactory.StartOpts {
+			return &testfactory.StartOpts{AvailableAt: new(t0.Add(d))}
 		}
-		_, first := b.rwStart(t, at(-30*time.Second))
-		_, tieC := b.rwStart(t, at(-20*time.Second))
-		_, tieD := b.rwStart(t, at(-20*time.Second))
-		_, last := b.rwStart(t, at(-10*time.Second))
+		first := b.drv.Start(b.ctx, t, b.scope(t), at(-30*time.Second))
+		tieC := b.drv.Start(b.ctx, t, b.scope(t), at(-20*time.Second))
+		tieD := b.drv.Start(b.ctx, t, b.scope(t), at(-20*time.Second))
+		last := b.drv.Start(b.ctx, t, b.scope(t), at(-10*time.Second))
 		b.clock.Advance(time.Second)
-		_, later := b.rwStart(t, at(-20*time.Second)) // same available_at as C and D, created later
-		_, notDue := b.rwStart(t, at(time.Hour))
+		later := b.drv.Start(b.ctx, t, b.scope(t), at(-20*time.Second)) // same available_at as C and D, created later
+		notDue := b.drv.Start(b.ctx, t, b.scope(t), at(time.Hour))
 		// Equal available_at and created_at: the outbox id decides (uuid
 		// order is byte order, as the canonical string's).
-		if b.rwRows(t, tieD.ID).Outbox.ID.String() < b.rwRows(t, tieC.ID).Outbox.ID.String() {
+		if b.rows(t, tieD.ID).Outbox.ID.String() < b.rows(t, tieC.ID).Outbox.ID.String() {
 			tieC, tieD = tieD, tieC
 		}
-		notDueBefore := b.rwRows(t, notDue.ID)
+		notDueBefore := b.rows(t, notDue.ID)
 
 		claim := func(n int32) []uuid.UUID {
 			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: n})
@@ -182,7 +170,7 @@ func TestClaimOutbox(t *testing.T) {
 			ids := make([]uuid.UUID, len(msgs))
 			for i, m := range msgs {
 				ids[i] = m.AttemptID
-				b.rwRows(t, m.AttemptID)
+				b.rows(t, m.AttemptID)
 			}
 			return ids
 		}
@@ -197,8 +185,8 @@ func TestClaimOutbox(t *testing.T) {
 		b := setup(t)
 		var befores []*testfactory.Rows
 		for range 3 {
-			_, a := b.rwStart(t, nil)
-			befores = append(befores, b.rwRows(t, a.ID))
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			befores = append(befores, b.rows(t, a.ID))
 		}
 		b.clock.Advance(5 * time.Second)
 		msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 3})
@@ -214,16 +202,16 @@ func TestClaimOutbox(t *testing.T) {
 		for i, before := range befores {
 			m := msgs[i]
 			require.Equal(t, before.Attempt.ID, m.AttemptID, "claim order is available_at, created_at, id")
-			want := wantClaimed(before, m, "relay-a", b.clock.Now(), repo.LockDurationDefault)
-			require.Equal(t, want, b.rwRows(t, before.Attempt.ID))
+			want := testfactory.ExpectClaimed(before, m, "relay-a", b.clock.Now(), repo.LockDurationDefault)
+			require.Equal(t, want, b.rows(t, before.Attempt.ID))
 		}
 	})
 
 	t.Run("SkipsRowsLockedByAnotherTransaction", func(t *testing.T) {
 		b := setup(t)
-		_, locked := b.rwStart(t, nil)
-		_, free := b.rwStart(t, nil)
-		lockedBefore := b.rwRows(t, locked.ID)
+		locked := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		free := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		lockedBefore := b.rows(t, locked.ID)
 
 		tx, err := b.db.Pool.Begin(b.ctx)
 		require.NoError(t, err)
@@ -246,7 +234,7 @@ func TestClaimOutbox(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, msgs, 1)
 		require.Equal(t, locked.ID, msgs[0].AttemptID)
-		b.rwRows(t, locked.ID)
+		b.rows(t, locked.ID)
 	})
 
 	t.Run("ConcurrentClaimersNeverShareARow", func(t *testing.T) {
@@ -254,7 +242,7 @@ func TestClaimOutbox(t *testing.T) {
 		const rows, claimers = 40, 6
 		ids := map[uuid.UUID]bool{}
 		for range rows {
-			_, a := b.rwStart(t, nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
 			ids[a.ID] = true
 		}
 		var (
@@ -292,7 +280,7 @@ func TestClaimOutbox(t *testing.T) {
 		for id, by := range claimed {
 			require.True(t, ids[id])
 			require.Len(t, by, 1, "attempt %s claimed by %v", id, by)
-			r := b.rwRows(t, id)
+			r := b.rows(t, id)
 			require.Equal(t, by[0], *r.Outbox.LockedBy)
 			require.EqualValues(t, 1, r.Outbox.DispatchAttempts)
 		}
@@ -300,8 +288,8 @@ func TestClaimOutbox(t *testing.T) {
 
 	t.Run("RejectsInvalidInput", func(t *testing.T) {
 		b := setup(t)
-		_, a := b.rwStart(t, nil)
-		before := b.rwRows(t, a.ID)
+		a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		before := b.rows(t, a.ID)
 		for _, tc := range []struct {
 			field string
 			p     repo.ClaimParams

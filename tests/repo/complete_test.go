@@ -18,26 +18,26 @@ func TestComplete(t *testing.T) {
 
 	t.Run("CompletesAtSmokeEvalPassed", func(t *testing.T) {
 		b := setup(t)
-		s, lease, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 		b.clock.Advance(5 * time.Second)
-		before := b.rwRows(t, lease.AttemptID)
+		before := b.rows(t, lease.AttemptID)
 		got, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
 		require.NoError(t, err)
-		want := wantEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+		want := testfactory.ExpectEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
 		want.Attempt.Checkpoint = kfstype.CheckpointPublished
-		require.Equal(t, want, b.rwRows(t, lease.AttemptID))
+		require.Equal(t, want, b.rows(t, lease.AttemptID))
 		require.Equal(t, want.Attempt, *got)
 	})
 
 	for _, cp := range []kfstype.Checkpoint{kfstype.CheckpointQueued, kfstype.CheckpointNodesGenerated, kfstype.CheckpointProjectionBuilt} {
 		t.Run("RejectsCheckpoint_"+string(cp), func(t *testing.T) {
 			b := setup(t)
-			s, lease, _ := b.rwRunning(t, nil)
+			s := b.scope(t)
+			_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 			if cp != kfstype.CheckpointQueued {
-				b.rwAdvanceTo(t, s, lease, cp)
+				b.drv.AdvanceTo(b.ctx, t, s, lease, cp)
 			}
-			before := b.rwRows(t, lease.AttemptID)
+			before := b.rows(t, lease.AttemptID)
 			got, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
 			var te *repo.TransitionError
 			require.ErrorAs(t, err, &te)
@@ -50,8 +50,8 @@ func TestComplete(t *testing.T) {
 
 	t.Run("RejectsInvalidLease", func(t *testing.T) {
 		b := setup(t)
-		_, lease, _ := b.rwRunning(t, nil)
-		before := b.rwRows(t, lease.AttemptID)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
+		before := b.rows(t, lease.AttemptID)
 		_, err := b.repo.Complete(b.ctx, b.db.Pool, nil)
 		requireInputError(t, err, "Lease")
 		_, err = b.repo.Complete(b.ctx, b.db.Pool, &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID})
@@ -157,15 +157,16 @@ func TestCompleteThrough(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
-			s, lease, _ := b.rwRunning(t, nil)
+			s := b.scope(t)
+			_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 			if tc.from != kfstype.CheckpointQueued {
-				b.rwAdvanceTo(t, s, lease, tc.from)
+				b.drv.AdvanceTo(b.ctx, t, s, lease, tc.from)
 			}
 			if tc.bindEarly {
 				b.rwBindEarly(t, s, lease)
 			}
 			b.clock.Advance(5 * time.Second)
-			before := b.rwRows(t, lease.AttemptID)
+			before := b.rows(t, lease.AttemptID)
 			require.Equal(t, tc.from, before.Attempt.Checkpoint)
 			var c candidate
 			if tc.cand != nil {
@@ -181,7 +182,7 @@ func TestCompleteThrough(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			want := wantEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
+			want := testfactory.ExpectEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
 			want.Attempt.Checkpoint = kfstype.CheckpointPublished
 			if tc.binds {
 				require.Nil(t, before.Attempt.CandidatePublicationID)
@@ -189,7 +190,7 @@ func TestCompleteThrough(t *testing.T) {
 			} else {
 				require.NotNil(t, before.Attempt.CandidatePublicationID, "the bound candidate is kept")
 			}
-			require.Equal(t, want, b.rwRows(t, lease.AttemptID))
+			require.Equal(t, want, b.rows(t, lease.AttemptID))
 			require.Equal(t, want.Attempt, *got)
 		})
 	}
@@ -199,8 +200,8 @@ func TestCompleteThrough(t *testing.T) {
 		// for the ids, job ids, lease and row_version (one write, not two).
 		b := setup(t)
 		walk := func(through bool) *testfactory.Rows {
-			s, lease, _ := b.rwRunning(t, nil)
-			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointParsed)
+			s := b.scope(t)
+			_, lease, _ := b.drv.Running(b.ctx, t, s, &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointParsed)})
 			c := b.rwPub(t, s, "candidate")
 			if through {
 				_, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{Lease: lease, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
@@ -211,7 +212,7 @@ func TestCompleteThrough(t *testing.T) {
 				_, err = b.repo.Complete(b.ctx, b.db.Pool, lease)
 				require.NoError(t, err)
 			}
-			r := b.rwRows(t, lease.AttemptID)
+			r := b.rows(t, lease.AttemptID)
 			require.Equal(t, *c.id, *r.Attempt.CandidatePublicationID)
 			return r
 		}
@@ -231,9 +232,10 @@ func TestCompleteThrough(t *testing.T) {
 
 	t.Run("RejectsInvalidLease", func(t *testing.T) {
 		b := setup(t)
-		s, lease, _ := b.rwRunning(t, nil)
+		s := b.scope(t)
+		_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 		c := b.rwPub(t, s, "candidate")
-		before := b.rwRows(t, lease.AttemptID)
+		before := b.rows(t, lease.AttemptID)
 		for _, tc := range []struct {
 			field string
 			p     repo.CompleteThroughParams
@@ -252,9 +254,10 @@ func TestCompleteThrough(t *testing.T) {
 
 	t.Run("RejectsUnknownAttempt", func(t *testing.T) {
 		b := setup(t)
-		s, lease, _ := b.rwRunning(t, nil)
+		s := b.scope(t)
+		_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 		c := b.rwPub(t, s, "candidate")
-		before := b.rwRows(t, lease.AttemptID)
+		before := b.rows(t, lease.AttemptID)
 		l := *lease
 		l.AttemptID = uuid.New()
 		_, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{Lease: &l, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})

@@ -31,7 +31,7 @@ func (b *testBundle) cmCountedPool(t *testing.T) (*pgxpool.Pool, *statementCount
 // ended succeeded at published, its outbox row completed, binding c if
 // given (nil: the bound candidate is kept).
 func cmSucceeded(before *testfactory.Rows, now time.Time, c *rwCandidate) *testfactory.Rows {
-	want := wantEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, now)
+	want := testfactory.ExpectEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, now)
 	want.Attempt.Checkpoint = kfstype.CheckpointPublished
 	if c != nil {
 		want.Attempt.CandidatePublicationID, want.Attempt.CandidateFingerprint = c.id, c.fp
@@ -58,15 +58,15 @@ func TestCompleteMany(t *testing.T) {
 		var entries []*entry
 		// Plain Complete at smoke_eval_passed.
 		for range 2 {
-			s, lease, _ := b.rwRunning(t, nil)
-			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 			entries = append(entries, &entry{e: repo.CompleteManyEntry{Lease: lease}})
 		}
 		// Through from queued and from parsed, binding a fresh candidate.
 		for _, from := range []kfstype.Checkpoint{kfstype.CheckpointQueued, kfstype.CheckpointParsed} {
-			s, lease, _ := b.rwRunning(t, nil)
+			s := b.scope(t)
+			_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 			if from != kfstype.CheckpointQueued {
-				b.rwAdvanceTo(t, s, lease, from)
+				b.drv.AdvanceTo(b.ctx, t, s, lease, from)
 			}
 			c := b.rwPub(t, s, "candidate")
 			entries = append(entries, &entry{e: repo.CompleteManyEntry{Lease: lease, Through: true, CandidatePublicationID: c.id, CandidateFingerprint: c.fp}, binds: &c})
@@ -74,24 +74,22 @@ func TestCompleteMany(t *testing.T) {
 		// Through from projection_built with the candidate bound there:
 		// none given, and the bound one given again.
 		for _, again := range []bool{false, true} {
-			s, lease, _ := b.rwRunning(t, nil)
-			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointProjectionBuilt)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointProjectionBuilt)})
 			e := repo.CompleteManyEntry{Lease: lease, Through: true}
 			if again {
-				a := b.rwRows(t, lease.AttemptID).Attempt
+				a := b.rows(t, lease.AttemptID).Attempt
 				e.CandidatePublicationID, e.CandidateFingerprint = a.CandidatePublicationID, a.CandidateFingerprint
 			}
 			entries = append(entries, &entry{e: e})
 		}
 		// Through from smoke_eval_passed, nothing given.
-		s, lease, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 		entries = append(entries, &entry{e: repo.CompleteManyEntry{Lease: lease, Through: true}})
 
 		b.clock.Advance(5 * time.Second)
 		in := make([]repo.CompleteManyEntry, len(entries))
 		for i, e := range entries {
-			e.before = b.rwRows(t, e.e.Lease.AttemptID)
+			e.before = b.rows(t, e.e.Lease.AttemptID)
 			in[i] = e.e
 		}
 		var res []repo.CompleteManyResult
@@ -108,7 +106,7 @@ func TestCompleteMany(t *testing.T) {
 			if e.binds == nil {
 				require.NotNil(t, e.before.Attempt.CandidatePublicationID, "entry %d keeps its bound candidate", i)
 			}
-			require.Equal(t, want, b.rwRows(t, e.e.Lease.AttemptID), "entry %d", i)
+			require.Equal(t, want, b.rows(t, e.e.Lease.AttemptID), "entry %d", i)
 			require.NotNil(t, res[i].Attempt, "entry %d", i)
 			require.Equal(t, want.Attempt, *res[i].Attempt, "entry %d: the result is the row, in input order", i)
 		}
@@ -125,9 +123,10 @@ func TestCompleteMany(t *testing.T) {
 		}
 		twins := []twin{{false, kfstype.CheckpointSmokeEvalPassed}, {true, kfstype.CheckpointQueued}, {true, kfstype.CheckpointNodesGenerated}, {true, kfstype.CheckpointProjectionBuilt}}
 		prepare := func(tw twin) (repo.CompleteManyEntry, uuid.UUID) {
-			s, lease, _ := b.rwRunning(t, nil)
+			s := b.scope(t)
+			_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 			if tw.from != kfstype.CheckpointQueued {
-				b.rwAdvanceTo(t, s, lease, tw.from)
+				b.drv.AdvanceTo(b.ctx, t, s, lease, tw.from)
 			}
 			e := repo.CompleteManyEntry{Lease: lease, Through: tw.through}
 			if tw.through && tw.from.Rank() < kfstype.CheckpointProjectionBuilt.Rank() {
@@ -164,7 +163,7 @@ func TestCompleteMany(t *testing.T) {
 		}
 		for i := range twins {
 			require.NoError(t, res[i].Err)
-			require.Equal(t, norm(b.rwRows(t, single[i])), norm(b.rwRows(t, batch[i])), "twin %d (%+v)", i, twins[i])
+			require.Equal(t, norm(b.rows(t, single[i])), norm(b.rows(t, batch[i])), "twin %d (%+v)", i, twins[i])
 		}
 	})
 
@@ -173,27 +172,24 @@ func TestCompleteMany(t *testing.T) {
 		pool, counter := b.cmCountedPool(t)
 
 		// Good: plain Complete at smoke_eval_passed.
-		s0, good0, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s0, good0, kfstype.CheckpointSmokeEvalPassed)
+		_, good0, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 		// Stale: the right attempt and worker, another token.
-		s1, lease1, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s1, lease1, kfstype.CheckpointSmokeEvalPassed)
+		_, lease1, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 		stale := *lease1
 		stale.Token = uuid.New()
 		// Early: plain Complete at nodes_generated.
-		s2, early, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s2, early, kfstype.CheckpointNodesGenerated)
+		_, early, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointNodesGenerated)})
 		// Rejected: Through from parsed with an unknown publication.
-		s3, rejected, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s3, rejected, kfstype.CheckpointParsed)
+		_, rejected, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointParsed)})
 		bogus := rwCandidate{new(uuid.New()), new(testfactory.Fingerprint("bogus"))}
 		// Good: Through from queued binding a fresh candidate.
-		s4, good4, _ := b.rwRunning(t, nil)
+		s4 := b.scope(t)
+		_, good4, _ := b.drv.Running(b.ctx, t, s4, nil)
 		c4 := b.rwPub(t, s4, "candidate")
 		// Rejected too: Through from smoke_eval_passed with another
 		// candidate than the bound one.
-		s5, rebind, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s5, rebind, kfstype.CheckpointSmokeEvalPassed)
+		s5 := b.scope(t)
+		_, rebind, _ := b.drv.Running(b.ctx, t, s5, &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 		c5 := b.rwPub(t, s5, "candidate")
 
 		in := []repo.CompleteManyEntry{
@@ -207,7 +203,7 @@ func TestCompleteMany(t *testing.T) {
 		b.clock.Advance(5 * time.Second)
 		before := make([]*testfactory.Rows, len(in))
 		for i, e := range in {
-			before[i] = b.rwRows(t, e.Lease.AttemptID)
+			before[i] = b.rows(t, e.Lease.AttemptID)
 		}
 		var res []repo.CompleteManyResult
 		n := counter.count(func() {
@@ -228,7 +224,7 @@ func TestCompleteMany(t *testing.T) {
 				c = &c4
 			}
 			want := cmSucceeded(before[i], now, c)
-			require.Equal(t, want, b.rwRows(t, in[i].Lease.AttemptID), "entry %d", i)
+			require.Equal(t, want, b.rows(t, in[i].Lease.AttemptID), "entry %d", i)
 			require.Equal(t, want.Attempt, *res[i].Attempt, "entry %d", i)
 		}
 
@@ -256,33 +252,35 @@ func TestCompleteMany(t *testing.T) {
 		// One lease lapsed, the other still good: the first is lost, the
 		// second completes.
 		b := setup(t)
-		s, a := b.rwStart(t, nil)
-		del := b.rwDispatch(t, a.ID, "job-short", nil)
+		s := b.scope(t)
+		a := b.drv.Start(b.ctx, t, s, nil)
+		del := b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-short")})
 		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-test", LeaseDuration: 10 * time.Second})
 		require.NoError(t, err)
-		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
-		s2, other, _ := b.rwRunning(t, nil)
+		b.drv.AdvanceTo(b.ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+		s2 := b.scope(t)
+		_, other, _ := b.drv.Running(b.ctx, t, s2, nil)
 		c := b.rwPub(t, s2, "candidate")
 		b.clock.Advance(10 * time.Second)
-		before := b.rwRows(t, lease.AttemptID)
-		before2 := b.rwRows(t, other.AttemptID)
+		before := b.rows(t, lease.AttemptID)
+		before2 := b.rows(t, other.AttemptID)
 		res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease}, {Lease: other, Through: true, CandidatePublicationID: c.id, CandidateFingerprint: c.fp}})
 		require.NoError(t, err)
 		require.ErrorIs(t, res[0].Err, repo.ErrLeaseLost)
 		require.Nil(t, res[0].Attempt)
 		b.requireUnchanged(t, before)
 		require.NoError(t, res[1].Err)
-		require.Equal(t, cmSucceeded(before2, b.clock.Now(), &c), b.rwRows(t, other.AttemptID))
+		require.Equal(t, cmSucceeded(before2, b.clock.Now(), &c), b.rows(t, other.AttemptID))
 	})
 
 	t.Run("RejectsInvalidBatch", func(t *testing.T) {
 		b := setup(t)
 		pool, counter := b.cmCountedPool(t)
-		s0, l0, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s0, l0, kfstype.CheckpointSmokeEvalPassed)
-		s1, l1, _ := b.rwRunning(t, nil)
+		_, l0, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
+		s1 := b.scope(t)
+		_, l1, _ := b.drv.Running(b.ctx, t, s1, nil)
 		c1 := b.rwPub(t, s1, "candidate")
-		before := []*testfactory.Rows{b.rwRows(t, l0.AttemptID), b.rwRows(t, l1.AttemptID)}
+		before := []*testfactory.Rows{b.rows(t, l0.AttemptID), b.rows(t, l1.AttemptID)}
 		good := []repo.CompleteManyEntry{{Lease: l0}, {Lease: l1, Through: true, CandidatePublicationID: c1.id, CandidateFingerprint: c1.fp}}
 
 		many := make([]repo.CompleteManyEntry, repo.MaxBatchSize+1)
@@ -326,7 +324,7 @@ func TestCompleteMany(t *testing.T) {
 		require.NoError(t, err)
 		for i := range good {
 			require.NoError(t, res[i].Err)
-			require.Equal(t, kfstype.RunStateSucceeded, b.rwRows(t, good[i].Lease.AttemptID).Attempt.RunState)
+			require.Equal(t, kfstype.RunStateSucceeded, b.rows(t, good[i].Lease.AttemptID).Attempt.RunState)
 		}
 	})
 }
@@ -337,9 +335,10 @@ func TestCompleteMany(t *testing.T) {
 // refused before any round trip, the row unchanged.
 func TestCompleteManySingleEntry(t *testing.T) {
 	b := setup(t)
-	s, lease, _ := b.rwRunning(t, nil)
+	s := b.scope(t)
+	_, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 	id, fp := s.Publication(b.ctx, t, b.db.Pool, "candidate")
-	before := b.rwRows(t, lease.AttemptID)
+	before := b.rows(t, lease.AttemptID)
 
 	_, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease, CandidatePublicationID: &id, CandidateFingerprint: &fp}})
 	requireInputError(t, err, "Entries[0].CandidatePublicationID")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 func TestFail(t *testing.T) {
@@ -30,15 +31,15 @@ func TestFail(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			b.clock.Advance(3 * time.Second)
-			before := b.rwRows(t, lease.AttemptID)
+			before := b.rows(t, lease.AttemptID)
 			got, err := b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: lease, ErrorCode: tc.code, ErrorMessage: tc.msg})
 			require.NoError(t, err)
-			want := wantEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
+			want := testfactory.ExpectEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
 			want.Attempt.LastErrorCode = new(tc.code)
 			want.Attempt.LastErrorMessage = new(tc.stored)
-			after := b.rwRows(t, lease.AttemptID)
+			after := b.rows(t, lease.AttemptID)
 			require.Equal(t, want, after)
 			require.Equal(t, want.Attempt, *got)
 			require.True(t, utf8.ValidString(*after.Attempt.LastErrorMessage))
@@ -48,8 +49,8 @@ func TestFail(t *testing.T) {
 
 	t.Run("RejectsInvalidInput", func(t *testing.T) {
 		b := setup(t)
-		_, lease, _ := b.rwRunning(t, nil)
-		before := b.rwRows(t, lease.AttemptID)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
+		before := b.rows(t, lease.AttemptID)
 		for _, tc := range []struct {
 			field string
 			p     repo.FailParams
@@ -71,12 +72,13 @@ func TestScheduleRetry(t *testing.T) {
 
 	t.Run("ParksAttemptUntilRetryAt", func(t *testing.T) {
 		b := setup(t)
-		s, a := b.rwStart(t, nil)
-		del := b.rwDispatch(t, a.ID, "job-1", new("ext-1"))
-		lease := b.rwAcquire(t, del, "worker-a")
-		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointOutlineBuilt)
+		s := b.scope(t)
+		a := b.drv.Start(b.ctx, t, s, nil)
+		del := b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1"), ExternalJobID: new("ext-1")})
+		_, lease := b.drv.Acquire(b.ctx, t, del, &testfactory.AcquireOpts{WorkerID: new("worker-a")})
+		b.drv.AdvanceTo(b.ctx, t, s, lease, kfstype.CheckpointOutlineBuilt)
 		b.clock.Advance(4 * time.Second)
-		before := b.rwRows(t, a.ID)
+		before := b.rows(t, a.ID)
 		got, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{
 			Lease: lease, RetryDelay: 15 * time.Second, ErrorCode: kfstype.ErrorCodeCompilationRetryable, ErrorMessage: "model timeout",
 		})
@@ -99,7 +101,7 @@ func TestScheduleRetry(t *testing.T) {
 		wo.DispatchAttempts = 0
 		wo.DeliveredAt, wo.QueueJobID, wo.ExternalJobID = nil, nil, nil
 		wo.UpdatedAt = now
-		require.Equal(t, &want, b.rwRows(t, a.ID), "checkpoint, execution attempts and started_at are kept")
+		require.Equal(t, &want, b.rows(t, a.ID), "checkpoint, execution attempts and started_at are kept")
 		require.Equal(t, want.Attempt, *got)
 
 		// The old delivery is stale now.
@@ -110,8 +112,8 @@ func TestScheduleRetry(t *testing.T) {
 
 	t.Run("RejectsWhenNoExecutionsLeft", func(t *testing.T) {
 		b := setup(t)
-		_, lease, _ := b.rwRunning(t, func(p *repo.StartParams) { p.MaxExecutionAttempts = 1 })
-		before := b.rwRows(t, lease.AttemptID)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Start: &testfactory.StartOpts{MaxExecutionAttempts: new(int32(1))}})
+		before := b.rows(t, lease.AttemptID)
 		got, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "e"})
 		require.ErrorIs(t, err, repo.ErrAttemptsExhausted)
 		require.Nil(t, got)
@@ -120,8 +122,8 @@ func TestScheduleRetry(t *testing.T) {
 
 	t.Run("RejectsInvalidInput", func(t *testing.T) {
 		b := setup(t)
-		_, lease, _ := b.rwRunning(t, nil)
-		before := b.rwRows(t, lease.AttemptID)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
+		before := b.rows(t, lease.AttemptID)
 		for _, tc := range []struct {
 			field string
 			p     repo.ScheduleRetryParams

@@ -32,12 +32,12 @@ var leaseFaults = []struct {
 	}},
 	{"StaleTokenAfterTakeover", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, del *repo.Delivery) *repo.Lease {
 		b.clock.Advance(repo.LeaseDurationDefault)
-		b.rwAcquire(t, del, "worker-b")
+		b.drv.Acquire(b.ctx, t, del, &testfactory.AcquireOpts{WorkerID: new("worker-b")})
 		return lease
 	}},
 	{"StaleTokenOfSameWorker", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, del *repo.Delivery) *repo.Lease {
 		b.clock.Advance(repo.LeaseDurationDefault)
-		b.rwAcquire(t, del, lease.WorkerID)
+		b.drv.Acquire(b.ctx, t, del, &testfactory.AcquireOpts{WorkerID: new(lease.WorkerID)})
 		return lease
 	}},
 	{"ExpiredLease", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
@@ -46,13 +46,13 @@ var leaseFaults = []struct {
 	}},
 	{"ExpiredLeaseRedelivered", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
 		b.clock.Advance(repo.LeaseDurationDefault + time.Second)
-		b.rwDispatch(t, lease.AttemptID, "job-redelivered", nil)
+		b.drv.Dispatch(b.ctx, t, lease.AttemptID, &testfactory.DispatchOpts{QueueJobID: new("job-redelivered")})
 		return lease
 	}},
 	{"OutboxReclaimedByRelay", func(t *testing.T, b *testBundle, _ *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
 		// The relay's clock reached the lease's expiry and it reclaimed the
 		// leased row; the worker's clock (b.clock) is still before it.
-		b.rwReclaim(t, lease)
+		b.drv.Reclaim(b.ctx, t, lease)
 		return lease
 	}},
 	{"TerminalAttempt", func(t *testing.T, b *testBundle, s *testfactory.Scope, lease *repo.Lease, _ *repo.Delivery) *repo.Lease {
@@ -114,19 +114,18 @@ func TestLeaseFence(t *testing.T) {
 	for _, op := range leaseOps {
 		t.Run(op.name+"AcceptsOwnLease", func(t *testing.T) {
 			b := setup(t)
-			s, lease, _ := b.rwRunning(t, nil)
-			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 			b.clock.Advance(repo.LeaseDurationDefault - time.Microsecond)
 			require.NoError(t, op.call(b, lease))
-			b.rwRows(t, lease.AttemptID)
+			b.rows(t, lease.AttemptID)
 		})
 		for _, fault := range leaseFaults {
 			t.Run(op.name+"Rejects"+fault.name, func(t *testing.T) {
 				b := setup(t)
-				s, lease, del := b.rwRunning(t, nil)
-				b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+				s := b.scope(t)
+				_, lease, del := b.drv.Running(b.ctx, t, s, &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 				presented := fault.apply(t, b, s, lease, del)
-				before := b.rwRows(t, lease.AttemptID)
+				before := b.rows(t, lease.AttemptID)
 				err := op.call(b, presented)
 				require.ErrorIs(t, err, repo.ErrLeaseLost)
 				b.requireUnchanged(t, before)
@@ -147,8 +146,8 @@ func TestLeaseFenceLockOrder(t *testing.T) {
 	for _, op := range leaseOps {
 		t.Run(op.name, func(t *testing.T) {
 			b := setup(t)
-			s, lease, _ := b.rwRunning(t, nil)
-			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+			s := b.scope(t)
+			_, lease, _ := b.drv.Running(b.ctx, t, s, &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 			holder := b.rwLockRow(t, `SELECT 1 FROM document_compilation_outbox WHERE attempt_id = $1 FOR UPDATE`, lease.AttemptID)
 			done := b.rwBlocked(t, cmp.Or(leaseOpStatements[op.name], op.name), func() error { return op.call(b, lease) })
 			_, err := b.db.Pool.Exec(b.ctx, `SELECT 1 FROM document_compilation_attempts WHERE id = $1 FOR UPDATE NOWAIT`, lease.AttemptID)
@@ -157,7 +156,7 @@ func TestLeaseFenceLockOrder(t *testing.T) {
 			require.Equal(t, "55P03", pgErr.Code) // lock_not_available
 			require.NoError(t, holder.Rollback(b.ctx))
 			require.NoError(t, <-done)
-			b.rwRows(t, lease.AttemptID)
+			b.rows(t, lease.AttemptID)
 		})
 	}
 }

@@ -18,9 +18,9 @@ func TestHeartbeat(t *testing.T) {
 
 	t.Run("HeartbeatExtendsOwnLease", func(t *testing.T) {
 		b := setup(t)
-		_, lease, _ := b.rwRunning(t, nil)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 		b.clock.Advance(20 * time.Second)
-		before := b.rwRows(t, lease.AttemptID)
+		before := b.rows(t, lease.AttemptID)
 		renewed, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease, LeaseDuration: 90 * time.Second})
 		require.NoError(t, err)
 		now := b.clock.Now()
@@ -32,12 +32,12 @@ func TestHeartbeat(t *testing.T) {
 		want.Attempt.UpdatedAt = now
 		want.Outbox.AvailableAt = now.Add(90 * time.Second)
 		want.Outbox.UpdatedAt = now
-		require.Equal(t, &want, b.rwRows(t, lease.AttemptID))
+		require.Equal(t, &want, b.rows(t, lease.AttemptID))
 
 		// The old lease value keeps working (same token), past its own
 		// expiry, and the default duration applies.
 		b.clock.Advance(70 * time.Second)
-		before = b.rwRows(t, lease.AttemptID)
+		before = b.rows(t, lease.AttemptID)
 		renewed, err = b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
 		require.NoError(t, err)
 		now = b.clock.Now()
@@ -49,7 +49,7 @@ func TestHeartbeat(t *testing.T) {
 		want.Attempt.UpdatedAt = now
 		want.Outbox.AvailableAt = now.Add(repo.LeaseDurationDefault)
 		want.Outbox.UpdatedAt = now
-		require.Equal(t, &want, b.rwRows(t, lease.AttemptID))
+		require.Equal(t, &want, b.rows(t, lease.AttemptID))
 	})
 
 	// The relay reclaims the leased row at the lease's expiry while the
@@ -58,15 +58,15 @@ func TestHeartbeat(t *testing.T) {
 	// changes (issue 13).
 	t.Run("RefusedWhenTheRelayReclaimsWhileItWaitsForTheAttemptLock", func(t *testing.T) {
 		b := setup(t)
-		_, lease, _ := b.rwRunning(t, nil)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 		b.clock.Advance(repo.LeaseDurationDefault - time.Second)
 		holder := b.rwLockRow(t, `SELECT 1 FROM document_compilation_attempts WHERE id = $1 FOR UPDATE`, lease.AttemptID)
 		done := b.rwBlocked(t, "Heartbeat", func() error {
 			_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
 			return err
 		})
-		b.rwReclaim(t, lease) // the claim locks outbox rows only: it does not wait
-		before := b.rwRows(t, lease.AttemptID)
+		b.drv.Reclaim(b.ctx, t, lease) // the claim locks outbox rows only: it does not wait
+		before := b.rows(t, lease.AttemptID)
 		require.NoError(t, holder.Commit(b.ctx))
 		require.ErrorIs(t, <-done, repo.ErrLeaseLost)
 		b.requireUnchanged(t, before)
@@ -76,8 +76,8 @@ func TestHeartbeat(t *testing.T) {
 		b := setup(t)
 		r := repo.New(nil) // the database clock: a transaction's now() is when it began
 		drv := &testfactory.Driver{Repo: r, DB: b.db.Pool}
-		a := drv.Start(b.ctx, t, b.scope(t))
-		del := drv.Dispatch(b.ctx, t, a.ID)
+		a := drv.Start(b.ctx, t, b.scope(t), nil)
+		del := drv.Dispatch(b.ctx, t, a.ID, nil)
 		_, lease, err := r.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-test", LeaseDuration: 300 * time.Millisecond})
 		require.NoError(t, err)
 		tx, err := b.db.Pool.Begin(b.ctx)
@@ -94,7 +94,7 @@ func TestHeartbeat(t *testing.T) {
 		msgs, err := r.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 1})
 		require.NoError(t, err)
 		require.Len(t, msgs, 1, "the relay reclaims the expired lease")
-		before := b.rwRows(t, a.ID)
+		before := b.rows(t, a.ID)
 		_, err = r.Heartbeat(b.ctx, tx, &repo.HeartbeatParams{Lease: lease})
 		require.ErrorIs(t, err, repo.ErrLeaseLost)
 		require.NoError(t, tx.Commit(b.ctx))
@@ -103,9 +103,8 @@ func TestHeartbeat(t *testing.T) {
 
 	t.Run("HeartbeatBesideAdvanceOfTheSameLease", func(t *testing.T) {
 		b := setup(t)
-		s, lease, _ := b.rwRunning(t, nil)
-		b.rwAdvanceTo(t, s, lease, kfstype.CheckpointParsed)
-		before := b.rwRows(t, lease.AttemptID)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointParsed)})
+		before := b.rows(t, lease.AttemptID)
 		const n = 150
 		var wg sync.WaitGroup
 		errs := make(chan error, 2*n)
@@ -128,7 +127,7 @@ func TestHeartbeat(t *testing.T) {
 		for err := range errs {
 			require.NoError(t, err)
 		}
-		after := b.rwRows(t, lease.AttemptID)
+		after := b.rows(t, lease.AttemptID)
 		require.Equal(t, before.Attempt.RowVersion+2*n, after.Attempt.RowVersion, "every write landed")
 		require.Equal(t, kfstype.CheckpointParsed, after.Attempt.Checkpoint)
 		require.Equal(t, lease.Token, *after.Attempt.LeaseToken)
@@ -136,8 +135,8 @@ func TestHeartbeat(t *testing.T) {
 
 	t.Run("RejectsInvalidInput", func(t *testing.T) {
 		b := setup(t)
-		_, lease, _ := b.rwRunning(t, nil)
-		before := b.rwRows(t, lease.AttemptID)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
+		before := b.rows(t, lease.AttemptID)
 		for _, tc := range []struct {
 			field string
 			p     repo.HeartbeatParams

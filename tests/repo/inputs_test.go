@@ -54,10 +54,10 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 	deferred.Deferred = true
 	_, err := b.repo.Start(ctx, b.db.Pool, deferred)
 	require.NoError(t, err)
-	_, _, _ = b.drv.Running(ctx, t, b.scope(t))
+	_, _, _ = b.drv.Running(ctx, t, b.scope(t), nil)
 	queued := b.scope(t)
-	b.drv.Dispatch(ctx, t, b.drv.Start(ctx, t, queued).ID)
-	_, failLease, _ := b.drv.Running(ctx, t, b.scope(t))
+	b.drv.Dispatch(ctx, t, b.drv.Start(ctx, t, queued, nil).ID, nil)
+	_, failLease, _ := b.drv.Running(ctx, t, b.scope(t), nil)
 	_, err = b.repo.Fail(ctx, b.db.Pool, &repo.FailParams{Lease: failLease, ErrorCode: "E", ErrorMessage: "m"})
 	require.NoError(t, err)
 

@@ -24,7 +24,7 @@ func TestStartInRepeatableReadTxRacingAnotherStart(t *testing.T) {
 	_, err = tx.Exec(b.ctx, "SELECT 1") // take the snapshot
 	require.NoError(t, err)
 
-	winner := b.drv.Start(b.ctx, t, s)
+	winner := b.drv.Start(b.ctx, t, s, nil)
 
 	_, err = b.repo.Start(b.ctx, tx, s.StartParams())
 	require.ErrorIs(t, err, repo.ErrRetryTransaction)
@@ -41,5 +41,5 @@ func TestStartInRepeatableReadTxRacingAnotherStart(t *testing.T) {
 		return nil
 	})
 	require.NoError(t, err)
-	b.rows(t, winner)
+	b.rows(t, winner.ID)
 }

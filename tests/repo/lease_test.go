@@ -13,37 +13,14 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantLeased is before with the attempt leased to workerID at now.
-func wantLeased(before *testfactory.Rows, lease *repo.Lease, now time.Time, d time.Duration) *testfactory.Rows {
-	want := *before
-	a := &want.Attempt
-	a.RunState = kfstype.RunStateRunning
-	a.ExecutionAttempts++
-	a.WorkerID = new(lease.WorkerID)
-	a.LeaseToken = new(lease.Token)
-	a.LeaseExpiresAt = new(now.Add(d))
-	a.HeartbeatAt = new(now)
-	if a.StartedAt == nil {
-		a.StartedAt = new(now)
-	}
-	a.RetryAt = nil
-	a.RowVersion++
-	a.UpdatedAt = now
-	want.Outbox.Status = kfstype.OutboxStatusLeased
-	want.Outbox.AvailableAt = now.Add(d)
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.UpdatedAt = now
-	return &want
-}
-
 // rwExhausted runs an attempt with MaxExecutionAttempts 1 once, lets the
 // lease lapse and has the relay redeliver it. It returns the stale first
 // delivery and the current one.
 func (b *testBundle) rwExhausted(t *testing.T) (stale, current *repo.Delivery) {
 	t.Helper()
-	_, lease, del := b.rwRunning(t, func(p *repo.StartParams) { p.MaxExecutionAttempts = 1 })
+	_, lease, del := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Start: &testfactory.StartOpts{MaxExecutionAttempts: new(int32(1))}})
 	b.clock.Advance(repo.LeaseDurationDefault)
-	return del, b.rwDispatch(t, lease.AttemptID, "job-redelivered", nil)
+	return del, b.drv.Dispatch(b.ctx, t, lease.AttemptID, &testfactory.DispatchOpts{QueueJobID: new("job-redelivered")})
 }
 
 func TestAcquireLease(t *testing.T) {
@@ -51,69 +28,69 @@ func TestAcquireLease(t *testing.T) {
 
 	t.Run("LeasesQueuedAttempt", func(t *testing.T) {
 		b := setup(t)
-		_, a := b.rwStart(t, nil)
-		del := b.rwDispatch(t, a.ID, "job-1", new("ext-1"))
+		a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		del := b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1"), ExternalJobID: new("ext-1")})
 		b.clock.Advance(3 * time.Second)
-		before := b.rwRows(t, a.ID)
+		before := b.rows(t, a.ID)
 		got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-a", LeaseDuration: 45 * time.Second})
 		require.NoError(t, err)
 		require.NotEqual(t, uuid.Nil, lease.Token)
 		now := b.clock.Now()
 		require.Equal(t, &repo.Lease{AttemptID: a.ID, WorkerID: "worker-a", Token: lease.Token, ExpiresAt: now.Add(45 * time.Second)}, lease)
-		want := wantLeased(before, lease, now, 45*time.Second)
-		require.Equal(t, want, b.rwRows(t, a.ID))
+		want := testfactory.ExpectLeased(before, lease, now, 45*time.Second)
+		require.Equal(t, want, b.rows(t, a.ID))
 		require.Equal(t, want.Attempt, *got)
 	})
 
 	t.Run("TakesOverExpiredLease", func(t *testing.T) {
 		b := setup(t)
-		_, old, del := b.rwRunning(t, nil)
-		startedAt := *b.rwRows(t, old.AttemptID).Attempt.StartedAt
+		_, old, del := b.drv.Running(b.ctx, t, b.scope(t), nil)
+		startedAt := *b.rows(t, old.AttemptID).Attempt.StartedAt
 		b.clock.Advance(repo.LeaseDurationDefault) // expires exactly now
-		before := b.rwRows(t, old.AttemptID)
+		before := b.rows(t, old.AttemptID)
 		got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
 		require.NotEqual(t, old.Token, lease.Token)
-		want := wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
+		want := testfactory.ExpectLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
 		require.EqualValues(t, 2, want.Attempt.ExecutionAttempts)
 		require.Equal(t, startedAt, *want.Attempt.StartedAt, "started_at is kept")
-		require.Equal(t, want, b.rwRows(t, old.AttemptID))
+		require.Equal(t, want, b.rows(t, old.AttemptID))
 		require.Equal(t, want.Attempt, *got)
 	})
 
 	t.Run("TakesOverExpiredLeaseAfterRedelivery", func(t *testing.T) {
 		b := setup(t)
-		_, old, _ := b.rwRunning(t, nil)
+		_, old, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 		b.clock.Advance(repo.LeaseDurationDefault)
-		del := b.rwDispatch(t, old.AttemptID, "job-2", new("ext-2"))
-		require.Equal(t, kfstype.RunStateRunning, b.rwRows(t, old.AttemptID).Attempt.RunState)
+		del := b.drv.Dispatch(b.ctx, t, old.AttemptID, &testfactory.DispatchOpts{QueueJobID: new("job-2"), ExternalJobID: new("ext-2")})
+		require.Equal(t, kfstype.RunStateRunning, b.rows(t, old.AttemptID).Attempt.RunState)
 		b.clock.Advance(time.Second)
-		before := b.rwRows(t, old.AttemptID)
+		before := b.rows(t, old.AttemptID)
 		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
-		require.Equal(t, wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault), b.rwRows(t, old.AttemptID))
+		require.Equal(t, testfactory.ExpectLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault), b.rows(t, old.AttemptID))
 	})
 
 	t.Run("ResumesRetryWaitAttemptAfterRepublish", func(t *testing.T) {
 		b := setup(t)
-		_, first, _ := b.rwRunning(t, nil)
-		startedAt := *b.rwRows(t, first.AttemptID).Attempt.StartedAt
+		_, first, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
+		startedAt := *b.rows(t, first.AttemptID).Attempt.StartedAt
 		_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: first, RetryDelay: 10 * time.Second, ErrorCode: "RETRY", ErrorMessage: "flaky"})
 		require.NoError(t, err)
-		b.rwRows(t, first.AttemptID)
+		b.rows(t, first.AttemptID)
 		b.clock.Advance(10 * time.Second)
-		del := b.rwDispatch(t, first.AttemptID, "job-2", nil)
-		queued := b.rwRows(t, first.AttemptID)
+		del := b.drv.Dispatch(b.ctx, t, first.AttemptID, &testfactory.DispatchOpts{QueueJobID: new("job-2")})
+		queued := b.rows(t, first.AttemptID)
 		require.Equal(t, kfstype.RunStateQueued, queued.Attempt.RunState)
 		require.Nil(t, queued.Attempt.RetryAt)
 		b.clock.Advance(time.Second)
-		before := b.rwRows(t, first.AttemptID)
+		before := b.rows(t, first.AttemptID)
 		_, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 		require.NoError(t, err)
-		want := wantLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
+		want := testfactory.ExpectLeased(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
 		require.EqualValues(t, 2, want.Attempt.ExecutionAttempts)
 		require.Equal(t, startedAt, *want.Attempt.StartedAt)
-		require.Equal(t, want, b.rwRows(t, first.AttemptID))
+		require.Equal(t, want, b.rows(t, first.AttemptID))
 	})
 
 	// Each refusal leaves both rows as they were.
@@ -123,30 +100,30 @@ func TestAcquireLease(t *testing.T) {
 		check func(t *testing.T, err error)
 	}{
 		{"RejectsStaleQueueJobID", func(t *testing.T, b *testBundle) *repo.Delivery {
-			_, a := b.rwStart(t, nil)
-			stale := b.rwDispatch(t, a.ID, "job-1", nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			stale := b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
 			b.clock.Advance(repo.VisibilityTimeoutDefault)
-			b.rwDispatch(t, a.ID, "job-2", nil) // republished: job-1 is stale
+			b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-2")}) // republished: job-1 is stale
 			return stale
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsForgedQueueJobID", func(t *testing.T, b *testBundle) *repo.Delivery {
-			_, a := b.rwStart(t, nil)
-			b.rwDispatch(t, a.ID, "job-1", nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
 			return &repo.Delivery{AttemptID: a.ID, QueueJobID: "job-forged"}
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsDeliveryOfAnUnpublishedAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
-			_, a := b.rwStart(t, nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
 			return &repo.Delivery{AttemptID: a.ID, QueueJobID: "job-1"}
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsExternalJobIDMismatch", func(t *testing.T, b *testBundle) *repo.Delivery {
-			_, a := b.rwStart(t, nil)
-			del := b.rwDispatch(t, a.ID, "job-1", new("ext-1"))
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			del := b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1"), ExternalJobID: new("ext-1")})
 			del.ExternalJobID = new("ext-2")
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsExternalJobIDWhenNoneWasPublished", func(t *testing.T, b *testBundle) *repo.Delivery {
-			_, a := b.rwStart(t, nil)
-			del := b.rwDispatch(t, a.ID, "job-1", nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			del := b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
 			del.ExternalJobID = new("ext-1")
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
@@ -154,15 +131,15 @@ func TestAcquireLease(t *testing.T) {
 			// ScheduleRetry cleared the job ids, so no delivery matches a
 			// retry_wait attempt, even past retry_at; the relay's
 			// MarkDispatched records the next job and makes it queued.
-			_, lease, del := b.rwRunning(t, nil)
+			_, lease, del := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "RETRY", ErrorMessage: "flaky"})
 			require.NoError(t, err)
 			b.clock.Advance(2 * time.Second)
-			require.Equal(t, kfstype.RunStateRetryWait, b.rwRows(t, lease.AttemptID).Attempt.RunState)
+			require.Equal(t, kfstype.RunStateRetryWait, b.rows(t, lease.AttemptID).Attempt.RunState)
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsLiveLeaseOfAnotherWorker", func(t *testing.T, b *testBundle) *repo.Delivery {
-			_, _, del := b.rwRunning(t, nil)
+			_, _, del := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			b.clock.Advance(repo.LeaseDurationDefault - time.Microsecond)
 			return del
 		}, func(t *testing.T, err error) {
@@ -174,8 +151,9 @@ func TestAcquireLease(t *testing.T) {
 			require.Equal(t, "worker-test", *te.Attempt.WorkerID)
 		}},
 		{"RejectsCanceledAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
-			s, a := b.rwStart(t, nil)
-			del := b.rwDispatch(t, a.ID, "job-1", nil)
+			s := b.scope(t)
+			a := b.drv.Start(b.ctx, t, s, nil)
+			del := b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
 			_, err := b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
 			require.NoError(t, err)
 			return del
@@ -185,8 +163,7 @@ func TestAcquireLease(t *testing.T) {
 			require.Equal(t, kfstype.RunStateCanceled, te.From)
 		}},
 		{"RejectsSucceededAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
-			s, lease, del := b.rwRunning(t, nil)
-			b.rwAdvanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
+			_, lease, del := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 			_, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
 			require.NoError(t, err)
 			return del
@@ -203,7 +180,7 @@ func TestAcquireLease(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			del := tc.build(t, b)
-			before := b.rwRows(t, del.AttemptID)
+			before := b.rows(t, del.AttemptID)
 			got, lease, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-b"})
 			require.Error(t, err)
 			tc.check(t, err)
@@ -221,9 +198,9 @@ func TestAcquireLease(t *testing.T) {
 
 	t.Run("RejectsInvalidInput", func(t *testing.T) {
 		b := setup(t)
-		_, a := b.rwStart(t, nil)
-		del := b.rwDispatch(t, a.ID, "job-1", nil)
-		before := b.rwRows(t, a.ID)
+		a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		del := b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
+		before := b.rows(t, a.ID)
 		good := repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-a"}
 		for _, tc := range []struct {
 			field string
@@ -251,7 +228,7 @@ func TestFailExhausted(t *testing.T) {
 	t.Run("FailsAttemptWithNoExecutionsLeft", func(t *testing.T) {
 		b := setup(t)
 		_, current := b.rwExhausted(t)
-		before := b.rwRows(t, current.AttemptID)
+		before := b.rows(t, current.AttemptID)
 		_, _, err := b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *current, WorkerID: "worker-b"})
 		require.ErrorIs(t, err, repo.ErrAttemptsExhausted)
 		b.requireUnchanged(t, before)
@@ -259,10 +236,10 @@ func TestFailExhausted(t *testing.T) {
 		b.clock.Advance(time.Second)
 		got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, current)
 		require.NoError(t, err)
-		want := wantEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
+		want := testfactory.ExpectEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
 		want.Attempt.LastErrorCode = new(kfstype.ErrorCodeExecutionAttemptsExhausted)
 		want.Attempt.LastErrorMessage = new("execution attempts exhausted (1 of 1)")
-		require.Equal(t, want, b.rwRows(t, current.AttemptID))
+		require.Equal(t, want, b.rows(t, current.AttemptID))
 		require.Equal(t, want.Attempt, *got)
 	})
 
@@ -272,11 +249,11 @@ func TestFailExhausted(t *testing.T) {
 		check func(t *testing.T, err error)
 	}{
 		{"RejectsAttemptWithExecutionsLeft", func(t *testing.T, b *testBundle) *repo.Delivery {
-			_, a := b.rwStart(t, nil)
-			return b.rwDispatch(t, a.ID, "job-1", nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			return b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrInvalidTransition) }},
 		{"RejectsAttemptWithLiveLease", func(t *testing.T, b *testBundle) *repo.Delivery {
-			_, _, del := b.rwRunning(t, func(p *repo.StartParams) { p.MaxExecutionAttempts = 1 })
+			_, _, del := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Start: &testfactory.StartOpts{MaxExecutionAttempts: new(int32(1))}})
 			b.clock.Advance(repo.LeaseDurationDefault - time.Microsecond)
 			return del
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrInvalidTransition) }},
@@ -299,7 +276,7 @@ func TestFailExhausted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			del := tc.build(t, b)
-			before := b.rwRows(t, del.AttemptID)
+			before := b.rows(t, del.AttemptID)
 			got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, del)
 			tc.check(t, err)
 			require.Nil(t, got)

@@ -6,7 +6,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/google/uuid"
+
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -35,7 +36,7 @@ func setup(t *testing.T) *testBundle {
 		db:    db,
 		clock: clock,
 		repo:  r,
-		drv:   &testfactory.Driver{Repo: r, DB: db.Pool},
+		drv:   &testfactory.Driver{Repo: r, DB: db.Pool, Invariants: true},
 	}
 }
 
@@ -44,8 +45,8 @@ func (b *testBundle) scope(t *testing.T) *testfactory.Scope {
 	return testfactory.NewScope(b.ctx, t, b.db.Pool, nil)
 }
 
-// rows reads the attempt and its outbox row and checks every invariant.
-func (b *testBundle) rows(t *testing.T, a *kfstype.Attempt) *testfactory.Rows {
+// rows reads an attempt and its outbox row and checks every invariant.
+func (b *testBundle) rows(t *testing.T, attemptID uuid.UUID) *testfactory.Rows {
 	t.Helper()
-	return testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
+	return testfactory.RequireInvariants(b.ctx, t, b.db.Pool, attemptID)
 }

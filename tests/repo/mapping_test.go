@@ -50,5 +50,5 @@ func TestRetryFailedLosingTheSlotKeepsThePgError(t *testing.T) {
 	require.ErrorAs(t, err, &pgErr)
 	require.Equal(t, "23505", pgErr.Code)
 	require.Equal(t, "document_compilation_attempts_scope_version_active_uq", pgErr.ConstraintName)
-	require.Equal(t, kfstype.RunStateFailed, b.rows(t, failed).Attempt.RunState, "the failed attempt is unchanged")
+	require.Equal(t, kfstype.RunStateFailed, b.rows(t, failed.ID).Attempt.RunState, "the failed attempt is unchanged")
 }

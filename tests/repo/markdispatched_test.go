@@ -13,52 +13,30 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantMarked is before with the claimed outbox row marked dispatched at
-// now and the attempt queued (or still running) with the job ids.
-func wantMarked(before *testfactory.Rows, job string, ext *string, now time.Time, visibility time.Duration) *testfactory.Rows {
-	want := *before
-	want.Outbox.Status = kfstype.OutboxStatusDispatched
-	want.Outbox.DeliveredAt = new(now)
-	want.Outbox.QueueJobID = new(job)
-	want.Outbox.ExternalJobID = ext
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.AvailableAt = now.Add(visibility)
-	want.Outbox.UpdatedAt = now
-	if want.Attempt.RunState != kfstype.RunStateRunning {
-		want.Attempt.RunState = kfstype.RunStateQueued
-	}
-	want.Attempt.QueueJobID = new(job)
-	want.Attempt.ExternalJobID = ext
-	want.Attempt.RetryAt = nil
-	want.Attempt.RowVersion++
-	want.Attempt.UpdatedAt = now
-	return &want
-}
-
 func TestMarkDispatched(t *testing.T) {
 	t.Parallel()
 
 	t.Run("MarksEveryRowOfABatch", func(t *testing.T) {
 		b := setup(t)
 		// A retry_wait attempt, due in 10 s.
-		_, lease, _ := b.rwRunning(t, nil)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 		retrying := lease.AttemptID
 		_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: 10 * time.Second, ErrorCode: "E", ErrorMessage: "e"})
 		require.NoError(t, err)
-		b.rwRows(t, retrying)
+		b.rows(t, retrying)
 		// A queued attempt whose visibility deadline passes: republished.
-		_, requeued := b.rwStart(t, nil)
-		b.rwDispatch(t, requeued.ID, "job-old", new("ext-old"))
+		requeued := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		b.drv.Dispatch(b.ctx, t, requeued.ID, &testfactory.DispatchOpts{QueueJobID: new("job-old"), ExternalJobID: new("ext-old")})
 		b.clock.Advance(repo.VisibilityTimeoutDefault)
 		// A fresh one.
-		_, fresh := b.rwStart(t, nil)
+		fresh := b.drv.Start(b.ctx, t, b.scope(t), nil)
 
-		claimed := b.rwClaim(t, "relay-a")
+		claimed := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})
 		require.Len(t, claimed, 3)
 		b.clock.Advance(2 * time.Second)
 		befores := map[uuid.UUID]*testfactory.Rows{}
 		for id := range claimed {
-			befores[id] = b.rwRows(t, id)
+			befores[id] = b.rows(t, id)
 		}
 		jobs := map[uuid.UUID]struct {
 			job string
@@ -81,69 +59,70 @@ func TestMarkDispatched(t *testing.T) {
 			marked[m.AttemptID] = m
 		}
 		for id, j := range jobs {
-			want := wantMarked(befores[id], j.job, j.ext, b.clock.Now(), 90*time.Second)
+			want := testfactory.ExpectMarked(befores[id], j.job, j.ext, b.clock.Now(), 90*time.Second)
 			require.Equal(t, kfstype.RunStateQueued, want.Attempt.RunState)
-			after := b.rwRows(t, id)
+			after := b.rows(t, id)
 			require.Equal(t, want, after, "attempt %s", id)
 			require.Equal(t, after.Outbox, *marked[id])
 		}
-		require.Nil(t, b.rwRows(t, retrying).Attempt.RetryAt)
-		require.Nil(t, b.rwRows(t, requeued.ID).Attempt.ExternalJobID, "a nil external id replaces the old one")
+		require.Nil(t, b.rows(t, retrying).Attempt.RetryAt)
+		require.Nil(t, b.rows(t, requeued.ID).Attempt.ExternalJobID, "a nil external id replaces the old one")
 	})
 
 	t.Run("KeepsRunningAttemptWithExpiredLeaseRunning", func(t *testing.T) {
 		b := setup(t)
-		_, lease, _ := b.rwRunning(t, nil)
+		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 		b.clock.Advance(repo.LeaseDurationDefault + time.Second)
-		m := b.rwClaim(t, "relay-a")[lease.AttemptID]
+		m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[lease.AttemptID]
 		require.NotNil(t, m)
-		before := b.rwRows(t, lease.AttemptID)
+		before := b.rows(t, lease.AttemptID)
 		res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
 			OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: "job-2", ExternalJobID: new("ext-2"),
 		}}})
 		require.NoError(t, err)
 		require.Empty(t, res.Refused)
-		want := wantMarked(before, "job-2", new("ext-2"), b.clock.Now(), repo.VisibilityTimeoutDefault)
+		want := testfactory.ExpectMarked(before, "job-2", new("ext-2"), b.clock.Now(), repo.VisibilityTimeoutDefault)
 		require.Equal(t, kfstype.RunStateRunning, want.Attempt.RunState)
 		require.Equal(t, lease.Token, *want.Attempt.LeaseToken, "the expired lease stays until a worker takes over")
-		require.Equal(t, want, b.rwRows(t, lease.AttemptID))
+		require.Equal(t, want, b.rows(t, lease.AttemptID))
 	})
 
 	t.Run("RefusesStaleRowsAndMarksTheRest", func(t *testing.T) {
 		b := setup(t)
 		// takenOver: running, its lease expires, the relay claims the row,
 		// then a worker takes the attempt over with the old delivery.
-		_, oldLease, oldDel := b.rwRunning(t, nil)
+		_, oldLease, oldDel := b.drv.Running(b.ctx, t, b.scope(t), nil)
 		takenOver := oldLease.AttemptID
 		b.clock.Advance(repo.LeaseDurationDefault)
-		_, ok := b.rwStart(t, nil)
-		_, wrongToken := b.rwStart(t, nil)
-		_, reclaimed := b.rwStart(t, nil)
-		sCanceled, canceled := b.rwStart(t, nil)
-		_, marked := b.rwStart(t, nil)
+		ok := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		wrongToken := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		reclaimed := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		sCanceled := b.scope(t)
+		canceled := b.drv.Start(b.ctx, t, sCanceled, nil)
+		marked := b.drv.Start(b.ctx, t, b.scope(t), nil)
 
-		first := b.rwClaim(t, "relay-1")
+		first := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-1")})
 		require.Len(t, first, 6)
 		b.clock.Advance(repo.LockDurationDefault)
-		second := b.rwClaim(t, "relay-2")
+		second := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-2")})
 		require.Len(t, second, 6, "every lock expired: all recovered")
 
 		_, err := b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: sCanceled.Ref(canceled.ID)})
 		require.NoError(t, err)
-		b.rwRows(t, canceled.ID)
-		b.rwAcquire(t, oldDel, "worker-b")
+		b.rows(t, canceled.ID)
+		b.drv.Acquire(b.ctx, t, oldDel, &testfactory.AcquireOpts{WorkerID: new("worker-b")})
 		res, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
 			OutboxID: second[marked.ID].ID, LockToken: *second[marked.ID].LockToken, QueueJobID: "job-marked",
 		}}})
 		require.NoError(t, err)
 		require.Len(t, res.Marked, 1)
-		b.rwRows(t, marked.ID)
+		b.rows(t, marked.ID)
 
 		b.clock.Advance(time.Second)
 		refusedIDs := []uuid.UUID{wrongToken.ID, reclaimed.ID, canceled.ID, takenOver, marked.ID}
-		befores := map[uuid.UUID]*testfactory.Rows{ok.ID: b.rwRows(t, ok.ID)}
+		befores := map[uuid.UUID]*testfactory.Rows{ok.ID: b.rows(t, ok.ID)}
 		for _, id := range refusedIDs {
-			befores[id] = b.rwRows(t, id)
+			befores[id] = b.rows(t, id)
 		}
 		d := func(id uuid.UUID, token uuid.UUID) repo.Dispatch {
 			return repo.Dispatch{OutboxID: second[id].ID, LockToken: token, QueueJobID: "job-new-" + id.String()}
@@ -159,8 +138,8 @@ func TestMarkDispatched(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []uuid.UUID{second[wrongToken.ID].ID, second[reclaimed.ID].ID, second[canceled.ID].ID, second[takenOver].ID, second[marked.ID].ID}, res.Refused)
 		require.Len(t, res.Marked, 1)
-		want := wantMarked(befores[ok.ID], "job-new-"+ok.ID.String(), nil, b.clock.Now(), repo.VisibilityTimeoutDefault)
-		require.Equal(t, want, b.rwRows(t, ok.ID))
+		want := testfactory.ExpectMarked(befores[ok.ID], "job-new-"+ok.ID.String(), nil, b.clock.Now(), repo.VisibilityTimeoutDefault)
+		require.Equal(t, want, b.rows(t, ok.ID))
 		require.Equal(t, want.Outbox, *res.Marked[0])
 		for _, id := range refusedIDs {
 			b.requireUnchanged(t, befores[id])
@@ -169,9 +148,9 @@ func TestMarkDispatched(t *testing.T) {
 
 	t.Run("RejectsInvalidInput", func(t *testing.T) {
 		b := setup(t)
-		_, a := b.rwStart(t, nil)
-		m := b.rwClaim(t, "relay-a")[a.ID]
-		before := b.rwRows(t, a.ID)
+		a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
+		before := b.rows(t, a.ID)
 		good := repo.Dispatch{OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: "job-1"}
 		with := func(f func(*repo.Dispatch)) []repo.Dispatch {
 			d := good
@@ -212,6 +191,6 @@ func TestMarkDispatched(t *testing.T) {
 		})})
 		require.NoError(t, err)
 		require.Len(t, res.Marked, 1)
-		require.Equal(t, wantMarked(before, strings.Repeat("j", 255), new(strings.Repeat("e", 255)), b.clock.Now(), repo.VisibilityTimeoutDefault), b.rwRows(t, a.ID))
+		require.Equal(t, testfactory.ExpectMarked(before, strings.Repeat("j", 255), new(strings.Repeat("e", 255)), b.clock.Now(), repo.VisibilityTimeoutDefault), b.rows(t, a.ID))
 	})
 }

@@ -96,7 +96,7 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	r := b.repo
 	drv := &testfactory.Driver{Repo: r, DB: pool}
 	s := testfactory.NewScope(ctx, t, pool, nil)
-	a, lease, _ := drv.Running(ctx, t, s)
+	a, lease, _ := drv.Running(ctx, t, s, nil)
 	_, err = r.Heartbeat(ctx, pool, &repo.HeartbeatParams{Lease: lease})
 	require.NoError(t, err)
 	_, err = r.Advance(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
@@ -104,7 +104,7 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	_, err = r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
 	require.NoError(t, err)
 	s2 := testfactory.NewScope(ctx, t, pool, nil)
-	_, lease2, _ := drv.Running(ctx, t, s2)
+	_, lease2, _ := drv.Running(ctx, t, s2, nil)
 	candID, candFP := s2.Publication(ctx, t, pool, "candidate")
 	_, err = r.CompleteThrough(ctx, pool, &repo.CompleteThroughParams{Lease: lease2, CandidatePublicationID: &candID, CandidateFingerprint: &candFP})
 	require.NoError(t, err)

@@ -53,8 +53,8 @@ func TestHeartbeatReclaimRace(t *testing.T) {
 	res, err := b.repo.Start(b.ctx, rc.pool, p)
 	require.NoError(t, err)
 	rc.id = res.Attempt.ID
-	rc.delivery = b.rwDispatch(t, rc.id, "job-0", nil)
-	rc.lease = b.rwAcquire(t, rc.delivery, "worker-race")
+	rc.delivery = b.drv.Dispatch(b.ctx, t, rc.id, &testfactory.DispatchOpts{QueueJobID: new("job-0")})
+	_, rc.lease = b.drv.Acquire(b.ctx, t, rc.delivery, &testfactory.AcquireOpts{WorkerID: new("worker-race")})
 
 	modes := []struct {
 		name string

@@ -23,7 +23,7 @@ func TestReleaseDeferred(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.Created)
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-		require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), kfstype.Forever), *got)
+		require.Equal(t, testfactory.ExpectStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), kfstype.Forever), got)
 		require.Equal(t, got.Attempt, *res.Attempt)
 		return res.Attempt
 	}

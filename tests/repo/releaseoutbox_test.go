@@ -12,88 +12,57 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantBackedOff is before with the claimed row released for a retry.
-func wantBackedOff(before *testfactory.Rows, msg string, now time.Time, backoff time.Duration) *testfactory.Rows {
-	want := *before
-	want.Outbox.Status = kfstype.OutboxStatusPending
-	want.Outbox.AvailableAt = now.Add(backoff)
-	want.Outbox.LastError = new(msg)
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.UpdatedAt = now
-	return &want
-}
-
-// wantDeadLettered is before with the row dead and the attempt failed.
-func wantDeadLettered(before *testfactory.Rows, msg string, now time.Time) *testfactory.Rows {
-	want := *before
-	want.Outbox.Status = kfstype.OutboxStatusDead
-	want.Outbox.LastError = new(msg)
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.UpdatedAt = now
-	a := &want.Attempt
-	a.RunState = kfstype.RunStateFailed
-	a.Active = false
-	a.CompletedAt = new(now)
-	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
-	a.RetryAt = nil
-	a.LastErrorCode = new(kfstype.ErrorCodeOutboxDead)
-	a.LastErrorMessage = new(msg)
-	a.RowVersion++
-	a.UpdatedAt = now
-	return &want
-}
-
 func TestReleaseOutbox(t *testing.T) {
 	t.Parallel()
 
 	t.Run("BacksOff", func(t *testing.T) {
 		b := setup(t)
-		_, a := b.rwStart(t, nil)
-		m := b.rwClaim(t, "relay-a")[a.ID]
+		a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
 		b.clock.Advance(2 * time.Second)
-		before := b.rwRows(t, a.ID)
+		before := b.rows(t, a.ID)
 		got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
 			OutboxID: m.ID, LockToken: *m.LockToken, Backoff: 7 * time.Second, LastError: "broker down",
 		})
 		require.NoError(t, err)
-		want := wantBackedOff(before, "broker down", b.clock.Now(), 7*time.Second)
-		require.Equal(t, want, b.rwRows(t, a.ID), "the attempt is untouched")
+		want := testfactory.ExpectBackedOff(before, "broker down", b.clock.Now(), 7*time.Second)
+		require.Equal(t, want, b.rows(t, a.ID), "the attempt is untouched")
 		require.Equal(t, want.Outbox, *got)
 
 		// Due again only after the backoff, with the attempt counted.
 		b.clock.Advance(7*time.Second - time.Microsecond)
-		require.Empty(t, b.rwClaim(t, "relay-a"))
+		require.Empty(t, b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")}))
 		b.clock.Advance(time.Microsecond)
-		again := b.rwClaim(t, "relay-a")[a.ID]
+		again := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
 		require.NotNil(t, again)
 		require.EqualValues(t, 2, again.DispatchAttempts)
 	})
 
 	t.Run("DeadLettersOnceDispatchAttemptsReachTheMaximum", func(t *testing.T) {
 		b := setup(t)
-		_, a := b.rwStart(t, nil)
+		a := b.drv.Start(b.ctx, t, b.scope(t), nil)
 		const maxAttempts = 3
-		b.rwClaim(t, "relay-a")                   // 1: the relay dies
-		b.clock.Advance(repo.LockDurationDefault) // its lock expires
-		m := b.rwClaim(t, "relay-b")[a.ID]        // 2
+		b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})            // 1: the relay dies
+		b.clock.Advance(repo.LockDurationDefault)                                            // its lock expires
+		m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-b")})[a.ID] // 2
 		require.EqualValues(t, 2, m.DispatchAttempts)
 		got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
 			OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: maxAttempts, LastError: "try 2",
 		})
 		require.NoError(t, err)
 		require.Equal(t, kfstype.OutboxStatusPending, got.Status)
-		b.rwRows(t, a.ID)
+		b.rows(t, a.ID)
 		b.clock.Advance(time.Second)
-		m = b.rwClaim(t, "relay-b")[a.ID] // 3
+		m = b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-b")})[a.ID] // 3
 		require.EqualValues(t, maxAttempts, m.DispatchAttempts)
 		b.clock.Advance(time.Second)
-		before := b.rwRows(t, a.ID)
+		before := b.rows(t, a.ID)
 		got, err = b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
 			OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: maxAttempts, LastError: "try 3",
 		})
 		require.NoError(t, err)
-		want := wantDeadLettered(before, "try 3", b.clock.Now())
-		require.Equal(t, want, b.rwRows(t, a.ID))
+		want := testfactory.ExpectDeadLettered(before, "try 3", b.clock.Now())
+		require.Equal(t, want, b.rows(t, a.ID))
 		require.Equal(t, want.Outbox, *got)
 	})
 
@@ -103,25 +72,25 @@ func TestReleaseOutbox(t *testing.T) {
 		build func(t *testing.T, b *testBundle) uuid.UUID
 	}{
 		{"DeadLettersDispatchPendingAttempt", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
 			return a.ID
 		}},
 		{"DeadLettersRetryWaitAttempt", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: lease, RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "e"})
 			require.NoError(t, err)
-			b.rwRows(t, lease.AttemptID)
+			b.rows(t, lease.AttemptID)
 			b.clock.Advance(time.Second)
 			return lease.AttemptID
 		}},
 		{"DeadLettersQueuedAttempt", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, a := b.rwStart(t, nil)
-			b.rwDispatch(t, a.ID, "job-1", nil)
+			a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+			b.drv.Dispatch(b.ctx, t, a.ID, &testfactory.DispatchOpts{QueueJobID: new("job-1")})
 			b.clock.Advance(repo.VisibilityTimeoutDefault)
 			return a.ID
 		}},
 		{"DeadLettersRunningAttemptWithExpiredLease", func(t *testing.T, b *testBundle) uuid.UUID {
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			b.clock.Advance(repo.LeaseDurationDefault)
 			return lease.AttemptID
 		}},
@@ -129,15 +98,15 @@ func TestReleaseOutbox(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
 			id := tc.build(t, b)
-			m := b.rwClaim(t, "relay-a")[id]
+			m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[id]
 			require.NotNil(t, m)
-			before := b.rwRows(t, id)
+			before := b.rows(t, id)
 			got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
 				OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: m.DispatchAttempts, LastError: "queue rejected the message",
 			})
 			require.NoError(t, err)
-			want := wantDeadLettered(before, "queue rejected the message", b.clock.Now())
-			require.Equal(t, want, b.rwRows(t, id))
+			want := testfactory.ExpectDeadLettered(before, "queue rejected the message", b.clock.Now())
+			require.Equal(t, want, b.rows(t, id))
 			require.Equal(t, want.Outbox, *got)
 		})
 	}
@@ -156,24 +125,24 @@ func TestReleaseOutbox(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := setup(t)
-			_, lease, _ := b.rwRunning(t, nil)
+			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 			b.clock.Advance(repo.LeaseDurationDefault - time.Second)
-			m := b.rwReclaim(t, lease)
-			before := b.rwRows(t, lease.AttemptID)
+			m := b.drv.Reclaim(b.ctx, t, lease)
+			before := b.rows(t, lease.AttemptID)
 			got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
 				OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, MaxDispatchAttempts: tc.maxAttempts(m), LastError: "queue rejected the message",
 			})
 			require.NoError(t, err)
-			want := wantBackedOff(before, "queue rejected the message", b.clock.Now(), 0)
+			want := testfactory.ExpectBackedOff(before, "queue rejected the message", b.clock.Now(), 0)
 			want.Outbox.Status = kfstype.OutboxStatusLeased
 			want.Outbox.AvailableAt = *before.Attempt.LeaseExpiresAt
-			require.Equal(t, want, b.rwRows(t, lease.AttemptID))
+			require.Equal(t, want, b.rows(t, lease.AttemptID))
 			require.Equal(t, want.Outbox, *got)
 
 			// The worker's lease holds: it heartbeats and completes.
 			_, err = b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: lease})
 			require.NoError(t, err)
-			b.rwRows(t, lease.AttemptID)
+			b.rows(t, lease.AttemptID)
 		})
 	}
 
@@ -185,34 +154,35 @@ func TestReleaseOutbox(t *testing.T) {
 			build func(t *testing.T, b *testBundle) (uuid.UUID, *kfstype.OutboxMessage, uuid.UUID)
 		}{
 			{"WrongToken", func(t *testing.T, b *testBundle) (uuid.UUID, *kfstype.OutboxMessage, uuid.UUID) {
-				_, a := b.rwStart(t, nil)
-				m := b.rwClaim(t, "relay-a")[a.ID]
+				a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+				m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
 				return a.ID, m, uuid.New()
 			}},
 			{"TokenOfAnExpiredClaim", func(t *testing.T, b *testBundle) (uuid.UUID, *kfstype.OutboxMessage, uuid.UUID) {
-				_, a := b.rwStart(t, nil)
-				m := b.rwClaim(t, "relay-a")[a.ID]
+				a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+				m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
 				b.clock.Advance(repo.LockDurationDefault)
-				require.NotNil(t, b.rwClaim(t, "relay-b")[a.ID])
+				require.NotNil(t, b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-b")})[a.ID])
 				return a.ID, m, *m.LockToken
 			}},
 			{"RowAlreadyReleased", func(t *testing.T, b *testBundle) (uuid.UUID, *kfstype.OutboxMessage, uuid.UUID) {
-				_, a := b.rwStart(t, nil)
-				m := b.rwClaim(t, "relay-a")[a.ID]
+				a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+				m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
 				_, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, LastError: "x"})
 				require.NoError(t, err)
 				return a.ID, m, *m.LockToken
 			}},
 			{"RowAlreadyMarked", func(t *testing.T, b *testBundle) (uuid.UUID, *kfstype.OutboxMessage, uuid.UUID) {
-				_, a := b.rwStart(t, nil)
-				m := b.rwClaim(t, "relay-a")[a.ID]
+				a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+				m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
 				_, err := b.repo.MarkDispatched(b.ctx, b.db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: "job-1"}}})
 				require.NoError(t, err)
 				return a.ID, m, *m.LockToken
 			}},
 			{"AttemptCanceledMeanwhile", func(t *testing.T, b *testBundle) (uuid.UUID, *kfstype.OutboxMessage, uuid.UUID) {
-				s, a := b.rwStart(t, nil)
-				m := b.rwClaim(t, "relay-a")[a.ID]
+				s := b.scope(t)
+				a := b.drv.Start(b.ctx, t, s, nil)
+				m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
 				_, err := b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
 				require.NoError(t, err)
 				return a.ID, m, *m.LockToken
@@ -221,7 +191,7 @@ func TestReleaseOutbox(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				b := setup(t)
 				id, m, token := tc.build(t, b)
-				before := b.rwRows(t, id)
+				before := b.rows(t, id)
 				for _, max := range []int32{0, 1} { // backing off and dead-lettering alike
 					got, err := b.repo.ReleaseOutbox(b.ctx, b.db.Pool, &repo.ReleaseOutboxParams{
 						OutboxID: m.ID, LockToken: token, Backoff: time.Second, MaxDispatchAttempts: max, LastError: "late",
@@ -242,9 +212,9 @@ func TestReleaseOutbox(t *testing.T) {
 
 	t.Run("RejectsInvalidInput", func(t *testing.T) {
 		b := setup(t)
-		_, a := b.rwStart(t, nil)
-		m := b.rwClaim(t, "relay-a")[a.ID]
-		before := b.rwRows(t, a.ID)
+		a := b.drv.Start(b.ctx, t, b.scope(t), nil)
+		m := b.drv.ClaimAll(b.ctx, t, &testfactory.ClaimOpts{RelayID: new("relay-a")})[a.ID]
+		before := b.rows(t, a.ID)
 		good := repo.ReleaseOutboxParams{OutboxID: m.ID, LockToken: *m.LockToken, Backoff: time.Second, LastError: "x"}
 		for _, tc := range []struct {
 			field string

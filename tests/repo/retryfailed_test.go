@@ -19,7 +19,7 @@ func TestRetryFailed(t *testing.T) {
 	// candidate bound, was dispatched (job ids set) and ran once.
 	failedAt := func(t *testing.T, b *testBundle, s *testfactory.Scope) *kfstype.Attempt {
 		t.Helper()
-		a, lease, _ := b.drv.Running(b.ctx, t, s)
+		a, lease, _ := b.drv.Running(b.ctx, t, s, nil)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		b.clock.Advance(time.Second)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, b.drv.AdvanceTo(b.ctx, t, s, lease, kfstype.CheckpointProjectionBuilt).ID)
@@ -73,7 +73,7 @@ func TestRetryFailed(t *testing.T) {
 		require.Equal(t, after.Attempt, *got)
 
 		// The relay publishes it again and a worker resumes the work.
-		del := b.drv.Dispatch(b.ctx, t, a.ID)
+		del := b.drv.Dispatch(b.ctx, t, a.ID, nil)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		got, _, err = b.repo.AcquireLease(b.ctx, b.db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "w2"})
 		require.NoError(t, err)

@@ -2,7 +2,6 @@ package repo_test
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -15,44 +14,6 @@ import (
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
-
-// ctlStarted is the rows Start must write for p at now, with the outbox
-// row due at availableAt.
-func ctlStarted(got *testfactory.Rows, p *repo.StartParams, maxAttempts int32, now, availableAt time.Time) testfactory.Rows {
-	id := got.Attempt.ID
-	return testfactory.Rows{
-		Attempt: kfstype.Attempt{
-			ID:                      id,
-			TenantID:                p.TenantID,
-			KnowledgeSpaceID:        p.KnowledgeSpaceID,
-			DocumentAssetID:         p.DocumentAssetID,
-			DocumentVersion:         p.DocumentVersion,
-			PublicationGenerationID: p.PublicationGenerationID,
-			BaseHeadRevision:        p.BaseHeadRevision,
-			Checkpoint:              kfstype.CheckpointQueued,
-			RunState:                kfstype.RunStateDispatchPending,
-			Active:                  true,
-			ExecutionAttempts:       0,
-			MaxExecutionAttempts:    maxAttempts,
-			RowVersion:              0,
-			CreatedAt:               now,
-			UpdatedAt:               now,
-		},
-		Outbox: kfstype.OutboxMessage{
-			ID:               got.Outbox.ID,
-			AttemptID:        id,
-			EventType:        "document.compile",
-			SchemaVersion:    1,
-			Payload:          json.RawMessage(`{"attemptId": "` + id.String() + `"}`),
-			IdempotencyKey:   "document.compile:" + id.String(),
-			Status:           kfstype.OutboxStatusPending,
-			DispatchAttempts: 0,
-			AvailableAt:      availableAt,
-			CreatedAt:        now,
-			UpdatedAt:        now,
-		},
-	}
-}
 
 // ctlClaimable reports whether a relay claims the attempt's outbox row now
 // (the claim is rolled back, so it changes nothing).
@@ -85,7 +46,7 @@ func TestStart(t *testing.T) {
 
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
 		now := b.clock.Now()
-		require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, now, now), *got)
+		require.Equal(t, testfactory.ExpectStarted(got, p, repo.MaxExecutionAttemptsDefault, now, now), got)
 		require.NotEqual(t, uuid.Nil, got.Outbox.ID)
 		require.JSONEq(t, `{"attemptId":"`+res.Attempt.ID.String()+`"}`, string(got.Outbox.Payload))
 		require.Equal(t, got.Attempt, *res.Attempt)
@@ -103,7 +64,7 @@ func TestStart(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, res.Created)
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-		require.Equal(t, ctlStarted(got, p, 2, b.clock.Now(), b.clock.Now()), *got)
+		require.Equal(t, testfactory.ExpectStarted(got, p, 2, b.clock.Now(), b.clock.Now()), got)
 		require.Equal(t, got.Attempt, *res.Attempt)
 	})
 
@@ -141,7 +102,7 @@ func TestStart(t *testing.T) {
 			require.True(t, res.Created, "after %s", state)
 			require.NotEqual(t, old.ID, res.Attempt.ID)
 			got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-			require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, now, now), *got)
+			require.Equal(t, testfactory.ExpectStarted(got, p, repo.MaxExecutionAttemptsDefault, now, now), got)
 			require.Equal(t, *snap.rows[0], *testfactory.RequireInvariants(b.ctx, t, b.db.Pool, old.ID))
 			// End it so the next state gets the slot.
 			_, err = b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: s.Ref(res.Attempt.ID)})
@@ -159,7 +120,7 @@ func TestStart(t *testing.T) {
 		res, err := b.repo.Start(b.ctx, b.db.Pool, p)
 		require.NoError(t, err)
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-		require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), due), *got)
+		require.Equal(t, testfactory.ExpectStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), due), got)
 
 		b.clock.Advance(10*time.Minute - time.Microsecond)
 		require.False(t, ctlClaimable(t, b, res.Attempt.ID))
@@ -196,7 +157,7 @@ func TestStart(t *testing.T) {
 					require.NoError(t, err)
 					require.True(t, res.Created)
 					got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-					require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), *got)
+					require.Equal(t, testfactory.ExpectStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), got)
 					return
 				}
 				var hc *repo.HeadConflictError
@@ -279,7 +240,7 @@ func TestStart(t *testing.T) {
 		res, err := b.repo.Start(b.ctx, b.db.Pool, p)
 		require.NoError(t, err)
 		got := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, res.Attempt.ID)
-		require.Equal(t, ctlStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), *got)
+		require.Equal(t, testfactory.ExpectStarted(got, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), got)
 	})
 
 	t.Run("ConcurrentStartsCreateOneAttempt", func(t *testing.T) {
@@ -350,7 +311,7 @@ func TestStart(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, res.Created)
 			inTx := testfactory.RequireInvariants(b.ctx, t, tx, res.Attempt.ID)
-			require.Equal(t, ctlStarted(inTx, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), *inTx)
+			require.Equal(t, testfactory.ExpectStarted(inTx, p, repo.MaxExecutionAttemptsDefault, b.clock.Now(), b.clock.Now()), inTx)
 			// Invisible outside the transaction until it commits: no relay
 			// publishes an attempt whose document may still roll back.
 			require.Zero(t, ctlCount(t, b, "document_compilation_attempts"))

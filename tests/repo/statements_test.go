@@ -159,8 +159,8 @@ func TestStatementsPerTransition(t *testing.T) {
 	// CompleteThrough, from queued in one write, on attempts of their own;
 	// refused: no candidate bound or given.
 	s5, s6 := testfactory.NewScope(ctx, t, pool, nil), testfactory.NewScope(ctx, t, pool, nil)
-	_, lease5, _ := drv.Running(ctx, t, s5)
-	_, lease6, _ := drv.Running(ctx, t, s6)
+	_, lease5, _ := drv.Running(ctx, t, s5, nil)
+	_, lease6, _ := drv.Running(ctx, t, s6, nil)
 	id5, fp5 := s5.Publication(ctx, t, pool, "candidate")
 	measure("CompleteThrough", func() {
 		_, err := r.CompleteThrough(ctx, pool, &repo.CompleteThroughParams{Lease: lease5, CandidatePublicationID: &id5, CandidateFingerprint: &fp5})
@@ -192,7 +192,7 @@ func TestStatementsPerTransition(t *testing.T) {
 		require.ErrorIs(t, err, repo.ErrOutboxLockLost)
 	})
 	b.clock.Advance(time.Second)
-	del2 = drv.Dispatch(ctx, t, other.ID)
+	del2 = drv.Dispatch(ctx, t, other.ID, nil)
 	_, lease2, err = r.AcquireLease(ctx, pool, &repo.AcquireLeaseParams{Delivery: *del2, WorkerID: "w"})
 	require.NoError(t, err)
 	measure("Fail", func() {
@@ -218,7 +218,7 @@ func TestStatementsPerTransition(t *testing.T) {
 		require.ErrorIs(t, err, repo.ErrInvalidTransition)
 	})
 	s3 := testfactory.NewScope(ctx, t, pool, nil)
-	third := drv.Start(ctx, t, s3)
+	third := drv.Start(ctx, t, s3, nil)
 	ref3 := s3.Ref(third.ID)
 	measure("Supersede", func() {
 		_, err := r.Supersede(ctx, pool, &repo.SupersedeParams{AttemptRef: ref3})
@@ -234,11 +234,11 @@ func TestStatementsPerTransition(t *testing.T) {
 	p4.MaxExecutionAttempts = 1
 	res4, err := r.Start(ctx, pool, p4)
 	require.NoError(t, err)
-	del4 := drv.Dispatch(ctx, t, res4.Attempt.ID)
+	del4 := drv.Dispatch(ctx, t, res4.Attempt.ID, nil)
 	_, _, err = r.AcquireLease(ctx, pool, &repo.AcquireLeaseParams{Delivery: *del4, WorkerID: "w", LeaseDuration: time.Second})
 	require.NoError(t, err)
 	b.clock.Advance(2 * time.Second)
-	del4 = drv.Dispatch(ctx, t, res4.Attempt.ID)
+	del4 = drv.Dispatch(ctx, t, res4.Attempt.ID, nil)
 	measure("FailExhausted", func() {
 		_, err := r.FailExhausted(ctx, pool, del4)
 		require.NoError(t, err)

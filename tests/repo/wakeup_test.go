@@ -90,7 +90,7 @@ func TestOutboxListenerIdle(t *testing.T) {
 		b.idle(t, "relay-b", time.Minute)
 		require.Zero(t, claim("relay-a"))
 		require.Equal(t, []string{"relay-a", "relay-b"}, b.listeners(t), "an empty claim keeps the relay idle")
-		b.drv.Start(b.ctx, t, b.scope(t))
+		b.drv.Start(b.ctx, t, b.scope(t), nil)
 		require.Equal(t, 1, claim("relay-a"))
 		require.Equal(t, []string{"relay-b"}, b.listeners(t), "only the claiming relay is awake")
 		require.NoError(t, b.repo.OutboxListenerAwake(b.ctx, b.db.Pool, "relay-b"))
@@ -123,7 +123,7 @@ func TestOutboxListenerIdle(t *testing.T) {
 		require.Equal(t, new(90*time.Second), b.idle(t, "relay-a", time.Minute).NextDueIn)
 
 		// A claimed row comes due again when its lock expires.
-		now := b.drv.Start(b.ctx, t, b.scope(t))
+		now := b.drv.Start(b.ctx, t, b.scope(t), nil)
 		_, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-b", BatchSize: 1, LockDuration: 30 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, new(30*time.Second), b.idle(t, "relay-a", time.Minute).NextDueIn, "attempt %s's claim", now.ID)
@@ -184,7 +184,7 @@ func TestCommitNotifiesOnlyIdleRelays(t *testing.T) {
 	b := setup(t)
 	n := listenRelay(t, b)
 
-	b.drv.Start(b.ctx, t, b.scope(t))
+	b.drv.Start(b.ctx, t, b.scope(t), nil)
 	require.Empty(t, n.next(t), "no relay is idle: a Start notifies nobody")
 
 	b.idle(t, "relay-a", time.Minute)
@@ -216,7 +216,7 @@ func TestCommitNotifiesOnlyIdleRelays(t *testing.T) {
 	// The relay claims, so it is busy: commits stop notifying.
 	_, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 100})
 	require.NoError(t, err)
-	b.drv.Start(b.ctx, t, b.scope(t))
+	b.drv.Start(b.ctx, t, b.scope(t), nil)
 	require.Empty(t, n.next(t))
 
 	// Under REPEATABLE READ the check could read an old snapshot: always

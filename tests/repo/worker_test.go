@@ -9,65 +9,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// wantEnded is before with the attempt ended in state at now (terminal
-// columns set, lease cleared) and its outbox row in status.
-func wantEnded(before *testfactory.Rows, state kfstype.RunState, status kfstype.OutboxStatus, now time.Time) *testfactory.Rows {
-	want := *before
-	a := &want.Attempt
-	a.RunState = state
-	a.Active = false
-	a.CompletedAt = new(now)
-	a.WorkerID, a.LeaseToken, a.LeaseExpiresAt, a.HeartbeatAt = nil, nil, nil, nil
-	a.RetryAt = nil
-	a.RowVersion++
-	a.UpdatedAt = now
-	want.Outbox.Status = status
-	want.Outbox.LockedBy, want.Outbox.LockToken, want.Outbox.LockedUntil = nil, nil, nil
-	want.Outbox.UpdatedAt = now
-	return &want
-}
-
-// rwAdvanceTo advances a running attempt step by step to target, binding
-// a fresh candidate publication at projection_built, and checks the
-// invariants after every step.
-func (b *testBundle) rwAdvanceTo(t *testing.T, s *testfactory.Scope, lease *repo.Lease, target kfstype.Checkpoint) {
-	t.Helper()
-	cps := kfstype.Checkpoints()
-	for i := 1; i <= target.Rank(); i++ {
-		p := &repo.AdvanceParams{Lease: lease, Checkpoint: cps[i]}
-		if cps[i] == kfstype.CheckpointProjectionBuilt {
-			id, fp := s.Publication(b.ctx, t, b.db.Pool, "candidate")
-			p.CandidatePublicationID, p.CandidateFingerprint = &id, &fp
-		}
-		_, err := b.repo.Advance(b.ctx, b.db.Pool, p)
-		require.NoError(t, err)
-		b.rwRows(t, lease.AttemptID)
-	}
-}
-
-// rwReclaim has a relay whose clock is at the lease's expiry claim the
-// attempt's leased outbox row (as ClaimOutbox does for a lost worker),
-// while b.clock stays where it is, and returns the claimed row.
-func (b *testBundle) rwReclaim(t *testing.T, lease *repo.Lease) *kfstype.OutboxMessage {
-	t.Helper()
-	relay := repo.New(&repo.Config{Clock: testfactory.ClockAt(lease.ExpiresAt)})
-	msgs, err := relay.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-ahead", BatchSize: repo.MaxBatchSize})
-	require.NoError(t, err)
-	for _, m := range msgs {
-		if m.AttemptID == lease.AttemptID {
-			require.Equal(t, kfstype.OutboxStatusDispatching, m.Status)
-			b.rwRows(t, lease.AttemptID)
-			return m
-		}
-	}
-	require.FailNow(t, "the relay did not reclaim the leased row", "attempt %s", lease.AttemptID)
-	return nil
-}
+// Helpers shared by the relay's and the worker's tests carry an rw prefix:
+// this file holds them.
 
 // rwLockRow runs lockSQL (a SELECT ... FOR UPDATE of one row by $1) in a
 // transaction of its own and returns it, holding the lock; the test ends
@@ -117,10 +64,10 @@ func (b *testBundle) rwPub(t *testing.T, s *testfactory.Scope, status string) rw
 // attempt's current checkpoint (below projection_built), without moving it.
 func (b *testBundle) rwBindEarly(t *testing.T, s *testfactory.Scope, lease *repo.Lease) {
 	t.Helper()
-	a := b.rwRows(t, lease.AttemptID).Attempt
+	a := b.rows(t, lease.AttemptID).Attempt
 	require.Nil(t, a.CandidatePublicationID)
 	c := b.rwPub(t, s, "candidate")
 	_, err := b.repo.Advance(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: a.Checkpoint, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
 	require.NoError(t, err)
-	b.rwRows(t, lease.AttemptID)
+	b.rows(t, lease.AttemptID)
 }

@@ -157,14 +157,85 @@ func (s *Scope) Ref(attemptID uuid.UUID) repo.AttemptRef {
 	return repo.AttemptRef{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, AttemptID: attemptID}
 }
 
-// Driver walks attempts through the state machine with a Repo.
+// Driver walks attempts through the state machine with a Repo: the one way
+// tests put an attempt in a state. Safe for concurrent use.
 type Driver struct {
-	Repo    *repo.Repo
-	DB      DBTX
+	// DB is what every step runs on.
+	DB DBTX
+	// Invariants, when set, checks the invariants of every attempt a step
+	// moved, after the step. Defaults to false (InState checks them
+	// anyway).
+	Invariants bool
+	// RelayID claims outbox rows. Defaults to "relay-test".
 	RelayID string
-	Worker  string
-	jobSeq  int
-	mu      sync.Mutex
+	// Repo runs every step.
+	Repo *repo.Repo
+	// Worker acquires leases. Defaults to "worker-test".
+	Worker string
+
+	jobSeq int
+	mu     sync.Mutex
+}
+
+// AcquireOpts tunes Driver.Acquire; every field is optional.
+type AcquireOpts struct {
+	// WorkerID takes the lease. Defaults to the driver's Worker.
+	WorkerID *string
+}
+
+// ClaimOpts tunes Driver.ClaimAll; every field is optional.
+type ClaimOpts struct {
+	// Now is the relay's clock: a relay whose time runs ahead of the
+	// driver's Repo (a lease's expiry, say). Defaults to the Repo's clock.
+	Now *time.Time
+	// RelayID claims the rows. Defaults to the driver's RelayID.
+	RelayID *string
+}
+
+// DispatchOpts tunes Driver.Dispatch; every field is optional.
+type DispatchOpts struct {
+	// ExternalJobID is the queue's own id of the job. Defaults to none.
+	ExternalJobID *string
+	// QueueJobID is the job's id. Defaults to NextJobID().
+	QueueJobID *string
+}
+
+// RunningOpts tunes Driver.Running; every field is optional.
+type RunningOpts struct {
+	// Checkpoint is where the running attempt is advanced to (see
+	// AdvanceTo). Defaults to queued: not advanced.
+	Checkpoint *kfstype.Checkpoint
+	// Start tunes the attempt's StartParams. Defaults to none.
+	Start *StartOpts
+}
+
+// StartOpts tunes the StartParams of Driver.Start; every field is
+// optional.
+type StartOpts struct {
+	// AvailableAt delays the first publication. Defaults to now.
+	AvailableAt *time.Time
+	// Deferred parks the outbox row until ReleaseDeferred. Defaults to
+	// false.
+	Deferred *bool
+	// MaxExecutionAttempts bounds AcquireLease. Defaults to
+	// repo.MaxExecutionAttemptsDefault.
+	MaxExecutionAttempts *int32
+}
+
+// params returns the scope's Start parameters with the options applied.
+func (o *StartOpts) params(s *Scope) *repo.StartParams {
+	p := s.StartParams()
+	if o == nil {
+		return p
+	}
+	p.AvailableAt = o.AvailableAt
+	if o.Deferred != nil {
+		p.Deferred = *o.Deferred
+	}
+	if o.MaxExecutionAttempts != nil {
+		p.MaxExecutionAttempts = *o.MaxExecutionAttempts
+	}
+	return p
 }
 
 // NextJobID returns a fresh queue job id.
@@ -175,27 +246,12 @@ func (d *Driver) NextJobID() string {
 	return fmt.Sprintf("job-%d-%s", d.jobSeq, uuid.NewString()[:8])
 }
 
-// Start starts an attempt for the scope and requires it was created.
-func (d *Driver) Start(ctx context.Context, t testing.TB, s *Scope) *kfstype.Attempt {
+// check checks the attempt's invariants when the driver is told to.
+func (d *Driver) check(ctx context.Context, t testing.TB, attemptID uuid.UUID) {
 	t.Helper()
-	res, err := d.Repo.Start(ctx, d.DB, s.StartParams())
-	require.NoError(t, err)
-	require.True(t, res.Created)
-	return res.Attempt
-}
-
-// Claim claims the attempt's outbox row (it must be due) and returns it.
-func (d *Driver) Claim(ctx context.Context, t testing.TB, attemptID uuid.UUID) *kfstype.OutboxMessage {
-	t.Helper()
-	msgs, err := d.Repo.ClaimOutbox(ctx, d.DB, &repo.ClaimParams{RelayID: d.relay(), BatchSize: 100})
-	require.NoError(t, err)
-	for _, m := range msgs {
-		if m.AttemptID == attemptID {
-			return m
-		}
+	if d.Invariants {
+		RequireInvariants(ctx, t, d.DB, attemptID)
 	}
-	require.FailNow(t, "outbox row not claimed", "attempt %s", attemptID)
-	return nil
 }
 
 func (d *Driver) relay() string {
@@ -212,27 +268,108 @@ func (d *Driver) worker() string {
 	return d.Worker
 }
 
-// Dispatch claims and marks the attempt's outbox row dispatched; it
-// returns the delivery a worker would receive.
-func (d *Driver) Dispatch(ctx context.Context, t testing.TB, attemptID uuid.UUID) *repo.Delivery {
+// Start starts an attempt for the scope (opts tunes its StartParams) and
+// requires it was created.
+func (d *Driver) Start(ctx context.Context, t testing.TB, s *Scope, opts *StartOpts) *kfstype.Attempt {
 	t.Helper()
+	res, err := d.Repo.Start(ctx, d.DB, opts.params(s))
+	require.NoError(t, err)
+	require.True(t, res.Created)
+	d.check(ctx, t, res.Attempt.ID)
+	return res.Attempt
+}
+
+// ClaimAll claims every due outbox row and returns them by attempt.
+func (d *Driver) ClaimAll(ctx context.Context, t testing.TB, opts *ClaimOpts) map[uuid.UUID]*kfstype.OutboxMessage {
+	t.Helper()
+	if opts == nil {
+		opts = &ClaimOpts{}
+	}
+	r, relayID := d.Repo, d.relay()
+	if opts.Now != nil {
+		r = repo.New(&repo.Config{Clock: ClockAt(*opts.Now)})
+	}
+	if opts.RelayID != nil {
+		relayID = *opts.RelayID
+	}
+	msgs, err := r.ClaimOutbox(ctx, d.DB, &repo.ClaimParams{RelayID: relayID, BatchSize: repo.MaxBatchSize})
+	require.NoError(t, err)
+	out := make(map[uuid.UUID]*kfstype.OutboxMessage, len(msgs))
+	for _, m := range msgs {
+		out[m.AttemptID] = m
+		d.check(ctx, t, m.AttemptID)
+	}
+	return out
+}
+
+// Claim claims every due outbox row and returns the attempt's, which must
+// be among them. Other claimed rows stay dispatching.
+func (d *Driver) Claim(ctx context.Context, t testing.TB, attemptID uuid.UUID) *kfstype.OutboxMessage {
+	t.Helper()
+	m := d.ClaimAll(ctx, t, nil)[attemptID]
+	require.NotNil(t, m, "outbox row of attempt %s not claimed", attemptID)
+	return m
+}
+
+// Reclaim has a relay whose clock is at the lease's expiry claim the
+// attempt's leased outbox row (as ClaimOutbox does for a lost worker),
+// while the driver's Repo stays where it is, and returns the claimed row.
+func (d *Driver) Reclaim(ctx context.Context, t testing.TB, lease *repo.Lease) *kfstype.OutboxMessage {
+	t.Helper()
+	m := d.ClaimAll(ctx, t, &ClaimOpts{Now: &lease.ExpiresAt, RelayID: new("relay-ahead")})[lease.AttemptID]
+	require.NotNil(t, m, "the relay did not reclaim the leased row of attempt %s", lease.AttemptID)
+	require.Equal(t, kfstype.OutboxStatusDispatching, m.Status)
+	return m
+}
+
+// Dispatch claims every due row, marks the attempt's row dispatched and
+// returns the delivery a worker would receive. Other claimed rows stay
+// dispatching.
+func (d *Driver) Dispatch(ctx context.Context, t testing.TB, attemptID uuid.UUID, opts *DispatchOpts) *repo.Delivery {
+	t.Helper()
+	if opts == nil {
+		opts = &DispatchOpts{}
+	}
 	m := d.Claim(ctx, t, attemptID)
 	job := d.NextJobID()
+	if opts.QueueJobID != nil {
+		job = *opts.QueueJobID
+	}
 	res, err := d.Repo.MarkDispatched(ctx, d.DB, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
-		OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: job,
+		OutboxID: m.ID, LockToken: *m.LockToken, QueueJobID: job, ExternalJobID: opts.ExternalJobID,
 	}}})
 	require.NoError(t, err)
 	require.Len(t, res.Marked, 1)
-	return &repo.Delivery{AttemptID: attemptID, QueueJobID: job}
+	d.check(ctx, t, attemptID)
+	return &repo.Delivery{AttemptID: attemptID, QueueJobID: job, ExternalJobID: opts.ExternalJobID}
 }
 
-// Running starts an attempt, dispatches it and acquires its lease.
-func (d *Driver) Running(ctx context.Context, t testing.TB, s *Scope) (*kfstype.Attempt, *repo.Lease, *repo.Delivery) {
+// Acquire acquires the lease of a delivery.
+func (d *Driver) Acquire(ctx context.Context, t testing.TB, del *repo.Delivery, opts *AcquireOpts) (*kfstype.Attempt, *repo.Lease) {
 	t.Helper()
-	a := d.Start(ctx, t, s)
-	del := d.Dispatch(ctx, t, a.ID)
-	a, lease, err := d.Repo.AcquireLease(ctx, d.DB, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: d.worker()})
+	workerID := d.worker()
+	if opts != nil && opts.WorkerID != nil {
+		workerID = *opts.WorkerID
+	}
+	a, lease, err := d.Repo.AcquireLease(ctx, d.DB, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: workerID})
 	require.NoError(t, err)
+	d.check(ctx, t, del.AttemptID)
+	return a, lease
+}
+
+// Running starts an attempt, dispatches it, acquires its lease and
+// advances it to opts.Checkpoint.
+func (d *Driver) Running(ctx context.Context, t testing.TB, s *Scope, opts *RunningOpts) (*kfstype.Attempt, *repo.Lease, *repo.Delivery) {
+	t.Helper()
+	if opts == nil {
+		opts = &RunningOpts{}
+	}
+	a := d.Start(ctx, t, s, opts.Start)
+	del := d.Dispatch(ctx, t, a.ID, nil)
+	a, lease := d.Acquire(ctx, t, del, nil)
+	if opts.Checkpoint != nil && *opts.Checkpoint != kfstype.CheckpointQueued {
+		a = d.AdvanceTo(ctx, t, s, lease, *opts.Checkpoint)
+	}
 	return a, lease, del
 }
 
@@ -251,6 +388,7 @@ func (d *Driver) AdvanceTo(ctx context.Context, t testing.TB, s *Scope, lease *r
 		var err error
 		a, err = d.Repo.Advance(ctx, d.DB, p)
 		require.NoError(t, err)
+		d.check(ctx, t, lease.AttemptID)
 	}
 	return a
 }
@@ -268,15 +406,15 @@ func (d *Driver) InState(ctx context.Context, t testing.TB, s *Scope, state kfst
 	}
 	running := func() (*kfstype.Attempt, *repo.Lease) {
 		t.Helper()
-		a, lease, _ := d.Running(ctx, t, s)
+		a, lease, _ := d.Running(ctx, t, s, nil)
 		return inv(a), lease
 	}
 	switch state {
 	case kfstype.RunStateDispatchPending:
-		return inv(d.Start(ctx, t, s))
+		return inv(d.Start(ctx, t, s, nil))
 	case kfstype.RunStateQueued:
-		a := inv(d.Start(ctx, t, s))
-		d.Dispatch(ctx, t, a.ID)
+		a := inv(d.Start(ctx, t, s, nil))
+		d.Dispatch(ctx, t, a.ID, nil)
 		a, err := d.Repo.GetAttempt(ctx, d.DB, s.TenantID, a.ID)
 		require.NoError(t, err)
 		return inv(a)
@@ -305,12 +443,12 @@ func (d *Driver) InState(ctx context.Context, t testing.TB, s *Scope, state kfst
 		require.NoError(t, err)
 		return inv(a)
 	case kfstype.RunStateCanceled:
-		a := inv(d.Start(ctx, t, s))
+		a := inv(d.Start(ctx, t, s, nil))
 		a, err := d.Repo.Cancel(ctx, d.DB, &repo.CancelParams{AttemptRef: s.Ref(a.ID)})
 		require.NoError(t, err)
 		return inv(a)
 	case kfstype.RunStateSuperseded:
-		a := inv(d.Start(ctx, t, s))
+		a := inv(d.Start(ctx, t, s, nil))
 		a, err := d.Repo.Supersede(ctx, d.DB, &repo.SupersedeParams{AttemptRef: s.Ref(a.ID)})
 		require.NoError(t, err)
 		return inv(a)
