@@ -138,22 +138,25 @@ loadgen: ## Lifecycle load driver (cmd/kfsdb/loadgen) on KFS_BENCH_DATABASE_URL'
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLoadgen$$' -v -timeout 30m ./bench/ \
 		| tee $(CURDIR)/$(BENCH_OUT)/loadgen.txt
 
-# Fuzz targets of package repo (repo/fuzz_*_test.go), run one after another;
-# `go test` alone replays their committed corpus in repo/testdata/fuzz.
-FUZZ_TARGETS := FuzzStartParams FuzzAttemptRef FuzzReads FuzzAcquireLeaseParams FuzzLeaseCalls \
-	FuzzFailParams FuzzTruncateMessage FuzzClaimParams FuzzMarkDispatchedParams \
-	FuzzReleaseOutboxParams FuzzPurgeParams FuzzDecodePayload
+# Fuzz targets as package:name (repo/fuzz_*_test.go, worker/judge_test.go),
+# run one after another; `go test` alone replays their committed corpus in
+# <package>/testdata/fuzz.
+FUZZ_TARGETS := repo:FuzzStartParams repo:FuzzAttemptRef repo:FuzzReads repo:FuzzAcquireLeaseParams \
+	repo:FuzzLeaseCalls repo:FuzzFailParams repo:FuzzTruncateMessage repo:FuzzClaimParams \
+	repo:FuzzMarkDispatchedParams repo:FuzzReleaseOutboxParams repo:FuzzPurgeParams repo:FuzzDecodePayload \
+	worker:FuzzJudgeRecordable
 FUZZTIME ?= 10s
 # Go also minimizes every new interesting input, for up to 60s by default;
 # on kilobyte-sized inputs that stalls a short run, so bound it.
 FUZZMINIMIZETIME ?= 100x
 
 .PHONY: fuzz
-fuzz: ## Fuzz every input validator and DecodePayload for FUZZTIME each (default 10s).
-	@for t in $(FUZZ_TARGETS); do \
-		echo "== go test -fuzz $$t -fuzztime $(FUZZTIME) ./repo"; \
-		out=$$(GOWORK=off go test ./repo -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) 2>&1) || \
-			{ echo "$$out"; echo "make fuzz: $$t FAILED (the failing input is saved under repo/testdata/fuzz/$$t)"; exit 1; }; \
+fuzz: ## Fuzz every input validator, DecodePayload and the worker's handler-result judge for FUZZTIME each (default 10s).
+	@for pt in $(FUZZ_TARGETS); do \
+		p=$${pt%%:*}; t=$${pt#*:}; \
+		echo "== go test -fuzz $$t -fuzztime $(FUZZTIME) ./$$p"; \
+		out=$$(GOWORK=off go test ./$$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) 2>&1) || \
+			{ echo "$$out"; echo "make fuzz: $$t FAILED (the failing input is saved under $$p/testdata/fuzz/$$t)"; exit 1; }; \
 		echo "$$out" | grep '^fuzz: elapsed' | tail -n 1; \
 	done
 
