@@ -121,6 +121,8 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	require.Len(t, listed, 100)
 	_, err = r.Purge(ctx, pool, &repo.PurgeParams{TenantID: "history-7", CompletedBefore: time.Now().Add(-28 * 24 * time.Hour), BatchSize: 100})
 	require.NoError(t, err)
+	_, err = r.OutboxListenerIdle(ctx, pool, &repo.ListenerIdleParams{ListenerID: "plan-relay", TTL: time.Minute})
+	require.NoError(t, err)
 
 	// Statements that find rows by a scan of history name the index that
 	// must serve them; point lookups by id may use any index (the planner
@@ -136,6 +138,8 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 		"CompleteThrough": nil,
 		"EndAttempt":      nil,
 		"PurgeAttempts":   {"document_compilation_attempts_tenant_completed_idx"},
+		// The next due time is read off the heads of both due indexes.
+		"OutboxListenerIdle": {"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"},
 		// Both indexes lead with the full document version.
 		"AttemptListByDocumentVersion": {"document_compilation_attempts_document_version_idx|document_compilation_attempts_scope_version_active_uq"},
 	}
