@@ -39,8 +39,13 @@ CREATE TABLE IF NOT EXISTS "document_compilation_outbox_idle_listeners" (
 );
 
 -- +goose StatementBegin
+-- SECURITY DEFINER, with the migration's search_path pinned: the check
+-- runs with the owner's rights, so a committing transaction never fails
+-- for want of a grant on the idle table (an application role that was not
+-- given one after this migration still starts attempts; only its relays
+-- cannot register and fall back to polling).
 CREATE OR REPLACE FUNCTION "document_compilation_outbox_wake"() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
   PERFORM pg_advisory_xact_lock_shared(1801876324, 1);
   -- Under REPEATABLE READ or SERIALIZABLE the check below would read the

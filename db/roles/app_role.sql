@@ -33,8 +33,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE
   ON TABLE document_compilation_attempts, document_compilation_outbox
   TO kfsdb_app;
 
--- Idle relays register here (migration 0007); every commit that makes an
--- outbox row due reads it in a trigger.
+-- The application's relays register here while idle (migration 0007);
+-- without this grant they cannot and poll instead. Commits never need it:
+-- the wake-up trigger reads the table with its owner's rights.
 GRANT SELECT, INSERT, UPDATE, DELETE
   ON TABLE document_compilation_outbox_idle_listeners
   TO kfsdb_app;

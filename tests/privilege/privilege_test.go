@@ -13,12 +13,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/relay"
+	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
@@ -153,4 +156,39 @@ func TestLeastPrivilege(t *testing.T) {
 		}
 		t.Logf("%d statements refused with SQLSTATE 42501 as %s", len(refused), appRole)
 	})
+}
+
+// TestStartCommitsWithoutIdleTableGrant: migration 0007's commit-time
+// wake-up check runs with its owner's rights, so an application role that
+// was not granted the idle-relay table (a deployment that applied 0007
+// but not db/roles/app_role.sql again) still commits its Starts, and an
+// idle relay is still notified; only the role's own relays cannot
+// register.
+func TestStartCommitsWithoutIdleTableGrant(t *testing.T) {
+	ctx := context.Background()
+	owner, app := setupAppRole(ctx, t)
+	_, err := owner.Pool.Exec(ctx, `REVOKE ALL ON document_compilation_outbox_idle_listeners FROM `+pgx.Identifier{appRole}.Sanitize())
+	require.NoError(t, err)
+	r := repo.New(nil)
+	idle, err := r.OutboxListenerIdle(ctx, owner.Pool, &repo.ListenerIdleParams{ListenerID: "owner-relay", TTL: time.Minute})
+	require.NoError(t, err)
+	require.True(t, idle.Registered)
+
+	listener, err := pgx.Connect(ctx, owner.URL)
+	require.NoError(t, err)
+	defer listener.Close(context.Background())
+	_, err = listener.Exec(ctx, "LISTEN "+relay.NotifyChannel)
+	require.NoError(t, err)
+
+	s := testfactory.NewScope(ctx, t, owner.Pool, nil)
+	res, err := r.Start(ctx, app, s.StartParams())
+	require.NoError(t, err, "a Start by a role without the idle table's grant must commit")
+	require.True(t, res.Created)
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = listener.WaitForNotification(wctx)
+	require.NoError(t, err, "the idle relay is notified")
+
+	_, err = r.OutboxListenerIdle(ctx, app, &repo.ListenerIdleParams{ListenerID: "app-relay", TTL: time.Minute})
+	require.Error(t, err, "the role's own relay cannot register without the grant")
 }
