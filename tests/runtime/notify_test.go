@@ -57,14 +57,7 @@ func (b *latencyBundle) startAndWait(t *testing.T, i int, timeout time.Duration)
 	t0 := time.Now()
 	res, err := b.repo.Start(b.ctx, b.pool, b.docs[i].Scope.StartParams())
 	require.NoError(t, err)
-	var latency time.Duration
-	select {
-	case id := <-b.started:
-		latency = time.Since(t0)
-		require.Equal(t, res.Attempt.ID, id)
-	case <-time.After(timeout):
-		require.FailNow(t, "handler did not start", "within %s", timeout)
-	}
+	latency := b.awaitHandler(t, res.Attempt.ID, t0, timeout)
 	require.Eventually(t, func() bool {
 		return testfactory.ReadRows(b.ctx, t, b.pool, res.Attempt.ID).Attempt.RunState == kfstype.RunStateSucceeded
 	}, 10*time.Second, 5*time.Millisecond)
