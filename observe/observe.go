@@ -32,6 +32,14 @@ const (
 	// PendingWaits counts the in-slot waits for a delivery that arrived
 	// before its relay's MarkDispatched committed.
 	PendingWaits Counter = "worker_pending_delivery_waits"
+	// PostgreSQL source (direct delivery).
+	Fetches        Counter = "source_fetches"
+	FetchedLeases  Counter = "source_fetched_leases"
+	FetchExhausted Counter = "source_fetch_exhausted"
+	FetchFailed    Counter = "source_fetch_failed"
+	// LeasesHandedBack counts leases fetched for slots that stopped before
+	// taking them, handed back as the source stopped.
+	LeasesHandedBack Counter = "source_leases_handed_back"
 )
 
 // Metrics receives counts. Implementations must be safe for concurrent use

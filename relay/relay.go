@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/internal/pglisten"
 )
 
 // NotifyChannel is the channel on which a commit that made an outbox row
@@ -28,7 +29,7 @@ import (
 // relay's backoff) notifies idle relays; the payload is the row's due
 // time. Migration 0007's trigger sends it, at commit, and only while some
 // relay is registered idle (repo.OutboxListenerIdle).
-const NotifyChannel = "kfsdb_outbox"
+const NotifyChannel = pglisten.Channel
 
 // Message is one outbox row to publish.
 type Message struct {
@@ -67,7 +68,7 @@ type Relay struct {
 	pub  Publisher
 	log  *slog.Logger
 	// wake holds the earliest due time LISTEN notifications announced.
-	wake *wakeup
+	wake *pglisten.Wakeup
 	// listening is true while the LISTEN connection is in place; only then
 	// may the relay register idle and sleep on notifications.
 	listening atomic.Bool
@@ -91,7 +92,7 @@ func New(pool *pgxpool.Pool, pub Publisher, cfg *Config) (*Relay, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: c, pool: pool, pub: pub, log: c.Logger.With("relay", c.ID), wake: newWakeup()}, nil
+	return &Relay{cfg: c, pool: pool, pub: pub, log: c.Logger.With("relay", c.ID), wake: pglisten.NewWakeup()}, nil
 }
 
 // ID returns the relay's id ("" for a nil Relay).

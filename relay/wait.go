@@ -2,12 +2,9 @@ package relay
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"time"
 
-	"github.com/knowledgefs/kfsdb/internal/backoff"
-	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/internal/pglisten"
 )
 
 // Run claims and publishes until ctx ends, then returns ctx.Err(). It
@@ -36,7 +33,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var w idleWait
+	var w pglisten.Idle
 	for {
 		n, err := r.RunOnce(ctx)
 		if ctx.Err() != nil {
@@ -48,13 +45,13 @@ func (r *Relay) Run(ctx context.Context) error {
 		var wait time.Duration
 		switch {
 		case n == int(r.cfg.BatchSize) && err == nil:
-			w.reset()
+			w.Reset()
 			continue // a full batch: more rows are likely due
 		case n > 0:
-			w.reset()
+			w.Reset()
 			wait = r.cfg.FollowUpInterval
 		case err != nil:
-			w.reset()
+			w.Reset()
 			wait = r.cfg.PollInterval
 		default:
 			var again bool
@@ -69,177 +66,35 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// idleWait is the relay's state between claims that found nothing.
-type idleWait struct {
-	// recheck is a new registration whose claim-once-more is under way.
-	recheck *repo.ListenerIdleResult
-	// retry is the wait before trying a due row that was locked again.
-	retry time.Duration
-}
-
-func (w *idleWait) reset() { *w = idleWait{} }
-
 // idle decides how long to sleep after a claim that found nothing; again
 // asks for one more claim first (after a new registration).
-func (r *Relay) idle(ctx context.Context, w *idleWait) (wait time.Duration, again bool) {
-	res := w.recheck
-	w.recheck = nil
-	if res == nil {
-		if r.cfg.PollOnly || !r.listening.Load() {
-			return r.cfg.PollInterval, false
-		}
-		var err error
-		res, err = r.cfg.Repo.OutboxListenerIdle(ctx, r.pool, &repo.ListenerIdleParams{ListenerID: r.cfg.ID, TTL: r.idleTTL()})
-		if err != nil {
-			if ctx.Err() == nil {
-				r.log.WarnContext(ctx, "relay could not register idle; polling", "err", err)
-			}
-			return r.cfg.PollInterval, false
-		}
-		if res.Inserted {
-			// A commit that checked just before the registration did not
-			// notify: the claim after it finds that row.
-			w.recheck = res
-			return 0, true
-		}
-	}
-	if !res.Registered || res.NextDueIn != nil && *res.NextDueIn <= 0 {
-		// A commit was checking at that instant, or a due row's lock was
-		// held: look again soon, backing off to the follow-up pace while
-		// it lasts (a notification still wakes the relay at once).
-		w.retry = min(max(2*w.retry, time.Millisecond), r.cfg.FollowUpInterval)
-		return w.retry, false
-	}
-	w.retry = 0
-	if res.NextDueIn != nil {
-		return min(*res.NextDueIn, r.cfg.PollInterval), false
-	}
-	return r.cfg.PollInterval, false
+func (r *Relay) idle(ctx context.Context, w *pglisten.Idle) (wait time.Duration, again bool) {
+	return w.Next(ctx, &pglisten.IdleParams{Repo: r.cfg.Repo, Pool: r.pool, Log: r.log, ID: r.cfg.ID,
+		PollInterval: r.cfg.PollInterval, FollowUp: r.cfg.FollowUpInterval,
+		Listening: !r.cfg.PollOnly && r.listening.Load()})
 }
-
-// idleTTL outlives the sleep between two refreshes of the registration by
-// a wide margin: a registration lost while its relay sleeps costs wake-ups.
-func (r *Relay) idleTTL() time.Duration { return 2*r.cfg.PollInterval + 10*time.Second }
 
 // awake ends the relay's idle registration as it stops.
 func (r *Relay) awake(ctx context.Context) {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
-	defer cancel()
-	if err := r.cfg.Repo.OutboxListenerAwake(actx, r.pool, r.cfg.ID); err != nil {
-		r.log.WarnContext(ctx, "relay could not end its idle registration; it expires", "err", err)
-	}
+	pglisten.Awake(ctx, r.cfg.Repo, r.pool, r.log, r.cfg.ID, r.cfg.WriteTimeout)
 }
 
-// sleep waits until deadline, or until a notification says a row is due
-// (now, or before the deadline: then until that time).
+// sleep waits until deadline, or until a notification says a row is due.
 func (r *Relay) sleep(ctx context.Context, timer *time.Timer, deadline time.Time) error {
-	for {
-		if due, ok := r.wake.take(); ok {
-			if !due.After(time.Now()) {
-				return nil
-			}
-			if due.Before(deadline) {
-				deadline = due
-			}
-		}
-		timer.Reset(time.Until(deadline))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-timer.C:
-			return nil
-		case <-r.wake.ch:
-			timer.Stop()
-		}
-	}
+	return r.wake.Sleep(ctx, timer, deadline)
 }
 
-// listen holds one pooled connection in LISTEN and forwards notifications
-// to wake, reconnecting with backoff until ctx ends.
+// listen holds one pooled connection in LISTEN and notes notifications in
+// wake, reconnecting with backoff until ctx ends.
 func (r *Relay) listen(ctx context.Context) {
-	for attempt := int32(1); ctx.Err() == nil; attempt++ {
-		err := r.listenOnce(ctx)
-		r.listening.Store(false)
-		if ctx.Err() != nil {
-			return
-		}
-		// Nobody hears notifications now: commits need not send them.
-		r.awake(ctx)
-		delay := backoff.Jitter(backoff.Exponential(100*time.Millisecond, 5*time.Second, attempt), 0.2)
-		r.log.WarnContext(ctx, "relay listener lost; polling until it is back", "err", err, "retry_in", delay)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(delay):
-		}
+	l := &pglisten.Listener{Pool: r.pool, Wake: r.wake, Log: r.log, Name: "relay",
+		Listening: func(on bool) {
+			r.listening.Store(on)
+			if on {
+				r.testSignals.Listening.Signal(struct{}{})
+			}
+		},
+		Lost: r.awake,
 	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context) error {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	// A connection that was LISTENing goes back to nobody: destroy it.
-	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+NotifyChannel); err != nil {
-		return err
-	}
-	r.listening.Store(true)
-	// Notifications sent while nobody listened are gone: claim now.
-	r.wake.note(time.Now())
-	r.testSignals.Listening.Signal(struct{}{})
-	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		due := time.Now()
-		if t, perr := parseDue(n.Payload); perr == nil {
-			due = t
-		}
-		r.wake.note(due)
-	}
-}
-
-// wakeup keeps the earliest due time announced since the relay last
-// looked, so that a due-now notification is never lost behind a later one.
-type wakeup struct {
-	mu  sync.Mutex
-	due time.Time // zero: none pending
-	ch  chan struct{}
-}
-
-func newWakeup() *wakeup { return &wakeup{ch: make(chan struct{}, 1)} }
-
-func (w *wakeup) note(due time.Time) {
-	w.mu.Lock()
-	if w.due.IsZero() || due.Before(w.due) {
-		w.due = due
-	}
-	w.mu.Unlock()
-	select {
-	case w.ch <- struct{}{}:
-	default: // a poke is pending; take reads the earliest time
-	}
-}
-
-func (w *wakeup) take() (time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	due := w.due
-	w.due = time.Time{}
-	return due, !due.IsZero()
-}
-
-// parseDue reads a notification payload: a timestamptz in PostgreSQL's
-// text form.
-func parseDue(s string) (time.Time, error) {
-	for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05-07"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("relay: unparsable due time %q", s)
+	l.Listen(ctx)
 }

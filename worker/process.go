@@ -64,18 +64,33 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WriteTimeout)
 	defer cancel()
 
-	if ctx.Err() != nil {
+	attempt, lease, preleased := leasedBySource(msg)
+	switch {
+	case preleased && ctx.Err() != nil:
+		// Stopping with a lease the source took for this slot: hand the
+		// attempt back for another run at once rather than at the lease's
+		// expiry.
+		res.Lease = lease
+		v := verdict{shutdown: true, retry: true, code: ErrorCodeWorkerShutdown,
+			message: ErrorCodeWorkerShutdown + ": the worker stopped before running the attempt", err: ctx.Err()}
+		werr := w.retry(wctx, lease, attempt, v, time.Second, &res)
+		if res.Outcome == OutcomeRetried {
+			res.Outcome = OutcomeReleased
+		}
+		return w.settle(ctx, wctx, log, msg, lease, werr, res)
+	case ctx.Err() != nil:
 		// Stopping before the lease: hand the delivery back untouched.
 		res.Outcome, res.Err = OutcomeDeferred, ctx.Err()
 		w.retryDelivery(wctx, log, msg, time.Now())
 		return res
-	}
-	// Not on ctx: a cancel arriving while the lease commits would leave
-	// the lease taken but unreported, and the attempt stranded until it
-	// expires. Once leased, a stopping worker releases it (below).
-	attempt, lease, err := w.acquireLease(ctx, wctx, d)
-	if err != nil {
-		return w.refused(ctx, wctx, log, msg, d, err)
+	case !preleased:
+		// Not on ctx: a cancel arriving while the lease commits would leave
+		// the lease taken but unreported, and the attempt stranded until it
+		// expires. Once leased, a stopping worker releases it (below).
+		var err error
+		if attempt, lease, err = w.acquireLease(ctx, wctx, d); err != nil {
+			return w.refused(ctx, wctx, log, msg, d, err)
+		}
 	}
 	w.cfg.Metrics.Add(observe.LeasesAcquired, 1)
 	res.Lease = lease

@@ -9,6 +9,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -35,6 +37,41 @@ type Message interface {
 type Source interface {
 	// Receive blocks until a message is available or ctx ends.
 	Receive(ctx context.Context) (Message, error)
+}
+
+// LeasedMessage is a Message whose attempt the Source already leased to
+// this worker as it fetched it (PostgreSQL direct delivery: pgsource). The
+// worker runs it under that lease, with no AcquireLease; Ack and Retry
+// have nothing to do (the database is the queue: the outcome's write is
+// the acknowledgement).
+type LeasedMessage interface {
+	Message
+	// Leased returns the attempt as leased and its lease (both non-nil,
+	// the lease held by the worker the source is bound to).
+	Leased() (*kfstype.Attempt, *repo.Lease)
+}
+
+// LeasingSource is a Source that leases as it fetches: every message it
+// returns is a LeasedMessage. New binds it to the worker (its id, lease
+// duration and slots), and Run runs it beside the slots until ctx ends.
+type LeasingSource interface {
+	Source
+	// Bind names the worker the source leases for. It fails when the
+	// source is bound to another worker already.
+	Bind(workerID string, leaseDuration time.Duration, slots int) error
+	// Run fetches for the slots waiting in Receive until ctx ends; then it
+	// hands back (ScheduleRetry, WORKER_SHUTDOWN) any lease no slot took.
+	Run(ctx context.Context) error
+}
+
+// leasedBySource returns a LeasedMessage's attempt and lease.
+func leasedBySource(msg Message) (*kfstype.Attempt, *repo.Lease, bool) {
+	lm, ok := msg.(LeasedMessage)
+	if !ok {
+		return nil, nil, false
+	}
+	a, l := lm.Leased()
+	return a, l, a != nil && l != nil
 }
 
 // Worker processes deliveries. Create it with New. Safe for concurrent use.
@@ -65,6 +102,11 @@ func New(pool *pgxpool.Pool, src Source, h Handler, cfg *Config) (*Worker, error
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {
 		return nil, err
+	}
+	if ls, ok := src.(LeasingSource); ok {
+		if err := ls.Bind(c.ID, c.LeaseDuration, c.Concurrency); err != nil {
+			return nil, fmt.Errorf("worker: bind source: %w", err)
+		}
 	}
 	return &Worker{cfg: c, pool: pool, src: src, handler: h, log: c.Logger.With("worker", c.ID)}, nil
 }
@@ -100,6 +142,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		c = w.startCompleter(ctx)
 	}
 	var wg sync.WaitGroup
+	if ls, ok := w.src.(LeasingSource); ok {
+		// The source stops with ctx, like the slots, and hands back what
+		// it fetched for slots that stopped meanwhile.
+		wg.Go(func() {
+			if err := ls.Run(ctx); err != nil && ctx.Err() == nil {
+				w.log.ErrorContext(ctx, "source stopped", "err", err)
+			}
+		})
+	}
 	for range w.cfg.Concurrency {
 		wg.Go(func() {
 			for ctx.Err() == nil {

@@ -1,0 +1,171 @@
+-- Direct delivery: PostgreSQL itself as the queue. A worker fetches due
+-- outbox rows and leases their attempts in one statement, with no relay,
+-- publication or AcquireLease in between. The pairs it takes are exactly
+-- those the relay's ClaimOutbox would claim (a due outbox row whose
+-- attempt awaits a delivery), and each moves straight to running / leased:
+--
+--   dispatch_pending / pending (or dispatching past its relay lock) -> running / leased
+--   retry_wait / pending, at retry_at                                -> running / leased
+--   queued / dispatched, past its visibility deadline                -> running / leased
+--   running / leased, past the lease's expiry (a lost worker)       -> running / leased
+--   any of these with no execution attempts left                    -> failed / dead
+--
+-- so the state table's pairings hold after the statement as after an
+-- AcquireLease (or FailExhausted): the queued step is skipped because
+-- nothing is published. Rows and attempts are both taken FOR UPDATE SKIP
+-- LOCKED, never waited on, so the attempt-first lock order of the other
+-- transitions cannot deadlock against it, and a relay (for an external
+-- broker) can run beside direct workers: a row either holds is skipped.
+
+-- name: FetchLeases :many
+-- Leases up to batch_size due attempts to worker_id, fairly across
+-- tenants. Tenants are walked in tenant_id order from after_tenant
+-- (wrapping, at most max_tenants of them), one index descent each on
+-- tenant_completed_idx; each tenant offers its oldest live attempts (the
+-- same index: tenant_id, completed_at IS NULL, id, and ids are UUIDv7, so
+-- id order is start order) whose outbox row is due, at most per_tenant.
+-- The offers are taken round by round (every tenant's first, then every
+-- tenant's second, ...) until batch_size: a tenant's backlog cannot take
+-- every slot while another tenant waits, and the cost is bounded by
+-- max_tenants * per_tenant rows whatever the backlog. The chosen rows
+-- are re-checked on their newest versions when locked (READ COMMITTED
+-- re-evaluates the WHERE of a row that changed since the snapshot), so a
+-- pair that a cancel, a relay or another fetcher changed meanwhile is
+-- skipped. A fetch that leased rows ends its worker's idle registration
+-- (OutboxListenerIdle), as ClaimOutbox does for a relay.
+WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos) AS (
+  SELECT t.tenant_id, t.tenant_id, 1
+    FROM (SELECT coalesce(
+            (SELECT a.tenant_id FROM document_compilation_attempts a
+              WHERE a.tenant_id > @after_tenant::text ORDER BY a.tenant_id LIMIT 1),
+            (SELECT a.tenant_id FROM document_compilation_attempts a
+              ORDER BY a.tenant_id LIMIT 1)) AS tenant_id) t
+   WHERE t.tenant_id IS NOT NULL
+  UNION ALL
+  SELECT nxt.tenant_id, w.first_tenant, w.pos + 1
+    FROM tenant_walk w
+   CROSS JOIN LATERAL (
+     SELECT coalesce(
+              (SELECT a.tenant_id FROM document_compilation_attempts a
+                WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
+              (SELECT a.tenant_id FROM document_compilation_attempts a
+                ORDER BY a.tenant_id LIMIT 1)) AS tenant_id
+   ) nxt
+   WHERE w.pos < @max_tenants::integer
+     AND nxt.tenant_id <> w.first_tenant
+),
+offers AS (
+  SELECT w.tenant_id, w.pos, offer.attempt_id, offer.outbox_id, offer.round
+    FROM tenant_walk w
+   CROSS JOIN LATERAL (
+     SELECT a.id AS attempt_id, o.id AS outbox_id,
+            row_number() OVER (ORDER BY a.id) AS round
+       FROM document_compilation_attempts a
+       JOIN document_compilation_outbox o ON o.attempt_id = a.id
+      WHERE a.tenant_id = w.tenant_id
+        AND a.completed_at IS NULL
+        AND ((o.status IN ('pending', 'dispatched', 'leased')
+              AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+             OR (o.status = 'dispatching'
+                 AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))
+      ORDER BY a.id
+      LIMIT @per_tenant::integer
+   ) offer
+),
+picked AS (
+  -- Locked rows are their newest versions: row_version is read here.
+  SELECT a.id AS attempt_id, o.id AS outbox_id, a.row_version,
+         a.execution_attempts >= a.max_execution_attempts AS exhausted
+    FROM offers
+    JOIN document_compilation_attempts a ON a.id = offers.attempt_id
+    JOIN document_compilation_outbox o ON o.id = offers.outbox_id
+   WHERE ((o.status IN ('pending', 'dispatched', 'leased')
+           AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+          OR (o.status = 'dispatching'
+              AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))
+     -- guard:awaiting-delivery
+     AND (a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
+          OR (a.run_state = 'running'
+              AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
+     -- end guard
+     AND (a.run_state <> 'retry_wait'
+          OR a.retry_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+   ORDER BY offers.round, offers.pos
+   LIMIT @batch_size::integer
+     FOR UPDATE OF a, o SKIP LOCKED
+),
+leased_outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'leased',
+         available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
+         dispatch_attempts = o.dispatch_attempts + 1,
+         delivered_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+         -- Deterministic and never reused: the attempt's row_version only
+         -- grows, so a redelivery (a lost worker's lease fetched again, a
+         -- retry) carries another id than the delivery before it.
+         queue_job_id = 'pg:' || o.id::text || ':' || (o.dispatch_attempts + 1)::text || ':' || (picked.row_version + 1)::text,
+         external_job_id = NULL,
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM picked
+   WHERE o.id = picked.outbox_id
+     AND NOT picked.exhausted
+  RETURNING o.attempt_id, o.queue_job_id
+),
+leased AS (
+  UPDATE document_compilation_attempts a
+     SET run_state = 'running',
+         execution_attempts = a.execution_attempts + 1,
+         worker_id = @worker_id::text,
+         lease_token = gen_random_uuid(),
+         lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
+         heartbeat_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+         started_at = coalesce(a.started_at, coalesce(sqlc.narg('now')::timestamptz, now())),
+         retry_at = NULL,
+         queue_job_id = leased_outbox.queue_job_id,
+         external_job_id = NULL,
+         row_version = a.row_version + 1,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM leased_outbox
+   WHERE a.id = leased_outbox.attempt_id
+  RETURNING a.*
+),
+exhausted_outbox AS (
+  UPDATE document_compilation_outbox o
+     SET status = 'dead',
+         locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM picked
+   WHERE o.id = picked.outbox_id
+     AND picked.exhausted
+  RETURNING o.attempt_id
+),
+exhausted AS (
+  UPDATE document_compilation_attempts a
+     SET run_state = 'failed',
+         active_slot = NULL,
+         completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+         worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+         retry_at = NULL,
+         last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
+         last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
+         row_version = a.row_version + 1,
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM exhausted_outbox
+   WHERE a.id = exhausted_outbox.attempt_id
+  RETURNING a.*
+),
+awake AS (
+  DELETE FROM document_compilation_outbox_idle_listeners l
+   WHERE l.listener_id = @worker_id::text
+     AND EXISTS (SELECT 1 FROM picked)
+)
+-- A lease is progress (async_commit may apply); an exhausted attempt's
+-- failure is an outcome, and then the whole commit stays synchronous.
+SELECT leased.*, false AS exhausted
+  FROM leased
+ WHERE CASE WHEN @async_commit::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
+            THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
+UNION ALL
+SELECT exhausted.*, true AS exhausted
+  FROM exhausted;

@@ -1,0 +1,232 @@
+// Package pglisten holds one pooled connection in LISTEN on the outbox's
+// wake-up channel and keeps the earliest due time the notifications
+// announced. The relay and the PostgreSQL source both sleep on it.
+package pglisten
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/internal/backoff"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// Channel is the channel on which a commit that made an outbox row due
+// notifies idle listeners (migration 0007's trigger); the payload is the
+// row's due time.
+const Channel = "kfsdb_outbox"
+
+// Wakeup keeps the earliest due time announced since its owner last
+// looked, so that a due-now notification is never lost behind a later one.
+type Wakeup struct {
+	mu  sync.Mutex
+	due time.Time // zero: none pending
+	// C receives a value when a due time is noted (at most one pending).
+	C chan struct{}
+}
+
+// NewWakeup returns an empty Wakeup.
+func NewWakeup() *Wakeup { return &Wakeup{C: make(chan struct{}, 1)} }
+
+// Note records a due time and pokes C.
+func (w *Wakeup) Note(due time.Time) {
+	w.mu.Lock()
+	if w.due.IsZero() || due.Before(w.due) {
+		w.due = due
+	}
+	w.mu.Unlock()
+	select {
+	case w.C <- struct{}{}:
+	default: // a poke is pending; Take reads the earliest time
+	}
+}
+
+// Take returns and clears the earliest due time noted, if any.
+func (w *Wakeup) Take() (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	due := w.due
+	w.due = time.Time{}
+	return due, !due.IsZero()
+}
+
+// Sleep waits until deadline, or until a notification says a row is due
+// (now, or before the deadline: then until that time), or ctx ends.
+func (w *Wakeup) Sleep(ctx context.Context, timer *time.Timer, deadline time.Time) error {
+	for {
+		if due, ok := w.Take(); ok {
+			if !due.After(time.Now()) {
+				return nil
+			}
+			if due.Before(deadline) {
+				deadline = due
+			}
+		}
+		timer.Reset(time.Until(deadline))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+			return nil
+		case <-w.C:
+			timer.Stop()
+		}
+	}
+}
+
+// ParseDue reads a notification payload: a timestamptz in PostgreSQL's
+// text form.
+func ParseDue(s string) (time.Time, error) {
+	for _, layout := range []string{"2006-01-02 15:04:05.999999-07", "2006-01-02 15:04:05.999999-07:00", "2006-01-02 15:04:05-07"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("unparsable due time %q", s)
+}
+
+// Listener is what Listen reports to.
+type Listener struct {
+	Pool *pgxpool.Pool
+	Wake *Wakeup
+	Log  *slog.Logger
+	// Name says who listens, in log lines ("relay", "source").
+	Name string
+	// Listening is told true once LISTEN is in place, false when the
+	// connection is lost.
+	Listening func(bool)
+	// Lost runs after the connection was lost, before the retry: nobody
+	// hears notifications now (the owner ends its idle registration).
+	Lost func(ctx context.Context)
+}
+
+// Listen holds one pooled connection in LISTEN and notes notifications'
+// due times in Wake, reconnecting with backoff until ctx ends.
+func (l *Listener) Listen(ctx context.Context) {
+	for attempt := int32(1); ctx.Err() == nil; attempt++ {
+		err := l.listenOnce(ctx)
+		l.Listening(false)
+		if ctx.Err() != nil {
+			return
+		}
+		l.Lost(ctx)
+		delay := backoff.Jitter(backoff.Exponential(100*time.Millisecond, 5*time.Second, attempt), 0.2)
+		l.Log.WarnContext(ctx, l.Name+" listener lost; polling until it is back", "err", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+func (l *Listener) listenOnce(ctx context.Context) error {
+	conn, err := l.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection that was LISTENing goes back to nobody: destroy it.
+	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
+	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+		return err
+	}
+	l.Listening(true)
+	// Notifications sent while nobody listened are gone: look now.
+	l.Wake.Note(time.Now())
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		due := time.Now()
+		if t, perr := ParseDue(n.Payload); perr == nil {
+			due = t
+		}
+		l.Wake.Note(due)
+	}
+}
+
+// Idle is a listener's state between looks (claims, fetches) that found
+// nothing: the handshake of migration 0007 (register idle, look once
+// more, sleep on LISTEN) and the backoff for a due row whose lock another
+// transaction holds.
+type Idle struct {
+	// recheck is a new registration whose look-once-more is under way.
+	recheck *repo.ListenerIdleResult
+	// retry is the wait before looking for a locked due row again.
+	retry time.Duration
+}
+
+// Reset forgets the idle state: the last look found rows.
+func (w *Idle) Reset() { *w = Idle{} }
+
+// IdleParams is what Idle.Next needs of its owner.
+type IdleParams struct {
+	Repo *repo.Repo
+	Pool *pgxpool.Pool
+	Log  *slog.Logger
+	// ID is the owner's listener id (a relay's or worker's id).
+	ID string
+	// PollInterval is the longest sleep; FollowUp the longest retry wait
+	// for a locked due row.
+	PollInterval, FollowUp time.Duration
+	// Listening: LISTEN is in place (false in poll-only mode).
+	Listening bool
+}
+
+// TTL outlives the sleep between two refreshes of a registration by a
+// wide margin: a registration lost while its owner sleeps costs wake-ups.
+func (p *IdleParams) TTL() time.Duration { return 2*p.PollInterval + 10*time.Second }
+
+// Next decides how long to sleep after a look that found nothing; again
+// asks for one more look first (after a new registration).
+func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, again bool) {
+	res := w.recheck
+	w.recheck = nil
+	if res == nil {
+		if !p.Listening {
+			return p.PollInterval, false
+		}
+		var err error
+		res, err = p.Repo.OutboxListenerIdle(ctx, p.Pool, &repo.ListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
+		if err != nil {
+			if ctx.Err() == nil {
+				p.Log.WarnContext(ctx, "could not register idle; polling", "err", err)
+			}
+			return p.PollInterval, false
+		}
+		if res.Inserted {
+			// A commit that checked just before the registration did not
+			// notify: the look after it finds that row.
+			w.recheck = res
+			return 0, true
+		}
+	}
+	if !res.Registered || res.NextDueIn != nil && *res.NextDueIn <= 0 {
+		// A commit was checking at that instant, or a due row's lock was
+		// held: look again soon, backing off to the follow-up pace while
+		// it lasts (a notification still wakes the owner at once).
+		w.retry = min(max(2*w.retry, time.Millisecond), p.FollowUp)
+		return w.retry, false
+	}
+	w.retry = 0
+	if res.NextDueIn != nil {
+		return min(*res.NextDueIn, p.PollInterval), false
+	}
+	return p.PollInterval, false
+}
+
+// Awake ends id's idle registration as its owner stops or loses LISTEN.
+func Awake(ctx context.Context, r *repo.Repo, pool *pgxpool.Pool, log *slog.Logger, id string, timeout time.Duration) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if err := r.OutboxListenerAwake(actx, pool, id); err != nil {
+		log.WarnContext(ctx, "could not end the idle registration; it expires", "err", err)
+	}
+}

@@ -1,0 +1,241 @@
+// Package pgsource is PostgreSQL as the queue: a worker.Source whose
+// fetch leases attempts straight from the outbox (repo.FetchLeases), with
+// no relay, no broker and no AcquireLease. Any number of processes can
+// work one database: SKIP LOCKED shares the rows out, the leases fence
+// stale workers, and a lost worker's attempts are fetched again at their
+// lease's expiry. Fetches interleave tenants, so one tenant's backlog
+// cannot take every slot while other tenants wait.
+//
+// The source fetches for the slots waiting in Receive, as many as are
+// free (up to BatchSize), again at once after a full batch, and sleeps
+// when nothing is due: on LISTEN, woken by the commit that makes a row due
+// (migration 0007: only idle listeners are notified, so a busy system's
+// commits never notify), or at the next due time, or after PollInterval
+// at the latest. PollOnly (for PgBouncer in transaction mode, where LISTEN
+// does not work) only polls.
+package pgsource
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/internal/pglisten"
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/worker"
+)
+
+// Defaults.
+const (
+	FollowUpIntervalDefault = 20 * time.Millisecond
+	PollIntervalDefault     = time.Second
+	WriteTimeoutDefault     = 10 * time.Second
+)
+
+// ErrNotBound: Receive or Run on a Source that no worker.New bound.
+var ErrNotBound = errors.New("pgsource: source is not bound to a worker (pass it to worker.New)")
+
+// Config configures a Source. Zero values take the defaults.
+type Config struct {
+	// BatchSize bounds one fetch (1..repo.MaxBatchSize). Defaults to the
+	// worker's Concurrency (capped at repo.MaxBatchSize).
+	BatchSize int32
+	// FollowUpInterval is the longest wait before fetching again while a
+	// due row is locked by another transaction (1, 2, 4 … ms up to it).
+	// Defaults to 20 ms.
+	FollowUpInterval time.Duration
+	// Logger receives structured logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxTenants bounds the tenants one fetch looks at. Defaults to
+	// repo.FetchMaxTenantsDefault (64).
+	MaxTenants int32
+	// Metrics receives counts. Defaults to observe.Discard.
+	Metrics observe.Metrics
+	// PerTenant bounds what one tenant gets in one fetch. Defaults to
+	// BatchSize: tenants are interleaved round by round, and a tenant
+	// alone still fills a batch.
+	PerTenant int32
+	// PollInterval is the longest sleep when nothing wakes the source.
+	// Defaults to 1 s.
+	PollInterval time.Duration
+	// PollOnly disables LISTEN (PgBouncer in transaction mode): the source
+	// polls every PollInterval, or sooner when a row comes due.
+	PollOnly bool
+	// Repo runs FetchLeases. Defaults to repo.New(nil).
+	Repo *repo.Repo
+	// WriteTimeout bounds the hand-back of leases no slot took when the
+	// source stops. Defaults to 10 s.
+	WriteTimeout time.Duration
+}
+
+// Source is a worker.LeasingSource on PostgreSQL. Create it with New and
+// pass it to worker.New, which binds it and runs it. Safe for concurrent
+// use.
+type Source struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	log  *slog.Logger
+
+	mu            sync.Mutex // guards the binding and every request's abandoned
+	workerID      string
+	leaseDuration time.Duration
+	batchSize     int32
+	// requests carries each Receive call waiting for a lease to Run, which
+	// fetches as many leases as there are requests (its slots' demand).
+	requests chan *request
+
+	running   atomic.Bool
+	wake      *pglisten.Wakeup
+	listening atomic.Bool
+}
+
+// New returns a Source on pool. cfg may be nil.
+func New(pool *pgxpool.Pool, cfg *Config) (*Source, error) {
+	if pool == nil {
+		return nil, errors.New("pgsource: pool is nil")
+	}
+	c := Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	c.FollowUpInterval = cmp.Or(c.FollowUpInterval, FollowUpIntervalDefault)
+	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
+	c.MaxTenants = cmp.Or(c.MaxTenants, repo.FetchMaxTenantsDefault)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = observe.Discard{}
+	}
+	if c.Repo == nil {
+		c.Repo = repo.New(nil)
+	}
+	switch {
+	case c.BatchSize < 0 || c.BatchSize > repo.MaxBatchSize:
+		return nil, fmt.Errorf("pgsource: BatchSize must be 0 (default) or 1..%d, got %d", repo.MaxBatchSize, c.BatchSize)
+	case c.PerTenant < 0 || c.PerTenant > repo.MaxBatchSize:
+		return nil, fmt.Errorf("pgsource: PerTenant must be 0 (default) or 1..%d, got %d", repo.MaxBatchSize, c.PerTenant)
+	case c.MaxTenants < 1 || c.MaxTenants > repo.MaxFetchTenants:
+		return nil, fmt.Errorf("pgsource: MaxTenants must be 0 (default) or 1..%d, got %d", repo.MaxFetchTenants, c.MaxTenants)
+	case c.FollowUpInterval < 0 || c.PollInterval < 0 || c.WriteTimeout < 0:
+		return nil, errors.New("pgsource: durations must not be negative")
+	case nilvalue.Is(c.Metrics):
+		return nil, fmt.Errorf("pgsource: Metrics is a nil %T", c.Metrics)
+	}
+	return &Source{pool: pool, cfg: c, log: c.Logger, wake: pglisten.NewWakeup()}, nil
+}
+
+// Bind implements worker.LeasingSource: worker.New calls it with the
+// worker's id, lease duration and concurrency.
+func (s *Source) Bind(workerID string, leaseDuration time.Duration, slots int) error {
+	if s == nil || s.pool == nil {
+		return errors.New("pgsource: the Source is nil or was not made by pgsource.New")
+	}
+	if err := repo.ValidateWorkerID(workerID); err != nil {
+		return fmt.Errorf("pgsource: worker id: %w", err)
+	}
+	if leaseDuration <= 0 || slots < 1 {
+		return fmt.Errorf("pgsource: lease duration %s and slots %d must be positive", leaseDuration, slots)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workerID != "" {
+		return fmt.Errorf("pgsource: source is bound to worker %q already", s.workerID)
+	}
+	s.workerID, s.leaseDuration = workerID, leaseDuration
+	s.batchSize = cmp.Or(s.cfg.BatchSize, int32(min(slots, repo.MaxBatchSize)))
+	s.requests = make(chan *request, slots)
+	s.log = s.cfg.Logger.With("worker", workerID)
+	return nil
+}
+
+func (s *Source) bound() (chan *request, error) {
+	if s == nil || s.pool == nil {
+		return nil, errors.New("pgsource: the Source is nil or was not made by pgsource.New")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.workerID == "" {
+		return nil, ErrNotBound
+	}
+	return s.requests, nil
+}
+
+// request is one Receive call waiting for a lease. Run answers it on reply
+// (room for one, so Run never blocks) unless the call gave up first
+// (abandoned, under Source.mu): then the lease goes to the next request,
+// or is handed back.
+type request struct {
+	reply     chan *message
+	abandoned bool
+}
+
+// Receive implements worker.Source: it waits for a lease fetched for this
+// call. The returned message is a worker.LeasedMessage.
+func (s *Source) Receive(ctx context.Context) (worker.Message, error) {
+	if nilvalue.Is(ctx) {
+		return nil, errors.New("pgsource: ctx is nil")
+	}
+	requests, err := s.bound()
+	if err != nil {
+		return nil, err
+	}
+	req := &request{reply: make(chan *message, 1)}
+	select {
+	case requests <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case m := <-req.reply:
+		return m, nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case m := <-req.reply:
+		// Answered as ctx ended: the caller owns the lease (a worker hands
+		// it back at once).
+		return m, nil
+	default:
+		req.abandoned = true
+		return nil, ctx.Err()
+	}
+}
+
+// message is a lease fetched for a slot.
+type message struct {
+	attempt *kfstype.Attempt
+	lease   *repo.Lease
+}
+
+// Delivery names the attempt and the queue job id the fetch gave it.
+func (m *message) Delivery() repo.Delivery {
+	d := repo.Delivery{AttemptID: m.attempt.ID}
+	if m.attempt.QueueJobID != nil {
+		d.QueueJobID = *m.attempt.QueueJobID
+	}
+	return d
+}
+
+// Leased implements worker.LeasedMessage.
+func (m *message) Leased() (*kfstype.Attempt, *repo.Lease) { return m.attempt, m.lease }
+
+// Ack does nothing: the outcome's write was the acknowledgement.
+func (m *message) Ack(context.Context) error { return nil }
+
+// Retry does nothing: the attempt's outbox row is due again at the lease's
+// expiry, when a fetch takes it (this worker's or another's).
+func (m *message) Retry(context.Context, time.Time) error { return nil }

@@ -1,0 +1,167 @@
+package repo
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/knowledgefs/kfsdb/db/gen"
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// Direct delivery defaults: a zero FetchLeasesParams field means them.
+const (
+	// FetchMaxTenantsDefault is FetchLeasesParams.MaxTenants' default.
+	FetchMaxTenantsDefault = 64
+)
+
+// MaxFetchTenants bounds FetchLeasesParams.MaxTenants: the tenants one
+// fetch walks, each an index descent and a probe.
+const MaxFetchTenants = 1000
+
+// FetchLeasesParams asks for due attempts to run, leased to one worker.
+type FetchLeasesParams struct {
+	// WorkerID names the worker the leases are taken for (worker_id),
+	// 1..255 characters. A fetch that leases rows also ends this id's idle
+	// registration (OutboxListenerIdle).
+	WorkerID string
+	// BatchSize is 1..MaxBatchSize: the worker's free slots.
+	BatchSize int32
+	// LeaseDuration must be > 0. Defaults to LeaseDurationDefault.
+	LeaseDuration time.Duration
+	// AfterTenant is where the walk over tenants starts (the first tenant
+	// after it in tenant_id order, wrapping). Pass the previous result's
+	// NextAfterTenant to go round the tenants. Defaults to "": from the
+	// first tenant.
+	AfterTenant string
+	// MaxTenants (1..MaxFetchTenants) bounds the tenants one fetch looks
+	// at. Defaults to FetchMaxTenantsDefault.
+	MaxTenants int32
+	// PerTenant (1..MaxBatchSize) bounds what one tenant may get in one
+	// fetch. Defaults to BatchSize: tenants are interleaved round by round
+	// (every tenant's oldest due attempt, then every tenant's second, …),
+	// and a tenant alone still fills the batch.
+	PerTenant int32
+}
+
+// FetchLeasesResult is what one fetch leased.
+type FetchLeasesResult struct {
+	// Leased are the attempts now running under Leases (same order: round
+	// by round across tenants).
+	Leased []*kfstype.Attempt
+	Leases []*Lease
+	// Exhausted are due attempts that had no execution attempts left: the
+	// fetch failed them (EXECUTION_ATTEMPTS_EXHAUSTED) instead.
+	Exhausted []*kfstype.Attempt
+	// NextAfterTenant is the AfterTenant for the next fetch: the last
+	// tenant served, so the next fetch starts with the one after it.
+	NextAfterTenant string
+}
+
+// FetchLeases is direct delivery's one transition: it picks up to
+// BatchSize due outbox rows whose attempts wait for a delivery (the rows
+// ClaimOutbox would claim), fairly across tenants, and moves each pair
+// straight to running / leased for WorkerID, as AcquireLease would after a
+// publication: one more execution attempt, a fresh random lease token, a
+// deterministic queue_job_id ("pg:<outbox id>:<dispatch n>:<row version>",
+// a redelivery's differs), and the outbox row due again at the lease's
+// expiry, so a lost worker's attempt is fetched again then. Attempts with
+// no execution attempts left are failed in the same statement. Rows other
+// transactions hold are skipped, never waited on. The worker then
+// heartbeats and records outcomes with the returned leases, exactly as
+// after AcquireLease.
+//
+// Errors: *InputError.
+func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (*FetchLeasesResult, error) {
+	v := r.call(ctx, db)
+	if set(v, "FetchLeasesParams", p) {
+		v.text("WorkerID", p.WorkerID, MaxWorkerIDLength)
+		if p.BatchSize < 1 || p.BatchSize > MaxBatchSize {
+			v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxBatchSize))
+		}
+		if p.LeaseDuration != 0 {
+			v.duration("LeaseDuration", p.LeaseDuration)
+		}
+		v.optionalText("AfterTenant", nonEmpty(p.AfterTenant), MaxTenantIDLength)
+		if p.MaxTenants < 0 || p.MaxTenants > MaxFetchTenants {
+			v.fail("MaxTenants", fmt.Sprintf("must be 0 (default) or 1..%d", MaxFetchTenants))
+		}
+		if p.PerTenant < 0 || p.PerTenant > MaxBatchSize {
+			v.fail("PerTenant", fmt.Sprintf("must be 0 (default) or 1..%d", MaxBatchSize))
+		}
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	lease := cmp.Or(p.LeaseDuration, LeaseDurationDefault)
+	rows, err := r.q.FetchLeases(ctx, db, &gen.FetchLeasesParams{
+		AsyncCommit: r.asyncProgress, Now: r.now(), WorkerID: p.WorkerID, LeaseDuration: lease,
+		BatchSize: p.BatchSize, AfterTenant: p.AfterTenant,
+		MaxTenants: cmp.Or(p.MaxTenants, FetchMaxTenantsDefault), PerTenant: cmp.Or(p.PerTenant, p.BatchSize),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetch leases for worker %q: %w", p.WorkerID, mapError(err))
+	}
+	res := &FetchLeasesResult{NextAfterTenant: p.AfterTenant}
+	for _, row := range rows {
+		a := attemptFromRow(fetchedRow(row))
+		if row.Exhausted {
+			res.Exhausted = append(res.Exhausted, a)
+			continue
+		}
+		res.Leased = append(res.Leased, a)
+	}
+	// RETURNING has no order: hand leases out by id (UUIDv7: start order).
+	sort.Slice(res.Leased, func(i, j int) bool { return res.Leased[i].ID.String() < res.Leased[j].ID.String() })
+	res.Leases = make([]*Lease, len(res.Leased))
+	last := ""
+	for i, a := range res.Leased {
+		res.Leases[i] = &Lease{AttemptID: a.ID, WorkerID: *a.WorkerID, Token: *a.LeaseToken, ExpiresAt: *a.LeaseExpiresAt}
+		if i == 0 || walkedBefore(p.AfterTenant, last, a.TenantID) {
+			last = a.TenantID
+		}
+	}
+	if last != "" {
+		res.NextAfterTenant = last
+	}
+	return res, nil
+}
+
+// walkedBefore reports whether the walk that starts after after (in
+// tenant_id order, wrapping) reaches x before y. Go's string order is
+// bytewise, as is PostgreSQL's under the C collation; under another
+// collation the next walk may start elsewhere, which costs fairness of one
+// round, never correctness.
+func walkedBefore(after, x, y string) bool {
+	xWrapped, yWrapped := x <= after, y <= after
+	if xWrapped != yWrapped {
+		return !xWrapped
+	}
+	return x < y
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// fetchedRow is FetchLeases' row as the table's row type (the UNION of
+// its two results loses sqlc's column types for run_state and checkpoint).
+func fetchedRow(f *gen.FetchLeasesRow) *gen.DocumentCompilationAttempt {
+	return &gen.DocumentCompilationAttempt{
+		ID: f.ID, TenantID: f.TenantID, KnowledgeSpaceID: f.KnowledgeSpaceID, DocumentAssetID: f.DocumentAssetID,
+		DocumentVersion: f.DocumentVersion, PublicationGenerationID: f.PublicationGenerationID,
+		BaseHeadRevision: f.BaseHeadRevision, CandidatePublicationID: f.CandidatePublicationID,
+		CandidateFingerprint: f.CandidateFingerprint, Checkpoint: kfstype.Checkpoint(f.Checkpoint),
+		RunState: kfstype.RunState(f.RunState), ActiveSlot: f.ActiveSlot, ExecutionAttempts: f.ExecutionAttempts,
+		MaxExecutionAttempts: f.MaxExecutionAttempts, QueueJobID: f.QueueJobID, ExternalJobID: f.ExternalJobID,
+		WorkerID: f.WorkerID, LeaseToken: f.LeaseToken, LeaseExpiresAt: f.LeaseExpiresAt, HeartbeatAt: f.HeartbeatAt,
+		RetryAt: f.RetryAt, LastErrorCode: f.LastErrorCode, LastErrorMessage: f.LastErrorMessage,
+		RowVersion: f.RowVersion, CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt, StartedAt: f.StartedAt,
+		CompletedAt: f.CompletedAt,
+	}
+}
