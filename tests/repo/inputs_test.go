@@ -27,6 +27,8 @@ var inputRules = apiwalk.Rules{
 		"PurgeParams.BatchSize": true, "Delivery.ExternalJobID": true, "AcquireLeaseParams.LeaseDuration": true,
 		"HeartbeatParams.LeaseDuration": true, "ClaimParams.LockDuration": true, "Dispatch.ExternalJobID": true,
 		"MarkDispatchedParams.VisibilityTimeout": true, "ReleaseOutboxParams.MaxDispatchAttempts": true,
+		"FetchLeasesParams.LeaseDuration": true, "FetchLeasesParams.AfterTenant": true,
+		"FetchLeasesParams.MaxTenants": true, "FetchLeasesParams.PerTenant": true,
 	},
 	Sanitized: map[string]bool{
 		"CancelParams.Reason": true, "SupersedeParams.Reason": true, "FailParams.ErrorMessage": true,
@@ -142,6 +144,7 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.ScheduleRetry": {Fn: (*repo.Repo).ScheduleRetry, Args: []any{r, ctx, pool, &repo.ScheduleRetryParams{Lease: lease(),
 			RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "m"}}, Deep: []int{3}},
 		"Repo.CompleteMany": {Fn: (*repo.Repo).CompleteMany, Args: []any{r, ctx, pool, []repo.CompleteManyEntry{entry(), entry()}}, Deep: []int{3}},
+		"Repo.FetchLeases": {Fn: (*repo.Repo).FetchLeases, Args: []any{r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1}}, Deep: []int{3}},
 		"Repo.ClaimOutbox": {Fn: (*repo.Repo).ClaimOutbox, Args: []any{r, ctx, pool, &repo.ClaimParams{RelayID: "relay",
 			BatchSize: 10, LockDuration: time.Minute}}, Deep: []int{3}},
 		"Repo.MarkDispatched": {Fn: (*repo.Repo).MarkDispatched, Args: []any{r, ctx, pool, &repo.MarkDispatchedParams{

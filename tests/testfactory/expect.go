@@ -2,6 +2,7 @@ package testfactory
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -175,4 +176,17 @@ func touch(a *kfstype.Attempt, now time.Time) {
 func unlock(o *kfstype.OutboxMessage, now time.Time) {
 	o.LockedBy, o.LockToken, o.LockedUntil = nil, nil, nil
 	o.UpdatedAt = now
+}
+
+// ExpectFetched is before with the pair leased by FetchLeases: as
+// ExpectLeased, and the outbox row counted as one more dispatch, delivered
+// now under the fetch's deterministic job id, which both rows carry.
+func ExpectFetched(before *Rows, lease *repo.Lease, now time.Time, d time.Duration) *Rows {
+	want := ExpectLeased(before, lease, now, d)
+	want.Outbox.DispatchAttempts++
+	job := fmt.Sprintf("pg:%s:%d:%d", before.Outbox.ID, want.Outbox.DispatchAttempts, want.Attempt.RowVersion)
+	want.Outbox.QueueJobID, want.Attempt.QueueJobID = new(job), new(job)
+	want.Outbox.ExternalJobID, want.Attempt.ExternalJobID = nil, nil
+	want.Outbox.DeliveredAt = new(now)
+	return want
 }
