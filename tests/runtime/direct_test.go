@@ -1,0 +1,201 @@
+package runtime_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/pgsource"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+	"github.com/knowledgefs/kfsdb/worker"
+)
+
+// newDirectWorker builds a worker on a PostgreSQL source.
+func newDirectWorker(t testing.TB, pool *pgxpool.Pool, h worker.Handler, scfg pgsource.Config, wcfg worker.Config) (*worker.Worker, *pgsource.Source) {
+	t.Helper()
+	if scfg.Logger == nil {
+		scfg.Logger = discardLog
+	}
+	src, err := pgsource.New(pool, &scfg)
+	require.NoError(t, err)
+	return newWorker(t, pool, src, h, wcfg), src
+}
+
+// compileHandler compiles every attempt to smoke_eval_passed (the worker
+// then completes it) and counts runs per attempt.
+func compileHandler(cands map[uuid.UUID]testfactory.Candidate, runs *sync.Map) worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
+		n, _ := runs.LoadOrStore(job.Attempt.ID, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return testfactory.CompileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID], nil)
+	})
+}
+
+// waitAllEnded waits until none of ids is live and returns their rows.
+func waitAllEnded(ctx context.Context, t *testing.T, pool *pgxpool.Pool, ids []uuid.UUID, within time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var live int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts
+			WHERE id = ANY($1) AND completed_at IS NULL`, ids).Scan(&live))
+		return live == 0
+	}, within, 10*time.Millisecond)
+}
+
+func TestDirectDelivery(t *testing.T) {
+	t.Parallel()
+
+	t.Run("TwoWorkersCompleteEveryAttemptOnce", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.NewDB(t)
+		pool := newPool(t, db, 24)
+		ctx := context.Background()
+		r := repo.New(nil)
+		testfactory.InstallLeaseAudit(ctx, t, pool)
+		docs := testfactory.SeedDocuments(ctx, t, pool, 6, 50)
+		ids := attemptIDs(testfactory.StartAll(ctx, t, r, pool, docs, 0))
+		var runs sync.Map
+		h := compileHandler(testfactory.Candidates(docs), &runs)
+		var counts observe.Counts
+		w1, _ := newDirectWorker(t, pool, h, pgsource.Config{Metrics: &counts}, worker.Config{Concurrency: 4})
+		w2, _ := newDirectWorker(t, pool, h, pgsource.Config{Metrics: &counts}, worker.Config{Concurrency: 4, SingleCompletions: true})
+		stop := testfactory.RunAll(ctx, t, w1.Run, w2.Run)
+		waitAllEnded(ctx, t, pool, ids, 60*time.Second)
+		stop()
+		for _, id := range ids {
+			rows := testfactory.RequireInvariants(ctx, t, pool, id)
+			require.Equal(t, kfstype.RunStateSucceeded, rows.Attempt.RunState)
+			require.EqualValues(t, 1, rows.Attempt.ExecutionAttempts)
+			require.EqualValues(t, 1, rows.Outbox.DispatchAttempts)
+			n, _ := runs.Load(id)
+			require.EqualValues(t, 1, n.(*atomic.Int32).Load(), "attempt %s ran more than once", id)
+		}
+		testfactory.RequireNoLeaseOverlap(ctx, t, pool)
+		require.EqualValues(t, len(ids), counts.Get(observe.FetchedLeases))
+		t.Logf("counts: %v", counts.Snapshot())
+		var span, run, wait string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT (max(completed_at) - min(created_at))::text, avg(completed_at - started_at)::text, avg(started_at - created_at)::text FROM document_compilation_attempts`).Scan(&span, &run, &wait))
+		t.Logf("span %s, avg run %s, avg wait %s", span, run, wait)
+	})
+
+	t.Run("ACommitWakesAnIdleSource", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.NewDB(t)
+		pool := newPool(t, db, 8)
+		ctx := context.Background()
+		docs := testfactory.SeedDocuments(ctx, t, pool, 1, 1)
+		ran := make(chan time.Time, 1)
+		h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
+			ran <- time.Now()
+			return testfactory.CompileJob(ctx, job, docs[0].Candidate, nil)
+		})
+		// A 30 s poll: only the notification can make this quick.
+		w, _ := newDirectWorker(t, pool, h, pgsource.Config{PollInterval: 30 * time.Second}, worker.Config{Concurrency: 2})
+		testfactory.RunAll(ctx, t, w.Run)
+		// Idle and registered: the source's registration row is there.
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_outbox_idle_listeners WHERE listener_id = $1`, w.ID()).Scan(&n))
+			return n == 1
+		}, 10*time.Second, 5*time.Millisecond)
+		tx, err := pool.Begin(ctx)
+		require.NoError(t, err)
+		_, err = repo.New(nil).Start(ctx, tx, docs[0].Scope.StartParams())
+		require.NoError(t, err)
+		committed := time.Now()
+		require.NoError(t, tx.Commit(ctx))
+		select {
+		case at := <-ran:
+			t.Logf("commit -> handler %s", at.Sub(committed))
+			require.Less(t, at.Sub(committed), 5*time.Second)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the committed Start did not wake the idle source")
+		}
+	})
+
+	t.Run("PollOnlyWorks", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.NewDB(t)
+		pool := newPool(t, db, 8)
+		ctx := context.Background()
+		docs := testfactory.SeedDocuments(ctx, t, pool, 2, 10)
+		var runs sync.Map
+		w, _ := newDirectWorker(t, pool, compileHandler(testfactory.Candidates(docs), &runs),
+			pgsource.Config{PollOnly: true, PollInterval: 50 * time.Millisecond}, worker.Config{Concurrency: 3})
+		testfactory.RunAll(ctx, t, w.Run)
+		ids := attemptIDs(testfactory.StartAll(ctx, t, repo.New(nil), pool, docs, 0))
+		waitAllEnded(ctx, t, pool, ids, 30*time.Second)
+		var listeners int
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_outbox_idle_listeners`).Scan(&listeners))
+		require.Zero(t, listeners, "a poll-only source never registers idle")
+	})
+
+	t.Run("AStoppingWorkerHandsItsLeasesBack", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.NewDB(t)
+		pool := newPool(t, db, 8)
+		ctx := context.Background()
+		docs := testfactory.SeedDocuments(ctx, t, pool, 1, 4)
+		ids := attemptIDs(testfactory.StartAll(ctx, t, repo.New(nil), pool, docs, 0))
+		started := make(chan struct{}, len(ids))
+		h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		w, _ := newDirectWorker(t, pool, h, pgsource.Config{}, worker.Config{Concurrency: 2})
+		stop := testfactory.RunAll(ctx, t, w.Run)
+		for range 2 {
+			<-started
+		}
+		stop()
+		var states []kfstype.RunState
+		for _, id := range ids {
+			rows := testfactory.RequireInvariants(ctx, t, pool, id)
+			states = append(states, rows.Attempt.RunState)
+			if rows.Attempt.RunState == kfstype.RunStateRetryWait {
+				require.Equal(t, new(worker.ErrorCodeWorkerShutdown), rows.Attempt.LastErrorCode)
+			}
+		}
+		require.ElementsMatch(t, []kfstype.RunState{kfstype.RunStateRetryWait, kfstype.RunStateRetryWait,
+			kfstype.RunStateDispatchPending, kfstype.RunStateDispatchPending}, states,
+			"the two running attempts are handed back, the two others never fetched")
+	})
+}
+
+// TestSourceRefusesBadUse covers the source's own checks.
+func TestSourceRefusesBadUse(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	_, err := pgsource.New(nil, nil)
+	require.Error(t, err)
+	for name, cfg := range map[string]pgsource.Config{
+		"BatchSize":  {BatchSize: repo.MaxBatchSize + 1},
+		"PerTenant":  {PerTenant: -1},
+		"MaxTenants": {MaxTenants: repo.MaxFetchTenants + 1},
+		"Negative":   {PollInterval: -time.Second},
+	} {
+		_, err := pgsource.New(db.Pool, &cfg)
+		require.Error(t, err, name)
+	}
+	src, err := pgsource.New(db.Pool, nil)
+	require.NoError(t, err)
+	_, err = src.Receive(context.Background())
+	require.ErrorIs(t, err, pgsource.ErrNotBound)
+	require.ErrorIs(t, src.Run(context.Background()), pgsource.ErrNotBound)
+	h := worker.HandlerFunc(func(context.Context, *worker.Job) error { return nil })
+	_, err = worker.New(db.Pool, src, h, &worker.Config{ID: "worker-one"})
+	require.NoError(t, err)
+	_, err = worker.New(db.Pool, src, h, &worker.Config{ID: "worker-two"})
+	require.ErrorContains(t, err, "bound to worker \"worker-one\"")
+}
