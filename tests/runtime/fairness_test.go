@@ -1,0 +1,75 @@
+package runtime_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/pgsource"
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+	"github.com/knowledgefs/kfsdb/worker"
+)
+
+// startMany starts every document in batches of repo.MaxBatchSize.
+func startMany(ctx context.Context, t *testing.T, pool repo.DBTX, docs []testfactory.Document) []uuid.UUID {
+	t.Helper()
+	r := repo.New(nil)
+	var ids []uuid.UUID
+	for i := 0; i < len(docs); i += repo.MaxBatchSize {
+		var ps []*repo.StartParams
+		for _, d := range docs[i:min(i+repo.MaxBatchSize, len(docs))] {
+			ps = append(ps, d.Scope.StartParams())
+		}
+		res, err := r.StartMany(ctx, pool, ps)
+		require.NoError(t, err)
+		for _, s := range res {
+			require.NoError(t, s.Err)
+			ids = append(ids, s.Attempt.ID)
+		}
+	}
+	return ids
+}
+
+// TestNoisyTenantDoesNotStarveQuietOnes: one tenant's backlog of 5,000
+// attempts is started first, then 20 tenants start 20 each. Every quiet
+// tenant's attempt must finish while the flood is still draining: most of
+// it is still waiting when the last quiet attempt ends.
+func TestNoisyTenantDoesNotStarveQuietOnes(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	pool := newPool(t, db, 16)
+	ctx := context.Background()
+	flood := testfactory.SeedDocuments(ctx, t, pool, 1, 5000)
+	quiet := testfactory.SeedDocuments(ctx, t, pool, 20, 20)
+	floodIDs := startMany(ctx, t, pool, flood)
+	quietIDs := startMany(ctx, t, pool, quiet)
+	require.Len(t, floodIDs, 5000)
+	require.Len(t, quietIDs, 400)
+
+	cands := testfactory.Candidates(append(flood, quiet...))
+	h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
+		c := cands[job.Attempt.KnowledgeSpaceID]
+		job.CompleteThrough(c.ID, c.Fingerprint)
+		return nil
+	})
+	w, _ := newDirectWorker(t, pool, h, pgsource.Config{}, worker.Config{Concurrency: 8})
+	stop := testfactory.RunAll(ctx, t, w.Run)
+	waitAllEnded(ctx, t, pool, quietIDs, 120*time.Second)
+	var floodLeft, floodDone int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE completed_at IS NULL), count(*) FILTER (WHERE run_state = 'succeeded')
+		FROM document_compilation_attempts WHERE id = ANY($1)`, floodIDs).Scan(&floodLeft, &floodDone))
+	stop()
+	t.Logf("when the last quiet attempt ended: flood %d done, %d still waiting", floodDone, floodLeft)
+	// Served round by round, the 400 quiet attempts go with about as many
+	// of the flood's (21 tenants, one each per round).
+	require.Greater(t, floodLeft, 4000, "the quiet tenants waited behind the flood")
+	var notSucceeded int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts
+		WHERE id = ANY($1) AND run_state <> 'succeeded'`, quietIDs).Scan(&notSucceeded))
+	require.Zero(t, notSucceeded)
+}
