@@ -123,6 +123,11 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.OutboxListenerIdle(ctx, pool, &repo.ListenerIdleParams{ListenerID: "plan-relay", TTL: time.Minute})
 	require.NoError(t, err)
+	// Direct delivery walks 50 tenants of history and one with a due row.
+	drv.Start(ctx, t, testfactory.NewScope(ctx, t, pool, nil), nil)
+	fetched, err := r.FetchLeases(ctx, pool, &repo.FetchLeasesParams{WorkerID: "plan-worker", BatchSize: 8})
+	require.NoError(t, err)
+	require.Len(t, fetched.Leased, 1)
 
 	// Statements that find rows by a scan of history name the index that
 	// must serve them; point lookups by id may use any index (the planner
@@ -131,6 +136,10 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	want := map[string][]string{
 		"StartAttempt":    {"document_compilation_attempts_scope_version_active_uq"},
 		"ClaimOutbox":     {"document_compilation_outbox_delivery_due_idx"},
+		// Tenants are walked and their live attempts read off one index
+		// (tenant_id, completed_at IS NULL, id); the outbox row by its
+		// attempt.
+		"FetchLeases": {"document_compilation_attempts_tenant_completed_idx", "document_compilation_outbox_attempt_event_uq"},
 		"MarkDispatched":  nil,
 		"AcquireLease":    nil,
 		"Heartbeat":       nil,
