@@ -40,7 +40,7 @@ offers AS (
     FROM tenant_walk w
    CROSS JOIN LATERAL (
      SELECT a.id AS attempt_id, o.id AS outbox_id,
-            row_number() OVER (ORDER BY a.id) AS round
+            row_number() OVER (ORDER BY a.tenant_id, a.completed_at, a.id) AS round
        FROM document_compilation_attempts a
        JOIN document_compilation_outbox o ON o.attempt_id = a.id
       WHERE a.tenant_id = w.tenant_id
@@ -49,7 +49,10 @@ offers AS (
               AND o.available_at <= coalesce($3::timestamptz, now()))
              OR (o.status = 'dispatching'
                  AND o.locked_until <= coalesce($3::timestamptz, now())))
-      ORDER BY a.id
+      -- The index's own order (tenant and completed_at are fixed here):
+      -- ordering by id alone lets the planner walk the primary key and
+      -- filter by tenant, a scan of the whole table for a small tenant.
+      ORDER BY a.tenant_id, a.completed_at, a.id
       LIMIT $4::integer
    ) offer
 ),
