@@ -35,9 +35,36 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos) AS (
    WHERE w.pos < $2::integer
      AND nxt.tenant_id <> w.first_tenant
 ),
+capped AS (
+  SELECT l.tenant_id, l.max_running, l.leased_by_xid
+    FROM document_compilation_tenant_limits l
+   WHERE l.tenant_id IN (SELECT tenant_id FROM tenant_walk)
+     FOR UPDATE SKIP LOCKED
+),
+quotas AS (
+  SELECT w.tenant_id, w.pos,
+         CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
+                THEN $3::integer
+              WHEN c.tenant_id IS NULL
+                   OR (c.leased_by_xid IS NOT NULL
+                       AND NOT pg_visible_in_snapshot(c.leased_by_xid, pg_current_snapshot()))
+                THEN 0
+              ELSE least($3::integer, c.max_running - (
+                     SELECT count(*)::integer
+                       FROM (SELECT 1
+                               FROM document_compilation_attempts a
+                              WHERE a.tenant_id = w.tenant_id
+                                AND a.completed_at IS NULL
+                                AND a.run_state = 'running'
+                                AND a.lease_expires_at > coalesce($4::timestamptz, now())
+                              LIMIT c.max_running) live))
+         END AS quota
+    FROM tenant_walk w
+    LEFT JOIN capped c ON c.tenant_id = w.tenant_id
+),
 offers AS (
   SELECT w.tenant_id, w.pos, offer.attempt_id, offer.outbox_id, offer.round
-    FROM tenant_walk w
+    FROM quotas w
    CROSS JOIN LATERAL (
      SELECT a.id AS attempt_id, o.id AS outbox_id,
             row_number() OVER (ORDER BY a.tenant_id, a.completed_at, a.id) AS round
@@ -46,34 +73,35 @@ offers AS (
       WHERE a.tenant_id = w.tenant_id
         AND a.completed_at IS NULL
         AND ((o.status IN ('pending', 'dispatched', 'leased')
-              AND o.available_at <= coalesce($3::timestamptz, now()))
+              AND o.available_at <= coalesce($4::timestamptz, now()))
              OR (o.status = 'dispatching'
-                 AND o.locked_until <= coalesce($3::timestamptz, now())))
+                 AND o.locked_until <= coalesce($4::timestamptz, now())))
       -- The index's own order (tenant and completed_at are fixed here):
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.
       ORDER BY a.tenant_id, a.completed_at, a.id
-      LIMIT $4::integer
+      LIMIT w.quota
    ) offer
+   WHERE w.quota > 0
 ),
 picked AS (
   -- Locked rows are their newest versions: row_version is read here.
-  SELECT a.id AS attempt_id, o.id AS outbox_id, a.row_version,
+  SELECT a.id AS attempt_id, o.id AS outbox_id, a.tenant_id, a.row_version,
          a.execution_attempts >= a.max_execution_attempts AS exhausted
     FROM offers
     JOIN document_compilation_attempts a ON a.id = offers.attempt_id
     JOIN document_compilation_outbox o ON o.id = offers.outbox_id
    WHERE ((o.status IN ('pending', 'dispatched', 'leased')
-           AND o.available_at <= coalesce($3::timestamptz, now()))
+           AND o.available_at <= coalesce($4::timestamptz, now()))
           OR (o.status = 'dispatching'
-              AND o.locked_until <= coalesce($3::timestamptz, now())))
+              AND o.locked_until <= coalesce($4::timestamptz, now())))
      -- guard:awaiting-delivery
      AND (a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
           OR (a.run_state = 'running'
-              AND a.lease_expires_at <= coalesce($3::timestamptz, now())))
+              AND a.lease_expires_at <= coalesce($4::timestamptz, now())))
      -- end guard
      AND (a.run_state <> 'retry_wait'
-          OR a.retry_at <= coalesce($3::timestamptz, now()))
+          OR a.retry_at <= coalesce($4::timestamptz, now()))
    ORDER BY offers.round, offers.pos
    LIMIT $5::integer
      FOR UPDATE OF a, o SKIP LOCKED
@@ -81,16 +109,16 @@ picked AS (
 leased_outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'leased',
-         available_at = coalesce($3::timestamptz, now()) + $6::interval,
+         available_at = coalesce($4::timestamptz, now()) + $6::interval,
          dispatch_attempts = o.dispatch_attempts + 1,
-         delivered_at = coalesce($3::timestamptz, now()),
+         delivered_at = coalesce($4::timestamptz, now()),
          -- Deterministic and never reused: the attempt's row_version only
          -- grows, so a redelivery (a lost worker's lease fetched again, a
          -- retry) carries another id than the delivery before it.
          queue_job_id = 'pg:' || o.id::text || ':' || (o.dispatch_attempts + 1)::text || ':' || (picked.row_version + 1)::text,
          external_job_id = NULL,
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($3::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
     FROM picked
    WHERE o.id = picked.outbox_id
      AND NOT picked.exhausted
@@ -102,14 +130,14 @@ leased AS (
          execution_attempts = a.execution_attempts + 1,
          worker_id = $7::text,
          lease_token = gen_random_uuid(),
-         lease_expires_at = coalesce($3::timestamptz, now()) + $6::interval,
-         heartbeat_at = coalesce($3::timestamptz, now()),
-         started_at = coalesce(a.started_at, coalesce($3::timestamptz, now())),
+         lease_expires_at = coalesce($4::timestamptz, now()) + $6::interval,
+         heartbeat_at = coalesce($4::timestamptz, now()),
+         started_at = coalesce(a.started_at, coalesce($4::timestamptz, now())),
          retry_at = NULL,
          queue_job_id = leased_outbox.queue_job_id,
          external_job_id = NULL,
          row_version = a.row_version + 1,
-         updated_at = coalesce($3::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
     FROM leased_outbox
    WHERE a.id = leased_outbox.attempt_id
   RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
@@ -118,7 +146,7 @@ exhausted_outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'dead',
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($3::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
     FROM picked
    WHERE o.id = picked.outbox_id
      AND picked.exhausted
@@ -128,16 +156,24 @@ exhausted AS (
   UPDATE document_compilation_attempts a
      SET run_state = 'failed',
          active_slot = NULL,
-         completed_at = coalesce($3::timestamptz, now()),
+         completed_at = coalesce($4::timestamptz, now()),
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
          retry_at = NULL,
          last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
          last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
          row_version = a.row_version + 1,
-         updated_at = coalesce($3::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
     FROM exhausted_outbox
    WHERE a.id = exhausted_outbox.attempt_id
   RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
+),
+stamped AS (
+  UPDATE document_compilation_tenant_limits l
+     SET leased_by_xid = pg_current_xact_id(),
+         updated_at = coalesce($4::timestamptz, now())
+    FROM capped
+   WHERE l.tenant_id = capped.tenant_id
+     AND EXISTS (SELECT 1 FROM picked WHERE picked.tenant_id = l.tenant_id AND NOT picked.exhausted)
 ),
 awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l
@@ -156,8 +192,8 @@ SELECT exhausted.id, exhausted.tenant_id, exhausted.knowledge_space_id, exhauste
 type FetchLeasesParams struct {
 	AfterTenant   string
 	MaxTenants    int32
-	Now           *time.Time
 	PerTenant     int32
+	Now           *time.Time
 	BatchSize     int32
 	LeaseDuration time.Duration
 	WorkerID      string
@@ -227,16 +263,24 @@ type FetchLeasesRow struct {
 // are re-checked on their newest versions when locked (READ COMMITTED
 // re-evaluates the WHERE of a row that changed since the snapshot), so a
 // pair that a cancel, a relay or another fetcher changed meanwhile is
-// skipped. A fetch that leased rows ends its worker's idle registration
-// (OutboxListenerIdle), as ClaimOutbox does for a relay.
+// skipped. A tenant with a cap (document_compilation_tenant_limits,
+// migration 0008, whose header says why it holds across processes) is
+// offered only its free places. A fetch that leased rows ends its worker's
+// idle registration (OutboxListenerIdle), as ClaimOutbox does for a relay.
+// Capped tenants of the walk (migration 0008), locked without waiting:
+// a fetch leasing for a capped tenant makes the others skip it.
+// What each tenant may get: per_tenant, or for a capped tenant its free
+// places, and none while another fetch holds its row or when the last
+// fetch that leased for it committed after this statement's snapshot
+// (its leases would be missing from the count).
 // A lease is progress (async_commit may apply); an exhausted attempt's
 // failure is an outcome, and then the whole commit stays synchronous.
 func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesParams) ([]*FetchLeasesRow, error) {
 	rows, err := db.Query(ctx, fetchLeases,
 		arg.AfterTenant,
 		arg.MaxTenants,
-		arg.Now,
 		arg.PerTenant,
+		arg.Now,
 		arg.BatchSize,
 		arg.LeaseDuration,
 		arg.WorkerID,

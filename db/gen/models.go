@@ -84,6 +84,13 @@ type DocumentCompilationOutboxIdleListener struct {
 	ExpiresAt  time.Time
 }
 
+type DocumentCompilationTenantLimit struct {
+	TenantID    string
+	MaxRunning  int32
+	LeasedByXid pgtype.Uint64
+	UpdatedAt   time.Time
+}
+
 type KnowledgeSpace struct {
 	ID          uuid.UUID
 	TenantID    string

@@ -31,8 +31,10 @@
 -- are re-checked on their newest versions when locked (READ COMMITTED
 -- re-evaluates the WHERE of a row that changed since the snapshot), so a
 -- pair that a cancel, a relay or another fetcher changed meanwhile is
--- skipped. A fetch that leased rows ends its worker's idle registration
--- (OutboxListenerIdle), as ClaimOutbox does for a relay.
+-- skipped. A tenant with a cap (document_compilation_tenant_limits,
+-- migration 0008, whose header says why it holds across processes) is
+-- offered only its free places. A fetch that leased rows ends its worker's
+-- idle registration (OutboxListenerIdle), as ClaimOutbox does for a relay.
 WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos) AS (
   SELECT t.tenant_id, t.tenant_id, 1
     FROM (SELECT coalesce(
@@ -54,9 +56,42 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos) AS (
    WHERE w.pos < @max_tenants::integer
      AND nxt.tenant_id <> w.first_tenant
 ),
+-- Capped tenants of the walk (migration 0008), locked without waiting:
+-- a fetch leasing for a capped tenant makes the others skip it.
+capped AS (
+  SELECT l.tenant_id, l.max_running, l.leased_by_xid
+    FROM document_compilation_tenant_limits l
+   WHERE l.tenant_id IN (SELECT tenant_id FROM tenant_walk)
+     FOR UPDATE SKIP LOCKED
+),
+-- What each tenant may get: per_tenant, or for a capped tenant its free
+-- places, and none while another fetch holds its row or when the last
+-- fetch that leased for it committed after this statement's snapshot
+-- (its leases would be missing from the count).
+quotas AS (
+  SELECT w.tenant_id, w.pos,
+         CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
+                THEN @per_tenant::integer
+              WHEN c.tenant_id IS NULL
+                   OR (c.leased_by_xid IS NOT NULL
+                       AND NOT pg_visible_in_snapshot(c.leased_by_xid, pg_current_snapshot()))
+                THEN 0
+              ELSE least(@per_tenant::integer, c.max_running - (
+                     SELECT count(*)::integer
+                       FROM (SELECT 1
+                               FROM document_compilation_attempts a
+                              WHERE a.tenant_id = w.tenant_id
+                                AND a.completed_at IS NULL
+                                AND a.run_state = 'running'
+                                AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+                              LIMIT c.max_running) live))
+         END AS quota
+    FROM tenant_walk w
+    LEFT JOIN capped c ON c.tenant_id = w.tenant_id
+),
 offers AS (
   SELECT w.tenant_id, w.pos, offer.attempt_id, offer.outbox_id, offer.round
-    FROM tenant_walk w
+    FROM quotas w
    CROSS JOIN LATERAL (
      SELECT a.id AS attempt_id, o.id AS outbox_id,
             row_number() OVER (ORDER BY a.tenant_id, a.completed_at, a.id) AS round
@@ -72,12 +107,13 @@ offers AS (
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.
       ORDER BY a.tenant_id, a.completed_at, a.id
-      LIMIT @per_tenant::integer
+      LIMIT w.quota
    ) offer
+   WHERE w.quota > 0
 ),
 picked AS (
   -- Locked rows are their newest versions: row_version is read here.
-  SELECT a.id AS attempt_id, o.id AS outbox_id, a.row_version,
+  SELECT a.id AS attempt_id, o.id AS outbox_id, a.tenant_id, a.row_version,
          a.execution_attempts >= a.max_execution_attempts AS exhausted
     FROM offers
     JOIN document_compilation_attempts a ON a.id = offers.attempt_id
@@ -157,6 +193,14 @@ exhausted AS (
     FROM exhausted_outbox
    WHERE a.id = exhausted_outbox.attempt_id
   RETURNING a.*
+),
+stamped AS (
+  UPDATE document_compilation_tenant_limits l
+     SET leased_by_xid = pg_current_xact_id(),
+         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    FROM capped
+   WHERE l.tenant_id = capped.tenant_id
+     AND EXISTS (SELECT 1 FROM picked WHERE picked.tenant_id = l.tenant_id AND NOT picked.exhausted)
 ),
 awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l

@@ -40,6 +40,12 @@ GRANT SELECT, INSERT, UPDATE, DELETE
   ON TABLE document_compilation_outbox_idle_listeners
   TO kfsdb_app;
 
+-- Per-tenant caps of direct delivery (migration 0008): every fetch reads
+-- and stamps them; SetTenantLimit writes them.
+GRANT SELECT, INSERT, UPDATE, DELETE
+  ON TABLE document_compilation_tenant_limits
+  TO kfsdb_app;
+
 -- Tables kfsdb reads but never writes (Start checks the space, asset
 -- version and publication head; Advance checks the candidate publication).
 -- The platform's own role writes them.

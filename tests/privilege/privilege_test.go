@@ -108,6 +108,8 @@ func TestLeastPrivilege(t *testing.T) {
 			"document_compilation_outbox:SELECT", "document_compilation_outbox:UPDATE",
 			"document_compilation_outbox_idle_listeners:DELETE", "document_compilation_outbox_idle_listeners:INSERT",
 			"document_compilation_outbox_idle_listeners:SELECT", "document_compilation_outbox_idle_listeners:UPDATE",
+			"document_compilation_tenant_limits:DELETE", "document_compilation_tenant_limits:INSERT",
+			"document_compilation_tenant_limits:SELECT", "document_compilation_tenant_limits:UPDATE",
 			"knowledge_spaces:SELECT",
 			"projection_set_publication_heads:SELECT",
 			"projection_set_publications:SELECT",

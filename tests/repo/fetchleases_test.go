@@ -193,16 +193,9 @@ func TestFetchLeases(t *testing.T) {
 	t.Run("InterleavesTenants", func(t *testing.T) {
 		b := setup(t)
 		// tenant-a has a backlog of 10 started first; b and c one each.
-		flood := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: new("tenant-a")})
-		for v := int32(2); v <= 11; v++ {
-			s := *flood
-			s.DocumentAssetID, s.DocumentVersion = uuid.New(), v
-			insertAsset(b, t, &s)
-			b.drv.Start(b.ctx, t, &s, nil)
-		}
-		for _, tenant := range []string{"tenant-b", "tenant-c"} {
-			b.drv.Start(b.ctx, t, testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: new(tenant)}), nil)
-		}
+		b.startN(t, "tenant-a", 10)
+		b.startN(t, "tenant-b", 1)
+		b.startN(t, "tenant-c", 1)
 		res := b.fetch(t, "worker-direct", 3)
 		require.ElementsMatch(t, []string{"tenant-a", "tenant-b", "tenant-c"}, tenantsOf(res.Leased))
 		require.Equal(t, "tenant-c", res.NextAfterTenant)

@@ -144,7 +144,7 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.ScheduleRetry": {Fn: (*repo.Repo).ScheduleRetry, Args: []any{r, ctx, pool, &repo.ScheduleRetryParams{Lease: lease(),
 			RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "m"}}, Deep: []int{3}},
 		"Repo.CompleteMany": {Fn: (*repo.Repo).CompleteMany, Args: []any{r, ctx, pool, []repo.CompleteManyEntry{entry(), entry()}}, Deep: []int{3}},
-		"Repo.FetchLeases": {Fn: (*repo.Repo).FetchLeases, Args: []any{r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1}}, Deep: []int{3}},
+		"Repo.FetchLeases":  {Fn: (*repo.Repo).FetchLeases, Args: []any{r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1}}, Deep: []int{3}},
 		"Repo.ClaimOutbox": {Fn: (*repo.Repo).ClaimOutbox, Args: []any{r, ctx, pool, &repo.ClaimParams{RelayID: "relay",
 			BatchSize: 10, LockDuration: time.Minute}}, Deep: []int{3}},
 		"Repo.MarkDispatched": {Fn: (*repo.Repo).MarkDispatched, Args: []any{r, ctx, pool, &repo.MarkDispatchedParams{
@@ -159,6 +159,9 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.GetAttemptWithOutbox": {Fn: (*repo.Repo).GetAttemptWithOutbox, Args: []any{r, ctx, pool, "tenant", id()}, Deep: []int{3}},
 		"Repo.ListDocumentVersionAttempts": {Fn: (*repo.Repo).ListDocumentVersionAttempts, Args: []any{r, ctx, pool, &repo.DocumentVersion{
 			TenantID: "tenant", KnowledgeSpaceID: id(), DocumentAssetID: id(), DocumentVersion: 1}}, Deep: []int{3}},
+		"Repo.SetTenantLimit":    {Fn: (*repo.Repo).SetTenantLimit, Args: []any{r, ctx, pool, &repo.TenantLimit{TenantID: "tenant", MaxRunning: 2}}, Deep: []int{3}},
+		"Repo.RemoveTenantLimit": {Fn: (*repo.Repo).RemoveTenantLimit, Args: []any{r, ctx, pool, "tenant"}, Deep: []int{3}},
+		"Repo.TenantLimits":      {Fn: (*repo.Repo).TenantLimits, Args: []any{r, ctx, pool}},
 		"Repo.CountLiveAttempts": {Fn: (*repo.Repo).CountLiveAttempts, Args: []any{r, ctx, pool, "tenant"}, Deep: []int{3}},
 	}
 	apiwalk.Walk(t, "../../repo", cases, inputRules, func(call func()) func(*testing.T, string, error) {

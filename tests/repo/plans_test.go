@@ -134,12 +134,12 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	// picks pkey, or a composite index that ends in id), but never a
 	// sequential scan.
 	want := map[string][]string{
-		"StartAttempt":    {"document_compilation_attempts_scope_version_active_uq"},
-		"ClaimOutbox":     {"document_compilation_outbox_delivery_due_idx"},
+		"StartAttempt": {"document_compilation_attempts_scope_version_active_uq"},
+		"ClaimOutbox":  {"document_compilation_outbox_delivery_due_idx"},
 		// Tenants are walked and their live attempts read off one index
 		// (tenant_id, completed_at IS NULL, id); the outbox row by its
 		// attempt.
-		"FetchLeases": {"document_compilation_attempts_tenant_completed_idx", "document_compilation_outbox_attempt_event_uq"},
+		"FetchLeases":     {"document_compilation_attempts_tenant_completed_idx", "document_compilation_outbox_attempt_event_uq"},
 		"MarkDispatched":  nil,
 		"AcquireLease":    nil,
 		"Heartbeat":       nil,
