@@ -14,26 +14,24 @@ import (
 
 const fetchLeases = `-- name: FetchLeases :many
 
-WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos) AS (
-  SELECT t.tenant_id, t.tenant_id, 1
-    FROM (SELECT coalesce(
-            (SELECT a.tenant_id FROM document_compilation_attempts a
-              WHERE a.tenant_id > $1::text ORDER BY a.tenant_id LIMIT 1),
-            (SELECT a.tenant_id FROM document_compilation_attempts a
-              ORDER BY a.tenant_id LIMIT 1)) AS tenant_id) t
-   WHERE t.tenant_id IS NOT NULL
+WITH RECURSIVE tenant_walk (tenant_id, first_tenant, lowest_tenant, pos) AS (
+  SELECT coalesce(t.after_cursor, t.lowest) AS tenant_id, coalesce(t.after_cursor, t.lowest) AS first_tenant,
+         t.lowest AS lowest_tenant, 1 AS pos
+    FROM (SELECT (SELECT a.tenant_id FROM document_compilation_attempts a
+                   WHERE a.tenant_id > $1::text ORDER BY a.tenant_id LIMIT 1) AS after_cursor,
+                 (SELECT a.tenant_id FROM document_compilation_attempts a
+                   ORDER BY a.tenant_id LIMIT 1) AS lowest) t
+   WHERE t.lowest IS NOT NULL
   UNION ALL
-  SELECT nxt.tenant_id, w.first_tenant, w.pos + 1
+  -- The next tenant, or the lowest again (the walk wraps) until the first.
+  SELECT coalesce(nxt.tenant_id, w.lowest_tenant), w.first_tenant, w.lowest_tenant, w.pos + 1
     FROM tenant_walk w
    CROSS JOIN LATERAL (
-     SELECT coalesce(
-              (SELECT a.tenant_id FROM document_compilation_attempts a
-                WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
-              (SELECT a.tenant_id FROM document_compilation_attempts a
-                ORDER BY a.tenant_id LIMIT 1)) AS tenant_id
+     SELECT (SELECT a.tenant_id FROM document_compilation_attempts a
+              WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1) AS tenant_id
    ) nxt
    WHERE w.pos < $2::integer
-     AND nxt.tenant_id <> w.first_tenant
+     AND coalesce(nxt.tenant_id, w.lowest_tenant) <> w.first_tenant
 ),
 capped AS (
   SELECT l.tenant_id, l.max_running, l.leased_by_xid

@@ -35,26 +35,24 @@
 -- migration 0008, whose header says why it holds across processes) is
 -- offered only its free places. A fetch that leased rows ends its worker's
 -- idle registration (OutboxListenerIdle), as ClaimOutbox does for a relay.
-WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos) AS (
-  SELECT t.tenant_id, t.tenant_id, 1
-    FROM (SELECT coalesce(
-            (SELECT a.tenant_id FROM document_compilation_attempts a
-              WHERE a.tenant_id > @after_tenant::text ORDER BY a.tenant_id LIMIT 1),
-            (SELECT a.tenant_id FROM document_compilation_attempts a
-              ORDER BY a.tenant_id LIMIT 1)) AS tenant_id) t
-   WHERE t.tenant_id IS NOT NULL
+WITH RECURSIVE tenant_walk (tenant_id, first_tenant, lowest_tenant, pos) AS (
+  SELECT coalesce(t.after_cursor, t.lowest) AS tenant_id, coalesce(t.after_cursor, t.lowest) AS first_tenant,
+         t.lowest AS lowest_tenant, 1 AS pos
+    FROM (SELECT (SELECT a.tenant_id FROM document_compilation_attempts a
+                   WHERE a.tenant_id > @after_tenant::text ORDER BY a.tenant_id LIMIT 1) AS after_cursor,
+                 (SELECT a.tenant_id FROM document_compilation_attempts a
+                   ORDER BY a.tenant_id LIMIT 1) AS lowest) t
+   WHERE t.lowest IS NOT NULL
   UNION ALL
-  SELECT nxt.tenant_id, w.first_tenant, w.pos + 1
+  -- The next tenant, or the lowest again (the walk wraps) until the first.
+  SELECT coalesce(nxt.tenant_id, w.lowest_tenant), w.first_tenant, w.lowest_tenant, w.pos + 1
     FROM tenant_walk w
    CROSS JOIN LATERAL (
-     SELECT coalesce(
-              (SELECT a.tenant_id FROM document_compilation_attempts a
-                WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
-              (SELECT a.tenant_id FROM document_compilation_attempts a
-                ORDER BY a.tenant_id LIMIT 1)) AS tenant_id
+     SELECT (SELECT a.tenant_id FROM document_compilation_attempts a
+              WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1) AS tenant_id
    ) nxt
    WHERE w.pos < @max_tenants::integer
-     AND nxt.tenant_id <> w.first_tenant
+     AND coalesce(nxt.tenant_id, w.lowest_tenant) <> w.first_tenant
 ),
 -- Capped tenants of the walk (migration 0008), locked without waiting:
 -- a fetch leasing for a capped tenant makes the others skip it.
