@@ -126,6 +126,10 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 # Flags of `kfsdb bench` for bench-kfsdb, e.g. BENCH_ARGS='--duration 30s --rate 300'.
 BENCH_ARGS ?=
 
+.PHONY: bench-lifecycle
+bench-lifecycle: ## The lifecycle side by side on one fsync-on server: kfsdb direct, kfsdb relay, River; ROUNDS (3) interleaved rounds, unpaced and RATES (150 300); CPU, WAL and statements per item; bench/out/lifecycle.txt(.md).
+	scripts/bench-lifecycle.sh
+
 .PHONY: bench-kfsdb
 bench-kfsdb: ## `kfsdb bench` (lifecycle load driver, report table) on a throwaway server, or on KFS_BENCH_DATABASE_URL's; BENCH_ARGS passes its flags.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))

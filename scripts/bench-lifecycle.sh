@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The lifecycle, side by side on one server: kfsdb's direct delivery
+# (`kfsdb bench --delivery postgres`), kfsdb's relay path (`--delivery
+# relay`) and River (bench/river), interleaved, ROUNDS rounds of each load
+# (unpaced, then each rate of RATES), PRODUCERS producers and SLOTS worker
+# slots for SECONDS each. Around every run it reads, from outside the
+# programs and the same way for all three: the PostgreSQL container's CPU
+# (cgroup cpuacct), the WAL written (pg_current_wal_lsn) and the statements
+# executed (pg_stat_statements calls), each per completed item.
+#
+# Usage: scripts/bench-lifecycle.sh [OUT]   (make bench-lifecycle)
+# Without KFS_BENCH_DATABASE_URL it starts an fsync-on server with its data
+# on a Docker volume (as the official image keeps it) and removes it after.
+# OUT (default bench/out/lifecycle.txt) gets one line per run; the summary
+# (medians per load and side, ratios to River) goes to stdout and OUT.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$PWD
+out=${1:-bench/out/lifecycle.txt}
+mkdir -p "$(dirname "$out")"
+ROUNDS=${ROUNDS:-3}
+RATES=${RATES:-150 300}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+PRODUCERS=${PRODUCERS:-8}
+SLOTS=${SLOTS:-8}
+SIDES=${SIDES:-postgres relay river}
+image=${KFS_TEST_POSTGRES_IMAGE:-kfsdb-postgres:17}
+export GOWORK=off
+
+bin=$(mktemp -d "${TMPDIR:-/tmp}/kfsdb-bench-lifecycle.XXXXXX")
+container=
+cleanup() {
+	[ -n "$container" ] && docker rm -fv "$container" >/dev/null 2>&1 || true
+	rm -rf "$bin"
+}
+trap cleanup EXIT
+
+echo "== building kfsdb and the River peer"
+(cd cmd/kfsdb && go build -o "$bin/kfsdb" .)
+(cd bench/river && go build -o "$bin/riverbench" .)
+
+url=${KFS_BENCH_DATABASE_URL:-}
+cgroup=
+if [ -z "$url" ]; then
+	container=kfsdb-bench-lifecycle-$$
+	docker run -d --name "$container" -e POSTGRES_PASSWORD=bench \
+		--mount type=volume,dst=/var/lib/postgresql/data \
+		-p 127.0.0.1::5432 "$image" postgres -c shared_buffers=128MB \
+		-c max_connections=200 -c shared_preload_libraries=pg_stat_statements >/dev/null
+	port=$(docker port "$container" 5432/tcp | head -n1 | sed 's/.*://')
+	url="postgres://postgres:bench@127.0.0.1:$port/postgres?sslmode=disable"
+	for _ in $(seq 1 60); do
+		psql "$url" -Atqc 'SELECT 1' >/dev/null 2>&1 && break
+		sleep 1
+	done
+	id=$(docker inspect --format '{{.Id}}' "$container")
+	for c in "/sys/fs/cgroup/cpuacct/docker/$id/cpuacct.usage" "/sys/fs/cgroup/system.slice/docker-$id.scope/cpu.stat"; do
+		[ -r "$c" ] && cgroup=$c && break
+	done
+fi
+psql "$url" -Atqc 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements' >/dev/null 2>&1 || true
+echo "== server: $(psql "$url" -Atqc 'SELECT version()' | cut -d' ' -f1-2), fsync $(psql "$url" -Atqc 'SHOW fsync'), cgroup ${cgroup:-none}"
+
+# cpu_ns prints the server's CPU time so far in ns (0 when unknown).
+cpu_ns() {
+	case "$cgroup" in
+	*cpuacct.usage) cat "$cgroup" ;;
+	*cpu.stat) awk '/^usage_usec/ {print $2 * 1000}' "$cgroup" ;;
+	*) echo 0 ;;
+	esac
+}
+lsn() { psql "$url" -Atqc 'SELECT pg_current_wal_lsn()'; }
+calls() { psql "$url" -Atqc "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '-- name:%'" 2>/dev/null || echo 0; }
+
+# ms converts a Go duration (1.2s, 92ms, 850µs) to milliseconds.
+ms() { awk -v d="$1" 'BEGIN {
+	if (d ~ /µs$/) { sub(/µs$/, "", d); print d / 1000 }
+	else if (d ~ /ms$/) { sub(/ms$/, "", d); print d + 0 }
+	else if (d ~ /m[0-9.]+s$/) { split(d, p, "m"); sub(/s$/, "", p[2]); print (p[1] * 60 + p[2]) * 1000 }
+	else if (d ~ /s$/) { sub(/s$/, "", d); print d * 1000 }
+	else print d + 0 }'; }
+
+# run SIDE RATE: one run, one line: side rate throughput p50ms p99ms completed cpu_us/item wal_bytes/item statements/item
+run() {
+	local side=$1 rate=$2 log="$bin/run.log"
+	psql "$url" -Atqc 'SELECT pg_stat_statements_reset()' >/dev/null 2>&1 || true
+	local c0 w0 s0 c1 w1 s1
+	c0=$(cpu_ns); w0=$(lsn); s0=$(calls)
+	case $side in
+	river)
+		"$bin/riverbench" -url "$url" -producers "$PRODUCERS" -workers "$SLOTS" -seconds "$SECONDS_PER_RUN" \
+			-fetch-cooldown 1ms -rate "$rate" >"$log" 2>&1 ;;
+	*)
+		# "default": whatever kfsdb bench does without --delivery.
+		local delivery=()
+		[ "$side" = default ] || delivery=(--delivery "$side")
+		"$bin/kfsdb" bench --database-url "$url" "${delivery[@]}" --producers "$PRODUCERS" --workers "$SLOTS" \
+			--duration "${SECONDS_PER_RUN}s" --rate "$rate" >"$log" 2>&1 ;;
+	esac
+	c1=$(cpu_ns); w1=$(lsn); s1=$(calls)
+	local tput p done
+	tput=$(grep -E '^\| (lifecycle )?throughput' "$log" | grep -oE '[0-9.]+ (attempts|jobs)/s' | cut -d' ' -f1)
+	p=$(grep -E 'succeeded p50 / p99|completed p50 / p99' "$log" | sed -E 's/.*\| ([^ ]+) \/ ([^ ]+) \|$/\1 \2/')
+	done=$(grep -E '^\| (attempts started / succeeded|jobs inserted / completed)' "$log" | sed -E 's/.*\| [0-9]+ \/ ([0-9]+) \|$/\1/')
+	if [ -z "$tput" ] || [ -z "$done" ]; then
+		echo "run $side rate $rate failed:" >&2
+		cat "$log" >&2
+		exit 1
+	fi
+	local walb
+	walb=$(psql "$url" -Atqc "SELECT pg_wal_lsn_diff('$w1', '$w0')")
+	awk -v side="$side" -v rate="$rate" -v t="$tput" -v p50="$(ms "${p% *}")" -v p99="$(ms "${p#* }")" -v n="$done" \
+		-v cpu=$((c1 - c0)) -v wal="$walb" -v st=$((s1 - s0)) 'BEGIN {
+		printf "%s rate=%s throughput=%s p50_ms=%s p99_ms=%s completed=%s cpu_us_per_item=%.0f wal_bytes_per_item=%.0f statements_per_item=%.2f\n",
+			side, rate, t, p50, p99, n, cpu / 1000 / n, wal / n, st / n }'
+}
+
+: >"$out"
+for round in $(seq 1 "$ROUNDS"); do
+	for rate in 0 $RATES; do
+		for side in $SIDES; do
+			line="round=$round $(run "$side" "$rate")"
+			echo "$line" | tee -a "$out"
+		done
+	done
+done
+
+# Medians per (rate, side), and each side's ratio to River's median.
+awk '
+function field(name,   i, kv) { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] } }
+function median(list,   n, a, i, j, t) {
+	n = split(list, a, " ")
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+{
+	side = $2; rate = field("rate"); key = rate SUBSEP side
+	sides[side] = 1; rates[rate] = 1
+	for (m = 1; m <= 6; m++) { name = names[m]; v[key, name] = v[key, name] " " field(name) }
+}
+BEGIN { split("throughput p99_ms p50_ms cpu_us_per_item wal_bytes_per_item statements_per_item", names, " ") }
+END {
+	printf "| load | side | throughput /s | p50 ms | p99 ms | PG CPU µs / item | WAL bytes / item | statements / item | throughput vs River | p99 vs River |\n"
+	printf "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+	n = asorti(rates, rs, "@ind_num_asc")
+	for (i = 1; i <= n; i++) {
+		rate = rs[i]
+		rt = median(v[rate, "river", "throughput"]); rp = median(v[rate, "river", "p99_ms"])
+		for (side in sides) {
+			t = median(v[rate, side, "throughput"]); p99 = median(v[rate, side, "p99_ms"])
+			printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %s | %s |\n", (rate == 0 ? "unpaced" : rate "/s"), side, t,
+				median(v[rate, side, "p50_ms"]), p99, median(v[rate, side, "cpu_us_per_item"]),
+				median(v[rate, side, "wal_bytes_per_item"]), median(v[rate, side, "statements_per_item"]),
+				(rt > 0 ? sprintf("%.2f×", t / rt) : "-"), (rp > 0 ? sprintf("%.2f×", p99 / rp) : "-")
+		}
+	}
+}' "$out" | tee "$out.md"
