@@ -43,7 +43,9 @@ const (
 // (testdata/start-floor/start_floor.sql, verbatim from the measurement that
 // set the target; start_floor_2stmt.sql is the same as two statements),
 // run by pgbench with the wake-up trigger disabled, as on the seed schema.
-// Against it, with the trigger in place:
+// "floor-autocommit" is the floor's statement alone, one round trip like
+// Start on a pool (the floor script sends BEGIN and COMMIT too). Against
+// them, with the trigger in place:
 //
 //   - "floor+trigger": the floor script with migration 0007's trigger;
 //   - "start-0007 (pgbench)": the statement Start sent before issue 15
@@ -236,11 +238,23 @@ func (fl *floorRun) variants(t *testing.T) []floorVariant {
 		return p
 	}
 	floor, floor2 := script("start_floor.sql"), script("start_floor_2stmt.sql")
+	// The floor in one round trip, as Start on a pool: its statement without
+	// BEGIN and COMMIT.
+	b, err := os.ReadFile(floor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor1 := filepath.Join(fl.dir, "start_floor_autocommit.sql")
+	text := regexp.MustCompile(`(?m)^(BEGIN|COMMIT);\n`).ReplaceAllString(string(b), "")
+	if err := os.WriteFile(floor1, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	before := script("start_0007.sql")
 	now := fl.startScript(t)
 	vs := []floorVariant{
 		{name: "floor", run: func(t *testing.T) float64 { return fl.pgbench(t, floor, false) }},
 		{name: "floor-2stmt", run: func(t *testing.T) float64 { return fl.pgbench(t, floor2, false) }},
+		{name: "floor-autocommit", run: func(t *testing.T) float64 { return fl.pgbench(t, floor1, false) }},
 		{name: "floor+trigger", trigger: true, run: func(t *testing.T) float64 { return fl.pgbench(t, floor, false) }},
 	}
 	if before != "" {
