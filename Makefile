@@ -176,6 +176,14 @@ bench-scale: ## Hot statements' p50/p99 at 0, 10^4, 10^5, 10^6 historical attemp
 	mkdir -p $(BENCH_OUT)
 	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkScale' -benchtime 200x -timeout 60m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/scale.txt
 
+.PHONY: bench-start
+bench-start: ## Start vs its floor (issue 15): pgbench floor scripts, Start's statement and repo.Start interleaved on one fsync-on server; writes bench/out/start-floor.txt.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	cd tests && KFS_START_FLOOR=1 GOWORK=off go test -count=1 -run '^TestStartFloor$$' -v -timeout 60m ./bench/ 2>&1 \
+		| grep -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} |  [A-Z][A-Za-z ]+: |Testcontainers|github.com/testcontainers)' \
+		| tee $(CURDIR)/$(BENCH_OUT)/start-floor.txt
+
 .PHONY: bench-wakeup
 bench-wakeup: ## An idle relay's wake-up latency: Start on the pool, a caller's commit, a locked due row's unlock (BENCH_COUNT runs).
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))

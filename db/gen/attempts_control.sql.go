@@ -348,30 +348,20 @@ func (q *Queries) RetryFailed(ctx context.Context, db DBTX, arg *RetryFailedPara
 
 const startAttempt = `-- name: StartAttempt :one
 
-WITH existing AS (
-  SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
-    FROM document_compilation_attempts a
-   WHERE a.tenant_id = $1
-     AND a.knowledge_space_id = $2
-     AND a.document_asset_id = $3
-     AND a.document_version = $4
-     AND a.active_slot = 1
-),
-eligible AS (
+WITH eligible AS (
   SELECT 1
     FROM knowledge_spaces ks
     JOIN document_assets da
       ON da.knowledge_space_id = ks.id
-   WHERE ks.id = $2
-     AND ks.tenant_id = $1
+   WHERE ks.id = $1
+     AND ks.tenant_id = $2
      AND da.id = $3
      AND da.version = $4
-     AND NOT EXISTS (SELECT 1 FROM existing)
      AND coalesce((
            SELECT h.head_revision
              FROM projection_set_publication_heads h
-            WHERE h.tenant_id = $1
-              AND h.knowledge_space_id = $2
+            WHERE h.tenant_id = $2
+              AND h.knowledge_space_id = $1
          ), 0) = $5::integer
 ),
 inserted AS (
@@ -381,14 +371,15 @@ inserted AS (
     active_slot, execution_attempts, max_execution_attempts, row_version,
     created_at, updated_at
   )
-  SELECT $6, $1, $2, $3, $4,
+  SELECT $6, $2, $1, $3, $4,
          $7, $5::integer, 'queued', 'dispatch_pending',
          1, 0, $8::integer, 0,
          coalesce($9::timestamptz, now()),
          coalesce($9::timestamptz, now())
     FROM eligible
-  -- A concurrent Start that committed after our snapshot: do nothing rather
-  -- than fail, so a caller's own transaction is not aborted.
+  -- The version's live attempt, committed before this statement or by a
+  -- concurrent Start after its snapshot: do nothing rather than fail, so a
+  -- caller's own transaction is not aborted.
   ON CONFLICT (tenant_id, knowledge_space_id, document_asset_id, document_version, active_slot)
     DO NOTHING
   RETURNING id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at
@@ -415,12 +406,19 @@ outbox AS (
 )
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
 UNION ALL
-SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM existing
+SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
+  FROM document_compilation_attempts a
+ WHERE NOT EXISTS (SELECT 1 FROM inserted)
+   AND a.tenant_id = $2
+   AND a.knowledge_space_id = $1
+   AND a.document_asset_id = $3
+   AND a.document_version = $4
+   AND a.active_slot = 1
 `
 
 type StartAttemptParams struct {
-	TenantID                string
 	KnowledgeSpaceID        uuid.UUID
+	TenantID                string
 	DocumentAssetID         uuid.UUID
 	DocumentVersion         int32
 	BaseHeadRevision        int32
@@ -474,10 +472,20 @@ type StartAttemptRow struct {
 // space or asset version is missing, the base head revision is stale, or a
 // concurrent Start won the active slot after this statement's snapshot: the
 // caller then runs StartAttemptPreconditions to say which.
+//
+// The live attempt is not looked up before the insert: the active-slot
+// unique index is the existence test. ON CONFLICT DO NOTHING probes it
+// (and waits for an uncommitted Start of the same version), so a version
+// with a live attempt inserts nothing, and only then does the last branch
+// read that attempt. A Start that creates its attempt reads no attempt row
+// at all.
+// Nothing inserted (a one-time filter: skipped when a row was): the live
+// attempt, if this statement's snapshot sees it (a space or asset that
+// does not exist, or a stale head, has none to see).
 func (q *Queries) StartAttempt(ctx context.Context, db DBTX, arg *StartAttemptParams) (*StartAttemptRow, error) {
 	row := db.QueryRow(ctx, startAttempt,
-		arg.TenantID,
 		arg.KnowledgeSpaceID,
+		arg.TenantID,
 		arg.DocumentAssetID,
 		arg.DocumentVersion,
 		arg.BaseHeadRevision,

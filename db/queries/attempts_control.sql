@@ -10,16 +10,14 @@
 -- space or asset version is missing, the base head revision is stale, or a
 -- concurrent Start won the active slot after this statement's snapshot: the
 -- caller then runs StartAttemptPreconditions to say which.
-WITH existing AS (
-  SELECT a.*
-    FROM document_compilation_attempts a
-   WHERE a.tenant_id = @tenant_id
-     AND a.knowledge_space_id = @knowledge_space_id
-     AND a.document_asset_id = @document_asset_id
-     AND a.document_version = @document_version
-     AND a.active_slot = 1
-),
-eligible AS (
+--
+-- The live attempt is not looked up before the insert: the active-slot
+-- unique index is the existence test. ON CONFLICT DO NOTHING probes it
+-- (and waits for an uncommitted Start of the same version), so a version
+-- with a live attempt inserts nothing, and only then does the last branch
+-- read that attempt. A Start that creates its attempt reads no attempt row
+-- at all.
+WITH eligible AS (
   SELECT 1
     FROM knowledge_spaces ks
     JOIN document_assets da
@@ -28,7 +26,6 @@ eligible AS (
      AND ks.tenant_id = @tenant_id
      AND da.id = @document_asset_id
      AND da.version = @document_version
-     AND NOT EXISTS (SELECT 1 FROM existing)
      AND coalesce((
            SELECT h.head_revision
              FROM projection_set_publication_heads h
@@ -49,8 +46,9 @@ inserted AS (
          coalesce(sqlc.narg('now')::timestamptz, now()),
          coalesce(sqlc.narg('now')::timestamptz, now())
     FROM eligible
-  -- A concurrent Start that committed after our snapshot: do nothing rather
-  -- than fail, so a caller's own transaction is not aborted.
+  -- The version's live attempt, committed before this statement or by a
+  -- concurrent Start after its snapshot: do nothing rather than fail, so a
+  -- caller's own transaction is not aborted.
   ON CONFLICT (tenant_id, knowledge_space_id, document_asset_id, document_version, active_slot)
     DO NOTHING
   RETURNING *
@@ -77,7 +75,17 @@ outbox AS (
 )
 SELECT * FROM inserted
 UNION ALL
-SELECT * FROM existing;
+-- Nothing inserted (a one-time filter: skipped when a row was): the live
+-- attempt, if this statement's snapshot sees it (a space or asset that
+-- does not exist, or a stale head, has none to see).
+SELECT a.*
+  FROM document_compilation_attempts a
+ WHERE NOT EXISTS (SELECT 1 FROM inserted)
+   AND a.tenant_id = @tenant_id
+   AND a.knowledge_space_id = @knowledge_space_id
+   AND a.document_asset_id = @document_asset_id
+   AND a.document_version = @document_version
+   AND a.active_slot = 1;
 
 -- name: StartAttemptPreconditions :one
 -- Explains why StartAttempt returned no row; a fresh statement, so it sees

@@ -13,5 +13,7 @@
 // `go test ./...` stays fast.
 //
 // TestLoadgen (KFS_LOADGEN=1) runs the lifecycle load driver of package
-// loadgen against the same server.
+// loadgen against the same server. TestStartFloor (KFS_START_FLOOR=1, `make
+// bench-start`) compares repo.Start with its pgbench floor on a server of
+// its own (fsync on, Docker volume).
 package bench

@@ -151,7 +151,12 @@ func (c *captureTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQuery
 // traced connection, and returns the statements it sent: the SQL text and
 // arguments the raw variant replays.
 func capture(ctx context.Context, call func(tx pgx.Tx) error) ([]captured, error) {
-	cfg, err := pgx.ParseConfig(env.url)
+	return captureOn(ctx, env.url, call)
+}
+
+// captureOn is capture on the database at url.
+func captureOn(ctx context.Context, url string, call func(tx pgx.Tx) error) ([]captured, error) {
+	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, err
 	}

@@ -64,24 +64,30 @@ func startContainer(ctx context.Context, image string, sopts Options) (*Server, 
 }
 
 // containerOptions configures the postgres container: the test
-// credentials, fsync off, data on tmpfs unless it must survive a restart,
-// and the port published on loopback only (at hostPort; "0" picks one).
+// credentials, fsync off, data on tmpfs unless it must survive a restart
+// or be durable, and the port published on loopback only (at hostPort;
+// "0" picks one).
 func containerOptions(sopts Options, local bool, hostPort string) []testcontainers.ContainerCustomizer {
+	cmd := []string{"postgres", "-c", "max_connections=200"}
+	if !sopts.Durable {
+		// fsync off: test data need not survive a crash, and it is faster.
+		cmd = append(cmd, "-c", "fsync=off")
+	}
 	opts := []testcontainers.ContainerCustomizer{
 		tcpostgres.WithDatabase(containerDatabase),
 		tcpostgres.WithUsername(containerUser),
 		tcpostgres.WithPassword(containerPassword),
 		tcpostgres.BasicWaitStrategies(),
-		// fsync off: test data need not survive a crash, and it is faster.
-		testcontainers.WithCmd("postgres", "-c", "fsync=off", "-c", "max_connections=200"),
+		testcontainers.WithCmd(cmd...),
 	}
 	// One modifier: a second WithHostConfigModifier would replace the first.
 	return append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 		// The data directory in memory: on overlay storage drivers every
 		// CREATE DATABASE ... TEMPLATE (one per test) costs over a second;
 		// on tmpfs it is under 0.1 s. A tmpfs is emptied when the container
-		// stops, so servers that are restarted keep their data on disk.
-		if !sopts.PersistentData {
+		// stops, so servers that are restarted keep their data on disk, and
+		// durable ones on the image's VOLUME (a Docker volume).
+		if !sopts.PersistentData && !sopts.Durable {
 			hc.Tmpfs = map[string]string{"/var/lib/postgresql/data": "rw"}
 		}
 		if local {

@@ -104,6 +104,11 @@ type Options struct {
 	// It has no effect on a KFS_TEST_DATABASE_URL server, which cannot be
 	// restarted or paused at all. Defaults to false: tmpfs, ephemeral port.
 	PersistentData bool
+	// Durable runs a container as the benchmarks' figures need it: fsync
+	// on, and the data directory on the image's VOLUME (a Docker volume,
+	// removed with the container) instead of tmpfs. It has no effect on a
+	// KFS_TEST_DATABASE_URL server. Defaults to false: fsync off, tmpfs.
+	Durable bool
 }
 
 // StartServer acquires a server as the package documentation describes:
