@@ -6,7 +6,11 @@
 # slots for SECONDS each. Around every run it reads, from outside the
 # programs and the same way for all three: the PostgreSQL container's CPU
 # (cgroup cpuacct), the WAL written (pg_current_wal_lsn) and the statements
-# executed (pg_stat_statements calls), each per completed item.
+# executed (pg_stat_statements calls of sqlc's named statements, which
+# both projects use), per completed item; and each program reports, over
+# its own window (from the first insert to the drain), the WAL written and
+# the container's CPU time (cgroup cpuacct, passed as KFS_BENCH_CPU_FILE),
+# per completed item, measured the same way by both.
 #
 # Usage: scripts/bench-lifecycle.sh [OUT]   (make bench-lifecycle)
 # Without KFS_BENCH_DATABASE_URL it starts an fsync-on server with its data
@@ -61,15 +65,7 @@ fi
 psql "$url" -Atqc 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements' >/dev/null 2>&1 || true
 echo "== server: $(psql "$url" -Atqc 'SELECT version()' | cut -d' ' -f1-2), fsync $(psql "$url" -Atqc 'SHOW fsync'), cgroup ${cgroup:-none}"
 
-# cpu_ns prints the server's CPU time so far in ns (0 when unknown).
-cpu_ns() {
-	case "$cgroup" in
-	*cpuacct.usage) cat "$cgroup" ;;
-	*cpu.stat) awk '/^usage_usec/ {print $2 * 1000}' "$cgroup" ;;
-	*) echo 0 ;;
-	esac
-}
-lsn() { psql "$url" -Atqc 'SELECT pg_current_wal_lsn()'; }
+# calls counts the named (sqlc) statements executed since the last reset.
 calls() { psql "$url" -Atqc "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '-- name:%'" 2>/dev/null || echo 0; }
 
 # ms converts a Go duration (1.2s, 92ms, 850µs) to milliseconds.
@@ -84,8 +80,9 @@ ms() { awk -v d="$1" 'BEGIN {
 run() {
 	local side=$1 rate=$2 log="$bin/run.log"
 	psql "$url" -Atqc 'SELECT pg_stat_statements_reset()' >/dev/null 2>&1 || true
-	local c0 w0 s0 c1 w1 s1
-	c0=$(cpu_ns); w0=$(lsn); s0=$(calls)
+	local s0 s1
+	s0=$(calls)
+	export KFS_BENCH_CPU_FILE=$cgroup
 	case $side in
 	river)
 		"$bin/riverbench" -url "$url" -producers "$PRODUCERS" -workers "$SLOTS" -seconds "$SECONDS_PER_RUN" \
@@ -97,7 +94,7 @@ run() {
 		"$bin/kfsdb" bench --database-url "$url" "${delivery[@]}" --producers "$PRODUCERS" --workers "$SLOTS" \
 			--duration "${SECONDS_PER_RUN}s" --rate "$rate" >"$log" 2>&1 ;;
 	esac
-	c1=$(cpu_ns); w1=$(lsn); s1=$(calls)
+	s1=$(calls)
 	local tput p done
 	tput=$(grep -E '^\| (lifecycle )?throughput' "$log" | grep -oE '[0-9.]+ (attempts|jobs)/s' | cut -d' ' -f1)
 	p=$(grep -E 'succeeded p50 / p99|completed p50 / p99' "$log" | sed -E 's/.*\| ([^ ]+) \/ ([^ ]+) \|$/\1 \2/')
@@ -107,12 +104,13 @@ run() {
 		cat "$log" >&2
 		exit 1
 	fi
-	local walb
-	walb=$(psql "$url" -Atqc "SELECT pg_wal_lsn_diff('$w1', '$w0')")
+	local wal cpu
+	wal=$(grep -E '^\| WAL bytes per (attempt|job) \|' "$log" | grep -oE '[0-9.]+ \|$' | cut -d' ' -f1)
+	cpu=$(grep -E '^\| PostgreSQL CPU per (attempt|job) \|' "$log" | grep -oE '[0-9.]+ µs' | cut -d' ' -f1)
 	awk -v side="$side" -v rate="$rate" -v t="$tput" -v p50="$(ms "${p% *}")" -v p99="$(ms "${p#* }")" -v n="$done" \
-		-v cpu=$((c1 - c0)) -v wal="$walb" -v st=$((s1 - s0)) 'BEGIN {
+		-v cpu="${cpu:-0}" -v wal="${wal:-0}" -v st=$((s1 - s0)) 'BEGIN {
 		printf "%s rate=%s throughput=%s p50_ms=%s p99_ms=%s completed=%s cpu_us_per_item=%.0f wal_bytes_per_item=%.0f statements_per_item=%.2f\n",
-			side, rate, t, p50, p99, n, cpu / 1000 / n, wal / n, st / n }'
+			side, rate, t, p50, p99, n, cpu, wal, st / n }'
 }
 
 : >"$out"
@@ -142,7 +140,9 @@ BEGIN { split("throughput p99_ms p50_ms cpu_us_per_item wal_bytes_per_item state
 END {
 	printf "| load | side | throughput /s | p50 ms | p99 ms | PG CPU µs / item | WAL bytes / item | statements / item | throughput vs River | p99 vs River |\n"
 	printf "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-	n = asorti(rates, rs, "@ind_num_asc")
+	n = 0
+	for (r in rates) rs[++n] = r
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (rs[j] + 0 < rs[i] + 0) { t = rs[i]; rs[i] = rs[j]; rs[j] = t }
 	for (i = 1; i <= n; i++) {
 		rate = rs[i]
 		rt = median(v[rate, "river", "throughput"]); rp = median(v[rate, "river", "p99_ms"])

@@ -115,9 +115,11 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration, r
 		return err
 	}
 	var dbBegin time.Time
-	if err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbBegin); err != nil {
+	var walBegin string
+	if err := pool.QueryRow(ctx, "SELECT clock_timestamp(), pg_current_wal_lsn()::text").Scan(&dbBegin, &walBegin); err != nil {
 		return err
 	}
+	cpuBegin := serverCPU()
 	begin := time.Now()
 	end := begin.Add(dur)
 	var seq atomic.Int64
@@ -161,6 +163,11 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration, r
 			break
 		}
 	}
+	cpuEnd := serverCPU()
+	var walBytes float64
+	if err := pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)", walBegin).Scan(&walBytes); err != nil {
+		return err
+	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_ = client.Stop(sctx)
@@ -180,6 +187,12 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration, r
 	fmt.Printf("| jobs inserted / completed (drained: %v) | %d / %d |\n", drained, started.Load(), completed)
 	fmt.Printf("| throughput (completed within the window) | %.0f jobs/s |\n", float64(inWindow)/dbEnd.Sub(dbBegin).Seconds())
 	fmt.Printf("| insert → completed p50 / p99 | %s / %s |\n", sec(p50), sec(p99))
+	if completed > 0 {
+		fmt.Printf("| WAL bytes per job | %.0f |\n", walBytes/float64(completed))
+		if cpuBegin >= 0 && cpuEnd >= 0 {
+			fmt.Printf("| PostgreSQL CPU per job | %.0f µs |\n", float64(cpuEnd-cpuBegin)/1e3/float64(completed))
+		}
+	}
 	return nil
 }
 

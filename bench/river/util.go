@@ -1,6 +1,41 @@
 package main
 
-import "runtime/debug"
+import (
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// serverCPU reads the database server's CPU time so far, in ns, from the
+// file KFS_BENCH_CPU_FILE names (a cgroup's cpuacct.usage, or cpu.stat's
+// usage_usec line); -1 when unset or unreadable. The same as the kfsdb
+// load driver reads, so both report CPU per item the same way.
+func serverCPU() int64 {
+	path := os.Getenv("KFS_BENCH_CPU_FILE")
+	if path == "" {
+		return -1
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return -1
+	}
+	text := string(b)
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n * 1000
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
 
 // riverVersion is River's module version from the build info.
 func riverVersion() string {
