@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -33,8 +34,8 @@ Commands:
   migrate up|down|status|version   apply, roll back one, list or show migrations
   relay                            publish the outbox, printing each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
-  work                             run a relay and workers on a database's attempts for a while, then print counters
-  bench                            lifecycle load driver: producers, relay and workers on a scratch database of the server, with a report
+  work                             run workers on a database's attempts for a while (--delivery postgres|relay), then print counters
+  bench                            lifecycle load driver: producers and workers on a scratch database of the server, with a report
 
 Run 'kfsdb <command> -h' for a command's flags. The demo and a bench on a
 throwaway server need the test harness: run 'make demo' or 'make bench-kfsdb'
@@ -187,19 +188,20 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs.SetOutput(stderr)
 	opts := &WorkOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
+	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
 	fs.DurationVar(&opts.Duration, "duration", WorkDurationDefault, "how long to run (Ctrl-C stops earlier)")
 	fs.IntVar(&opts.Workers, "workers", WorkWorkersDefault, "workers to run (1..64)")
 	fs.IntVar(&opts.Concurrency, "concurrency", WorkConcurrencyDefault, "deliveries each worker runs at once (1..64)")
 	fs.DurationVar(&opts.LeaseDuration, "lease", 0, "worker lease (default: the worker's, 60s)")
-	fs.DurationVar(&opts.VisibilityTimeout, "visibility", 0, "republish a message no worker took within this (default: the relay's, 60s)")
+	fs.DurationVar(&opts.VisibilityTimeout, "visibility", 0, "relay delivery: republish a message no worker took within this (default: the relay's, 60s)")
 	fs.DurationVar(&opts.StepDelay, "step-delay", WorkStepDelayDefault, "time the handler spends on each checkpoint")
 	fs.Float64Var(&opts.FailRate, "fail-rate", 0, "fraction (0..1) of executions that fail on purpose ("+ErrorCodeInjectedFailure+")")
-	fs.StringVar(&opts.ID, "id", "", "prefix of the relay's and workers' ids (default work-<host>-<pid>)")
+	fs.StringVar(&opts.ID, "id", "", "prefix of the workers' (and relay's) ids (default work-<host>-<pid>)")
 	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--verbose]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--delivery postgres|relay] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := ParseFlags(fs, args); err != nil {

@@ -2,10 +2,16 @@ package cli
 
 import (
 	"bytes"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/db/migrations"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -74,16 +80,30 @@ func TestMigrateCommandsOnFreshDatabase(t *testing.T) {
 		return stdout.String()
 	}
 
+	// The expected versions come from the embedded files, so adding a
+	// migration does not silently break this test.
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(names), 2)
+	sort.Strings(names)
+	version := func(name string) string {
+		n, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		require.NoError(t, err, name)
+		return fmt.Sprintf("version: %d\n", n)
+	}
+
 	require.Contains(t, run("version"), "version: 0")
 	up := run("up")
 	require.Contains(t, up, "00006_document_compilation_attempts.sql")
-	require.Contains(t, up, "00007_outbox_wakeups.sql")
-	require.Contains(t, up, "version: 7")
+	for _, name := range names {
+		require.Contains(t, up, name)
+	}
+	require.Contains(t, up, version(names[len(names)-1]))
 	require.Contains(t, run("up"), "no migrations to apply")
 	status := run("status")
 	require.Contains(t, status, "applied")
 	require.NotContains(t, status, "pending")
-	require.Contains(t, run("down"), "version: 6")
+	require.Contains(t, run("down"), version(names[len(names)-2]))
 	require.Contains(t, run("status"), "pending")
 }
 

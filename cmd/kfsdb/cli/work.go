@@ -15,10 +15,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/worker"
@@ -48,6 +50,10 @@ type WorkOpts struct {
 	// DatabaseURL is the database whose attempts to run. Required; the
 	// command line defaults it to $DATABASE_URL.
 	DatabaseURL string
+	// Delivery is how attempts reach the workers: delivery.Postgres (the
+	// default; each worker leases straight from the outbox) or
+	// delivery.Relay (a relay publishes to an in-process queue).
+	Delivery delivery.Mode
 	// Duration is how long to run; Ctrl-C stops earlier. Required (> 0);
 	// the command line defaults it to 30 s.
 	Duration time.Duration
@@ -63,7 +69,8 @@ type WorkOpts struct {
 	LeaseDuration time.Duration
 	// Out receives the counters at the end, and the logs. Required.
 	Out io.Writer
-	// PollOnly disables the relay's LISTEN/NOTIFY. Defaults to false.
+	// PollOnly disables LISTEN/NOTIFY (the relay's or the sources').
+	// Defaults to false.
 	// AsyncProgressCommits is repo.Config.AsyncProgressCommits for the
 	// relay and the workers. Defaults to false.
 	AsyncProgressCommits bool
@@ -74,8 +81,8 @@ type WorkOpts struct {
 	// Verbose logs INFO records too. Defaults to false: WARN and above.
 	Verbose bool
 	// VisibilityTimeout is how long a published message may wait for a
-	// worker before the relay publishes it again. Defaults to the relay's
-	// default (60 s).
+	// worker before the relay publishes it again (relay delivery only).
+	// Defaults to the relay's default (60 s).
 	VisibilityTimeout time.Duration
 	// Workers is how many workers run (1..64), each with Concurrency
 	// handler slots. Defaults to 4.
@@ -86,6 +93,9 @@ type WorkOpts struct {
 func (o *WorkOpts) Validate() error {
 	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
+	}
+	if _, err := delivery.Parse(string(o.Delivery)); err != nil {
+		return fmt.Errorf("invalid options: Delivery: %w", err)
 	}
 	switch {
 	case o.Out == nil:
@@ -108,6 +118,7 @@ func (o *WorkOpts) Validate() error {
 
 func (o *WorkOpts) withDefaults() *WorkOpts {
 	out := *o
+	out.Delivery, _ = delivery.Parse(string(o.Delivery))
 	if out.Workers == 0 {
 		out.Workers = WorkWorkersDefault
 	}
@@ -131,17 +142,21 @@ type WorkResult struct {
 	// HandlerRuns counts handler calls, InjectedFailures those failed on
 	// purpose.
 	HandlerRuns, InjectedFailures int64
-	// Published, Acked and Retried are the in-process queue's counts.
+	// Published, Acked and Retried are the in-process queue's counts
+	// (relay delivery only).
 	Published, Acked, Retried int64
 }
 
-// Work runs a relay and opts.Workers workers over an in-process queue
-// against opts.DatabaseURL for opts.Duration (or until ctx ends), then
-// prints the counters. The handler walks each attempt's checkpoints,
-// binding the space's oldest candidate publication at projection_built,
-// and the worker completes it. Several `kfsdb work` processes on one
-// database share the outbox through SKIP LOCKED claims and the attempts
-// through leases. It returns nil when the duration is over or ctx ends.
+// Work runs opts.Workers workers against opts.DatabaseURL for
+// opts.Duration (or until ctx ends), then prints the counters. With
+// delivery.Postgres each worker leases due attempts straight from the
+// outbox (pgsource); with delivery.Relay a relay publishes them to an
+// in-process queue the workers receive from. The handler walks each
+// attempt's checkpoints, binding the space's oldest candidate publication
+// at projection_built, and the worker completes it. Several `kfsdb work`
+// processes on one database share the outbox through SKIP LOCKED and the
+// attempts through leases. It returns nil when the duration is over or ctx
+// ends.
 func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -173,19 +188,29 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	}
 
 	metrics := &observe.Counts{}
-	q := memqueue.New()
 	r := repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits})
-	rl, err := relay.New(pool, q, &relay.Config{
-		ID: opts.ID + "-relay", Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r,
-		PollInterval: 200 * time.Millisecond, VisibilityTimeout: opts.VisibilityTimeout,
-	})
-	if err != nil {
-		return nil, err
-	}
 	h := &workHandler{pool: pool, stepDelay: opts.StepDelay, failRate: opts.FailRate}
-	runs := []func(context.Context) error{rl.Run}
+	var q *memqueue.Queue
+	var runs []func(context.Context) error
+	if opts.Delivery == delivery.Relay {
+		q = memqueue.New()
+		rl, err := relay.New(pool, q, &relay.Config{
+			ID: opts.ID + "-relay", Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r,
+			PollInterval: 200 * time.Millisecond, VisibilityTimeout: opts.VisibilityTimeout,
+		})
+		if err != nil {
+			return nil, err
+		}
+		runs = append(runs, rl.Run)
+	}
 	for i := range opts.Workers {
-		w, err := worker.New(pool, q, h, &worker.Config{
+		var src worker.Source = q
+		if q == nil {
+			if src, err = pgsource.New(pool, &pgsource.Config{Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r}); err != nil {
+				return nil, err
+			}
+		}
+		w, err := worker.New(pool, src, h, &worker.Config{
 			ID: fmt.Sprintf("%s-w%d", opts.ID, i), Concurrency: opts.Concurrency, LeaseDuration: opts.LeaseDuration,
 			Logger: log, Metrics: metrics, RetryBackoffBase: 200 * time.Millisecond, RetryBackoffCap: 2 * time.Second, Repo: r,
 		})
@@ -195,7 +220,7 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 		runs = append(runs, w.Run)
 	}
 
-	fmt.Fprintf(out, "work %s: relay and %d workers x %d running for %s; Ctrl-C stops earlier\n", opts.ID, opts.Workers, opts.Concurrency, opts.Duration)
+	fmt.Fprintf(out, "work %s: %s delivery, %d workers x %d running for %s; Ctrl-C stops earlier\n", opts.ID, opts.Delivery, opts.Workers, opts.Concurrency, opts.Duration)
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, opts.Duration)
 	defer cancel()
@@ -211,13 +236,17 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	wg.Wait()
 
 	res := &WorkResult{Counts: metrics.Snapshot(), HandlerRuns: h.runs.Load(), InjectedFailures: h.injected.Load()}
-	res.Published, res.Acked, res.Retried = q.Stats()
+	if q != nil {
+		res.Published, res.Acked, res.Retried = q.Stats()
+	}
 	fmt.Fprintf(out, "work %s: stopped after %s\n", opts.ID, time.Since(start).Round(time.Millisecond))
 	for _, c := range res.Counts {
 		fmt.Fprintf(out, "  %-28s %d\n", c.Counter, c.N)
 	}
 	fmt.Fprintf(out, "  %-28s %d\n  %-28s %d\n", "handler_runs", res.HandlerRuns, "handler_injected_failures", res.InjectedFailures)
-	fmt.Fprintf(out, "  %-28s %d\n  %-28s %d\n  %-28s %d\n", "queue_published", res.Published, "queue_acked", res.Acked, "queue_retried", res.Retried)
+	if q != nil {
+		fmt.Fprintf(out, "  %-28s %d\n  %-28s %d\n  %-28s %d\n", "queue_published", res.Published, "queue_acked", res.Acked, "queue_retried", res.Retried)
+	}
 	return res, errors.Join(errs...)
 }
 

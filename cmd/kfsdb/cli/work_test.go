@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
@@ -30,6 +31,8 @@ func TestWorkOptsValidate(t *testing.T) {
 		"NegativeConc":     {func(o *WorkOpts) { o.Concurrency = -1 }, "Concurrency must be 1..64"},
 		"FailRateAboveOne": {func(o *WorkOpts) { o.FailRate = 1.5 }, "FailRate must be 0..1"},
 		"NegativeLease":    {func(o *WorkOpts) { o.LeaseDuration = -time.Second }, "must not be negative"},
+		"RelayDelivery":    {func(o *WorkOpts) { o.Delivery = delivery.Relay }, ""},
+		"UnknownDelivery":  {func(o *WorkOpts) { o.Delivery = "nats" }, `unknown delivery "nats"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -43,33 +46,52 @@ func TestWorkOptsValidate(t *testing.T) {
 func TestWorkUsageErrorsExitTwo(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{"work"}, {"work", "extra"}, {"work", "--database-url", "postgres://u@h/db", "--duration", "0s"},
-		{"work", "--database-url", "postgres://u@h/db", "--fail-rate", "2"}} {
+		{"work", "--database-url", "postgres://u@h/db", "--fail-rate", "2"},
+		{"work", "--database-url", "postgres://u@h/db", "--delivery", "nats"}, {"work", "--database-url", "postgres://u@h/db", "--delivery", ""}} {
 		var stdout, stderr bytes.Buffer
 		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, noEnv), "args %q: %s", args, stderr.String())
 	}
 }
 
-// TestWorkCompletesAttempts runs `kfsdb work` on a database with started
-// attempts: each is compiled (its space's candidate bound) and succeeds.
+// TestWorkCompletesAttempts runs `kfsdb work` with each delivery on a
+// database with started attempts: each is compiled (its space's candidate
+// bound) and succeeds once.
 func TestWorkCompletesAttempts(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	docs := testfactory.SeedDocuments(ctx, t, db.Pool, 2, 10)
-	attempts := testfactory.StartAll(ctx, t, repo.New(nil), db.Pool, docs, 0)
+	for _, mode := range []delivery.Mode{"", delivery.Postgres, delivery.Relay} {
+		t.Run(mode.String()+"/"+string(mode), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := pgtest.NewDB(t)
+			docs := testfactory.SeedDocuments(ctx, t, db.Pool, 2, 10)
+			attempts := testfactory.StartAll(ctx, t, repo.New(nil), db.Pool, docs, 0)
 
-	var out bytes.Buffer
-	res, err := Work(ctx, &WorkOpts{DatabaseURL: db.URL, Out: &out, Duration: 3 * time.Second, Workers: 2, StepDelay: time.Millisecond, ID: "work-test"})
-	require.NoError(t, err, out.String())
-	require.Contains(t, out.String(), "worker_completed")
-	counts := map[observe.Counter]int64{}
-	for _, c := range res.Counts {
-		counts[c.Counter] = c.N
-	}
-	require.EqualValues(t, len(attempts), counts[observe.Completed], out.String())
-	for _, a := range attempts {
-		r := testfactory.RequireInvariants(ctx, t, db.Pool, a.ID)
-		require.Equal(t, "succeeded", string(r.Attempt.RunState))
-		require.Equal(t, testfactory.Candidates(docs)[r.Attempt.KnowledgeSpaceID].ID, *r.Attempt.CandidatePublicationID)
+			var out bytes.Buffer
+			res, err := Work(ctx, &WorkOpts{DatabaseURL: db.URL, Delivery: mode, Out: &out, Duration: 3 * time.Second, Workers: 2,
+				StepDelay: time.Millisecond, ID: "work-test"})
+			require.NoError(t, err, out.String())
+			require.Contains(t, out.String(), "work work-test: "+mode.String()+" delivery, 2 workers x 2")
+			require.Contains(t, out.String(), "worker_completed")
+			counts := map[observe.Counter]int64{}
+			for _, c := range res.Counts {
+				counts[c.Counter] = c.N
+			}
+			require.EqualValues(t, len(attempts), counts[observe.Completed], out.String())
+			require.EqualValues(t, len(attempts), counts[observe.LeasesAcquired], out.String())
+			if mode == delivery.Relay {
+				require.EqualValues(t, len(attempts), counts[observe.Published], out.String())
+				require.Zero(t, counts[observe.FetchedLeases], out.String())
+			} else {
+				require.EqualValues(t, len(attempts), counts[observe.FetchedLeases], out.String())
+				require.Zero(t, counts[observe.Published], out.String())
+				require.NotContains(t, out.String(), "queue_published")
+			}
+			for _, a := range attempts {
+				r := testfactory.RequireInvariants(ctx, t, db.Pool, a.ID)
+				require.Equal(t, "succeeded", string(r.Attempt.RunState))
+				require.EqualValues(t, 1, r.Attempt.ExecutionAttempts)
+				require.Equal(t, testfactory.Candidates(docs)[r.Attempt.KnowledgeSpaceID].ID, *r.Attempt.CandidatePublicationID)
+			}
+		})
 	}
 }
