@@ -77,7 +77,10 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 	start := time.Now()
 	procs := make([]*process, processes)
 	for i := range procs {
-		procs[i] = startWork(t, bin, db.URL, fmt.Sprintf("proc%d", i+1))
+		procs[i] = startWork(t, bin, db.URL, fmt.Sprintf("proc%d", i+1), &workFlags{
+			delivery: "relay", lease: lease, stepDelay: stepDelay, failRate: failRate,
+			extra: []string{"--visibility", visibility.String()},
+		})
 	}
 
 	// The third relay and worker, in this process.
@@ -197,16 +200,7 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 	racers.Wait()
 
 	// Let the runtime finish every live attempt.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		var live int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE active_slot IS NOT NULL`).Scan(&live))
-		if live == 0 {
-			break
-		}
-		require.True(t, time.Now().Before(deadline), "%d attempts still live after 90 s", live)
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitNoneLive(ctx, t, db, 90*time.Second)
 	duration := time.Since(start)
 	stopRuns()
 	runs.Wait()
@@ -215,35 +209,12 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 		p.stop(t)
 	}
 
-	// Every attempt the test knows, and no other, is in the table.
+	// Every attempt the test knows, and no other, is in the table, each
+	// terminal with its outbox row in the matching status.
 	tr.mu.Lock()
 	ids := append([]uuid.UUID(nil), tr.ids...)
 	tr.mu.Unlock()
-	var rowsTotal, outboxTotal int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts`).Scan(&rowsTotal))
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_outbox`).Scan(&outboxTotal))
-	require.Equal(t, len(ids), rowsTotal, "attempts in the table vs attempts started")
-	require.Equal(t, len(ids), outboxTotal, "one outbox row per attempt")
-
-	// Each row terminal, active slot free, its one outbox row in the
-	// matching terminal status.
-	pairs := map[string]int{}
-	rows, err := db.Pool.Query(ctx, `SELECT a.run_state || '/' || o.status, count(*) FROM document_compilation_attempts a
-		JOIN document_compilation_outbox o ON o.attempt_id = a.id WHERE a.active_slot IS NULL AND a.completed_at IS NOT NULL GROUP BY 1`)
-	require.NoError(t, err)
-	terminal := 0
-	for rows.Next() {
-		var pair string
-		var c int
-		require.NoError(t, rows.Scan(&pair, &c))
-		pairs[pair] = c
-		terminal += c
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, len(ids), terminal, "terminal rows: %v", pairs)
-	for pair := range pairs {
-		require.Contains(t, []string{"succeeded/completed", "failed/dead", "canceled/canceled", "superseded/canceled"}, pair)
-	}
+	pairs := requireEndPairs(ctx, t, db, len(ids))
 	for _, id := range ids {
 		testfactory.RequireInvariants(ctx, t, db.Pool, id)
 	}
@@ -252,25 +223,15 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 	fw := testfactory.RequireFencedWrites(ctx, t, db.Pool)
 
 	// No deadlock: none reported to a caller, logged by a process, or
-	// counted by PostgreSQL (backends flush their counts when they exit;
-	// every connection but db.Pool's is closed by now).
+	// counted by PostgreSQL (every connection but db.Pool's is closed by
+	// now).
 	stats.mu.Lock()
 	require.Empty(t, stats.unexpected, "unexpected answers to the racers")
 	require.Zero(t, stats.deadlocks)
 	answers := fmt.Sprint(stats.answers)
 	stats.mu.Unlock()
 	require.NotContains(t, logs.String(), "40P01")
-	for _, p := range procs {
-		require.NotContains(t, p.out.String(), "40P01", "kfsdb work %s", p.id)
-	}
-	var deadlocks int64
-	require.Eventually(t, func() bool {
-		var others int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()`).Scan(&others))
-		return others <= int(db.Pool.Stat().TotalConns())
-	}, 10*time.Second, 50*time.Millisecond, "the processes' and the runtime's sessions did not end")
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks))
-	require.Zero(t, deadlocks, "pg_stat_database.deadlocks")
+	requireNoDeadlocks(ctx, t, db, procs)
 
 	var perProc []string
 	for _, p := range procs {

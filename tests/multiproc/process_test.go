@@ -1,6 +1,7 @@
 package multiproc_test
 
 import (
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,12 +41,30 @@ type process struct {
 	done chan error
 }
 
-func startWork(t *testing.T, bin, url, id string) *process {
+// workFlags are the `kfsdb work` flags a test picks; the others are fixed:
+// two workers of two slots each, running until the test stops them.
+type workFlags struct {
+	delivery  string // postgres or relay
+	lease     time.Duration
+	stepDelay time.Duration
+	failRate  float64
+	extra     []string // the delivery's own flags (relay: --visibility)
+}
+
+// startWork starts `kfsdb work` as id on the database at dbURL. Its
+// sessions carry id as their application_name, so that the test can tell
+// when they have ended (waitSessionsEnded).
+func startWork(t *testing.T, bin, dbURL, id string, f *workFlags) *process {
 	t.Helper()
+	u, err := url.Parse(dbURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set("application_name", id)
+	u.RawQuery = q.Encode()
 	p := &process{id: id, out: &testfactory.SyncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "work", "--database-url", url, "--duration", "5m", "--workers", "2", "--concurrency", "2",
-		"--lease", lease.String(), "--visibility", visibility.String(), "--step-delay", stepDelay.String(),
-		"--fail-rate", strconv.FormatFloat(failRate, 'f', -1, 64), "--id", id)
+	args := []string{"work", "--database-url", u.String(), "--delivery", f.delivery, "--duration", "5m", "--workers", "2", "--concurrency", "2",
+		"--lease", f.lease.String(), "--step-delay", f.stepDelay.String(), "--fail-rate", strconv.FormatFloat(f.failRate, 'f', -1, 64), "--id", id}
+	p.cmd = exec.Command(bin, append(args, f.extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	require.NoError(t, p.cmd.Start())
 	go func() { p.done <- p.cmd.Wait() }()
@@ -55,6 +74,23 @@ func startWork(t *testing.T, bin, url, id string) *process {
 		}
 	})
 	return p
+}
+
+// kill ends the process with SIGKILL, as a crash or the OOM killer would:
+// it hands no lease back and prints no counters. It requires that the
+// signal is what ended it.
+func (p *process) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Kill())
+	select {
+	case err := <-p.done:
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "kfsdb work %s:\n%s", p.id, p.out.String())
+		ws, ok := exit.Sys().(syscall.WaitStatus)
+		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "kfsdb work %s ended with %v, not SIGKILL", p.id, err)
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "kfsdb work did not die within 10 s of SIGKILL", p.id)
+	}
 }
 
 // stop interrupts the process (SIGINT, like Ctrl-C) and requires a clean
