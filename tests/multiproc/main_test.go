@@ -1,11 +1,22 @@
-// Package multiproc_test races two `kfsdb work` processes, a relay and a
-// worker in the test process, and goroutines cancelling, superseding and
-// retrying attempts, all on the same rows of one database. Afterwards every
-// attempt is terminal exactly once with its one outbox row in the matching
-// status, no two valid leases overlapped, no write was made under a lost
-// lease and PostgreSQL never raised a deadlock (SQLSTATE 40P01).
+// Package multiproc_test runs `kfsdb work` as separate OS processes on
+// one database.
 //
-// KFS_SOAK=1 runs the long form.
+// TestProcessesRaceOnTheSameRows races two `kfsdb work --delivery relay`
+// processes, a relay and a worker in the test process, and goroutines
+// cancelling, superseding and retrying attempts, all on the same rows.
+//
+// TestThreeDirectProcessesOneKilled runs three `kfsdb work --delivery
+// postgres` processes (each worker leases straight from the outbox) on
+// several tenants' attempts and kills one with SIGKILL while it holds
+// leases; the two others finish everything, the dead one's attempts once
+// its leases expire. Every attempt succeeds, exactly once.
+//
+// Afterwards, in both, every attempt is terminal exactly once with its one
+// outbox row in the matching status, no two valid leases overlapped, no
+// write was made under a lost lease and PostgreSQL never raised a deadlock
+// (SQLSTATE 40P01).
+//
+// KFS_SOAK=1 runs the long forms.
 package multiproc_test
 
 import (
