@@ -121,7 +121,7 @@ func TestThreeDirectProcessesOneKilled(t *testing.T) {
 	producer.Wait()
 	require.NoError(t, errors.Join(startErrs...))
 	require.Len(t, ids, n)
-	waitNoneLive(ctx, t, db, 60*time.Second)
+	waitNoneLive(ctx, t, db, 90*time.Second)
 	duration := time.Since(start)
 	for _, p := range survivors {
 		p.stop(t)
