@@ -78,10 +78,14 @@ test-migrations-pg15: ## Run the migration tests on PostgreSQL 15 (kfsdb-postgre
 		GOWORK=off go test $(GO_TEST_FLAGS) -v ./migrations/... 2>&1 | \
 		grep -vE '^([0-9]{4}[-/][0-9]{2}[-/][0-9]{2} |=== (PAUSE|CONT))'
 
+# Extra kfsdb-demo flags, e.g. DEMO_ARGS='--delivery relay' for the relay
+# path with its broker faults (dead letters, an outage).
+DEMO_ARGS ?=
+
 .PHONY: demo
-demo: ## The main job: throwaway PostgreSQL (or DATABASE_URL), migrations, a mixed workload through relay and workers, outcome table (tests/cmd/kfsdb-demo).
+demo: ## The main job: throwaway PostgreSQL (or DATABASE_URL), migrations, a mixed workload of workers leasing from the outbox, outcome table (tests/cmd/kfsdb-demo; DEMO_ARGS='--delivery relay' for the relay).
 	$(if $(DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
-	cd tests && GOWORK=off go run ./cmd/kfsdb-demo
+	cd tests && GOWORK=off go run ./cmd/kfsdb-demo $(DEMO_ARGS)
 
 .PHONY: vet
 vet: ## go vet every module, and check gofmt.

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
@@ -32,6 +34,12 @@ type DemoOpts struct {
 	// (KFS_TEST_DATABASE_URL, else a container of KFS_TEST_POSTGRES_IMAGE).
 	// The command line defaults it to $DATABASE_URL.
 	DatabaseURL string
+	// Delivery is how attempts reach the workers: delivery.Postgres (the
+	// default; each worker leases straight from the outbox, and the
+	// scenarios that need a broker are left out) or delivery.Relay (a
+	// relay publishes to an in-process queue, with dead letters and a
+	// broker outage).
+	Delivery delivery.Mode
 	// Attempts is how many compilation attempts the workload runs
 	// (26..5,000). Defaults to 400.
 	Attempts int
@@ -42,8 +50,8 @@ type DemoOpts struct {
 	// Timeout bounds the workload: if the attempts are not all terminal by
 	// then, Demo fails. Defaults to 45 s.
 	Timeout time.Duration
-	// Verbose logs the relay's and the workers' INFO records too. Defaults
-	// to false: WARN and above.
+	// Verbose logs the runtime's INFO records too (relay, sources, workers).
+	// Defaults to false: WARN and above.
 	Verbose bool
 }
 
@@ -53,6 +61,9 @@ func (o *DemoOpts) Validate() error {
 		if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
 			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), o.DatabaseURL))
 		}
+	}
+	if _, err := delivery.Parse(string(o.Delivery)); err != nil {
+		return fmt.Errorf("invalid options: Delivery: %w", err)
 	}
 	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
 		return fmt.Errorf("invalid options: Attempts must be %d..%d (or 0 for %d), got %d", minDemoAttempts, MaxDemoAttempts, DemoAttemptsDefault, o.Attempts)
@@ -67,13 +78,15 @@ func (o *DemoOpts) Validate() error {
 }
 
 // Demo creates a fresh database kfsdb_demo_<random>, applies every
-// migration, runs a mixed workload of compilation attempts through a real
-// relay and real workers over an in-process queue (successes, retries,
-// failures, panics, exhausted attempts, a worker that dies holding a lease,
-// a broker outage, dead letters, cancels, supersedes and manual retries),
-// prints live progress, an outcome table, counters and latencies, checks
-// the end state, and then drops the database (and stops the throwaway
-// server, if it started one), also when ctx is canceled. It fails if any
+// migration, runs a mixed workload of compilation attempts through real
+// workers (successes, retries, failures, panics, exhausted attempts, a
+// worker that dies holding a lease, cancels, supersedes and manual
+// retries), prints live progress, an outcome table, counters and
+// latencies, checks the end state, and then drops the database (and stops
+// the throwaway server, if it started one), also when ctx is canceled.
+// The workers lease straight from the outbox (delivery.Postgres), or
+// receive from a relay over an in-process queue (delivery.Relay), which
+// adds dead letters and a broker outage. It fails if any
 // check fails or the workload does not settle within Timeout.
 func Demo(ctx context.Context, opts *DemoOpts) error {
 	if err := opts.Validate(); err != nil {
@@ -141,16 +154,13 @@ func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string)
 	}
 	defer pool.Close()
 
-	w := newWorkload(out, cli.NewLogger(out, opts.Verbose), pool, lat, n, seed)
+	mode, _ := delivery.Parse(string(opts.Delivery))
+	w := newWorkload(out, cli.NewLogger(out, opts.Verbose), pool, lat, mode, n, seed)
 	counts := map[string]int{}
 	for _, e := range w.entries {
 		counts[e.sc.name]++
 	}
-	fmt.Fprintf(out, "== workload: %d attempts (seed %d) in %d tenants × %d spaces; %d producers; relay + %d workers × %d over memqueue\n",
-		n, seed, len(demoTenants), demoSpacesPerTenant, demoProducers, demoWorkers, demoWorkerConcurrency)
-	fmt.Fprintf(out, "   scenarios: %s\n", formatCounts(counts))
-	fmt.Fprintf(out, "   timings: lease %s (heartbeat %s), retry backoff %s..%s, relay poll %s, dispatch backoff %s..%s ×%d, visibility %s, claim lock %s\n",
-		demoLease, (demoLease / 3).Round(time.Millisecond), demoRetryBase, demoRetryCap, demoPollInterval, demoDispatchBase, demoDispatchCap, demoMaxDispatch, demoVisibility, demoLockDuration)
+	w.printHeader(n, seed, counts)
 	if err := w.run(ctx, timeout); err != nil {
 		return err
 	}
@@ -164,4 +174,39 @@ func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string)
 	}
 	fmt.Fprintf(out, "\ndemo: PASS (%d attempts)\n", n)
 	return nil
+}
+
+// printHeader prints what the workload runs and how.
+func (w *workload) printHeader(n int, seed uint64, counts map[string]int) {
+	runtime := fmt.Sprintf("%d workers × %d, each leasing from the outbox (pgsource)", demoWorkers, demoWorkerConcurrency)
+	if w.mode == delivery.Relay {
+		runtime = fmt.Sprintf("relay + %d workers × %d over memqueue", demoWorkers, demoWorkerConcurrency)
+	}
+	fmt.Fprintf(w.out, "== workload: %d attempts (seed %d) in %d tenants × %d spaces; %d producers; %s\n",
+		n, seed, len(demoTenants), demoSpacesPerTenant, demoProducers, runtime)
+	fmt.Fprintf(w.out, "   delivery: %s\n", w.deliveryNote())
+	fmt.Fprintf(w.out, "   scenarios: %s\n", formatCounts(counts))
+	timings := fmt.Sprintf("lease %s (heartbeat %s), retry backoff %s..%s", demoLease, (demoLease / 3).Round(time.Millisecond), demoRetryBase, demoRetryCap)
+	if w.mode == delivery.Relay {
+		timings += fmt.Sprintf(", relay poll %s, dispatch backoff %s..%s ×%d, visibility %s, claim lock %s",
+			demoPollInterval, demoDispatchBase, demoDispatchCap, demoMaxDispatch, demoVisibility, demoLockDuration)
+	} else {
+		timings += fmt.Sprintf(", source poll %s (LISTEN wakes it sooner)", demoPollInterval)
+	}
+	fmt.Fprintf(w.out, "   timings: %s\n", timings)
+}
+
+// deliveryNote names the delivery mode and, under postgres delivery, what
+// it leaves out.
+func (w *workload) deliveryNote() string {
+	if w.mode == delivery.Relay {
+		return "relay (the relay publishes to an in-process queue, workers lease what they receive; with dead letters and a broker outage)"
+	}
+	return "postgres (workers lease from the outbox); " + w.skippedNote()
+}
+
+// skippedNote names what postgres delivery leaves out for want of a
+// broker.
+func (w *workload) skippedNote() string {
+	return "relay-only scenarios skipped: " + strings.Join(w.skipped, ", ") + ", broker outage"
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -27,6 +28,8 @@ func TestDemoOptsValidate(t *testing.T) {
 		"TooFewAttempts":  {DemoOpts{Attempts: 5, Out: &out}, "Attempts must be 26..5000"},
 		"TooManyAttempts": {DemoOpts{Attempts: 5001, Out: &out}, "Attempts must be"},
 		"NegativeTimeout": {DemoOpts{Timeout: -time.Second, Out: &out}, "Timeout must not be negative"},
+		"UnknownDelivery": {DemoOpts{Delivery: "nats", Out: &out}, `Delivery: unknown delivery "nats"`},
+		"RelayDelivery":   {DemoOpts{Delivery: delivery.Relay, Out: &out}, ""},
 		"MissingOut":      {DemoOpts{}, "Out is required"},
 		"Defaults":        {DemoOpts{Out: &out}, ""},
 		"Valid":           {DemoOpts{DatabaseURL: "postgres://u@h/db", Attempts: 60, Seed: 3, Timeout: time.Minute, Out: &out}, ""},
@@ -45,32 +48,71 @@ func TestDemoOptsValidate(t *testing.T) {
 
 func TestUsageErrorsExitTwo(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"extra"}, {"--attempts", "5"}, {"--bogus"}} {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"extra"}, "demo takes no arguments"},
+		{[]string{"--attempts", "5"}, "Attempts must be 26..5000"},
+		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--delivery", "nats"}, `unknown delivery "nats": want "postgres" or "relay"`},
+	} {
 		var stdout, stderr bytes.Buffer
-		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, noEnv), "args %q: %s", args, stderr.String())
+		require.Equal(t, 2, Main(t.Context(), tc.args, &stdout, &stderr, noEnv), "args %q: %s", tc.args, stderr.String())
 		require.Contains(t, stderr.String(), "kfsdb-demo: usage error")
+		require.Contains(t, stderr.String(), tc.wantErr, "args %q", tc.args)
 	}
 }
 
-func TestDemoRunsWorkloadOnExistingServer(t *testing.T) {
-	t.Parallel()
+// runDemo runs the demo with args on the test server, requires it to pass
+// and the output every delivery mode shares, and returns stdout.
+func runDemo(t *testing.T, mode delivery.Mode, args ...string) string {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := Main(t.Context(), []string{"--attempts", "60", "--seed", "7", "--database-url", pgtest.AdminURL(t)}, &stdout, &stderr, noEnv)
+	code := Main(t.Context(), append(args, "--database-url", pgtest.AdminURL(t)), &stdout, &stderr, noEnv)
 	s := stdout.String()
 	require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
 	require.Contains(t, s, "created database kfsdb_demo_")
 	require.Contains(t, s, "00006_document_compilation_attempts.sql")
-	require.Contains(t, s, "== workload: 60 attempts (seed 7)")
-	require.Contains(t, s, "broker outage begins")
 	require.Contains(t, s, "OUTCOMES (expected vs actual terminal state per scenario)")
-	for _, sc := range scenarios {
+	run, skipped := scenariosFor(mode)
+	for _, sc := range run {
 		require.Regexp(t, `(?m)^`+sc.name+`\s+\d+\s+`+string(sc.wantState)+`.*PASS\s*$`, s)
+	}
+	for _, name := range skipped {
+		require.NotRegexp(t, `(?m)^`+name+`\s`, s, "skipped scenario %s has a row", name)
 	}
 	require.Contains(t, s, "RUNTIME COUNTERS")
 	require.Contains(t, s, "STATEMENT LATENCY")
-	require.Regexp(t, `(?m)^\s+AcquireLease\s+\d+\s+[\d.]+ms`, s)
 	require.NotRegexp(t, `\bFAIL\b`, s)
-	require.Contains(t, s, "demo: PASS (60 attempts)")
 	require.Contains(t, s, "dropped database kfsdb_demo_")
 	require.NotContains(t, s, "kfsdb-test-password")
+	return s
+}
+
+// The default delivery: workers lease from the outbox, no relay, no broker.
+func TestDemoRunsWorkloadOnExistingServer(t *testing.T) {
+	t.Parallel()
+	s := runDemo(t, delivery.Postgres, "--attempts", "60", "--seed", "7")
+	require.Contains(t, s, "== workload: 60 attempts (seed 7)")
+	require.Contains(t, s, "4 workers × 4, each leasing from the outbox (pgsource)")
+	require.Contains(t, s, "delivery: postgres (workers lease from the outbox); relay-only scenarios skipped: dead_letter_then_retry, dead_letter, broker outage")
+	require.NotContains(t, s, "broker outage begins")
+	require.Regexp(t, `\| source_fetches \d+  source_fetched_leases \d+`, s)
+	require.NotContains(t, s, "| queue ")
+	require.Regexp(t, `(?m)^\s+FetchLeases\s+\d+\s+[\d.]+ms`, s)
+	require.NotRegexp(t, `(?m)^\s+AcquireLease\s`, s)
+	require.Contains(t, s, "demo: PASS (60 attempts)")
+}
+
+func TestDemoRelayDelivery(t *testing.T) {
+	t.Parallel()
+	s := runDemo(t, delivery.Relay, "--delivery", "relay", "--attempts", "60", "--seed", "7")
+	require.Contains(t, s, "relay + 4 workers × 4 over memqueue")
+	require.Contains(t, s, "delivery: relay")
+	require.Contains(t, s, "broker outage begins")
+	require.Regexp(t, `\| queue \d+`, s)
+	require.Contains(t, s, "MEMQUEUE: published")
+	require.Regexp(t, `(?m)^\s+AcquireLease\s+\d+\s+[\d.]+ms`, s)
+	require.Contains(t, s, "demo: PASS (60 attempts)")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -33,10 +34,11 @@ func (p *demoPublisher) Publish(ctx context.Context, msg *relay.Message) (*relay
 	return p.inner.Publish(ctx, msg)
 }
 
-// crashingSource is the workers' Source: memqueue, except that the first
-// delivery of each worker_crash attempt goes to a worker that takes the
-// lease, does some work and dies without a word (no heartbeat, no
-// outcome). The relay republishes the attempt once the lease expires.
+// crashingSource is the workers' Source: memqueue or a pgsource.Source,
+// except that the first delivery of each worker_crash attempt goes to a
+// doomed worker that holds the lease, does some work and dies without a
+// word (no heartbeat, no outcome). Once the lease expires the relay
+// republishes the attempt, or a source fetches it again.
 type crashingSource struct {
 	w     *workload
 	inner worker.Source
@@ -58,8 +60,59 @@ func (s *crashingSource) Receive(ctx context.Context) (worker.Message, error) {
 	}
 }
 
+// crashingLeasingSource is crashingSource over a pgsource.Source: the
+// worker binds and runs the inner source through it. The message the
+// doomed worker dies with was leased by the fetch, so the slot that
+// fetched it plays the doomed worker, and its lease is abandoned as a
+// dead process would leave it, which no shutdown path of worker or
+// pgsource does (they hand leases back).
+type crashingLeasingSource struct {
+	crashingSource
+	leasing worker.LeasingSource
+}
+
+func newCrashingLeasingSource(w *workload, src worker.LeasingSource) *crashingLeasingSource {
+	return &crashingLeasingSource{crashingSource: crashingSource{w: w, inner: src}, leasing: src}
+}
+
+// Bind implements worker.LeasingSource.
+func (s *crashingLeasingSource) Bind(workerID string, leaseDuration time.Duration, slots int) error {
+	return s.leasing.Bind(workerID, leaseDuration, slots)
+}
+
+// Run implements worker.LeasingSource.
+func (s *crashingLeasingSource) Run(ctx context.Context) error { return s.leasing.Run(ctx) }
+
 // dieWith is the doomed worker: it reports whether it consumed msg.
 func (w *workload) dieWith(ctx context.Context, e *entry, msg worker.Message) bool {
+	d := msg.Delivery()
+	lease, consumed := w.doomedLease(ctx, e, msg)
+	if lease == nil {
+		return consumed
+	}
+	for _, cp := range []kfstype.Checkpoint{kfstype.CheckpointParsed, kfstype.CheckpointOutlineBuilt} {
+		if _, err := w.repo.Advance(ctx, w.pool, &repo.AdvanceParams{Lease: lease, Checkpoint: cp}); err != nil {
+			w.violate(checkDoomedWorker, "attempt %d: doomed worker could not advance: %v", e.idx, err)
+			break
+		}
+	}
+	_ = msg.Ack(ctx)
+	e.crash.Store(2)
+	w.deaths.Add(1)
+	w.log.Info("doomed worker died holding a lease", "attempt_id", d.AttemptID, "lease_worker", lease.WorkerID, "lease_expires_at", lease.ExpiresAt)
+	return true
+}
+
+// doomedLease is the lease the doomed worker dies with: the one a
+// pgsource fetch took, else one it acquires for the relay's delivery.
+// Without a lease it reports whether it consumed msg, and resets e's
+// crash state so that a later delivery dies instead.
+func (w *workload) doomedLease(ctx context.Context, e *entry, msg worker.Message) (*repo.Lease, bool) {
+	if lm, ok := msg.(worker.LeasedMessage); ok {
+		if _, lease := lm.Leased(); lease != nil {
+			return lease, true
+		}
+	}
 	d := msg.Delivery()
 	var lease *repo.Lease
 	err := w.lat.time(latCall+"AcquireLease (doomed worker)", func() (err error) {
@@ -72,29 +125,23 @@ func (w *workload) dieWith(ctx context.Context, e *entry, msg worker.Message) bo
 		// refusal is the same race, explained after the commit).
 		e.crash.Store(0)
 		_ = msg.Retry(ctx, time.Now().Add(50*time.Millisecond))
-		return true
+		return nil, true
 	}
 	if err != nil {
 		w.log.Warn("doomed worker could not take its delivery; a real worker gets it", "attempt_id", d.AttemptID, "queue_job_id", d.QueueJobID, "err", err)
 		e.crash.Store(0)
-		return false // let a real worker judge it
+		return nil, false // let a real worker judge it
 	}
-	for _, cp := range []kfstype.Checkpoint{kfstype.CheckpointParsed, kfstype.CheckpointOutlineBuilt} {
-		if _, err := w.repo.Advance(ctx, w.pool, &repo.AdvanceParams{Lease: lease, Checkpoint: cp}); err != nil {
-			w.violate(checkDoomedWorker, "attempt %d: doomed worker could not advance: %v", e.idx, err)
-			break
-		}
-	}
-	_ = msg.Ack(ctx)
-	e.crash.Store(2)
-	w.log.Info("doomed worker died holding a lease", "attempt_id", d.AttemptID, "lease_expires_at", lease.ExpiresAt)
-	return true
+	return lease, true
 }
 
 // outage takes the broker down for demoOutage once 40% of the attempts
-// were started.
+// were started (relay delivery only: postgres delivery has no broker).
 func (w *workload) outage(ctx context.Context) {
 	defer close(w.outageDone)
+	if w.mode != delivery.Relay {
+		return
+	}
 	want := int32(len(w.entries) * 2 / 5)
 	for w.started.Load() < want {
 		if sleepCtx(ctx, 20*time.Millisecond) != nil {

@@ -1,10 +1,16 @@
 // Command kfsdb-demo is kfsdb's demonstration, the README's main command
 // (`make demo`): on a fresh database it applies every migration and runs a
-// mixed workload of compilation attempts through a real relay and real
-// workers (successes, retries, failures, panics, exhausted attempts, a
-// worker that dies holding a lease, a broker outage, dead letters, cancels,
-// supersedes and manual retries), then prints an outcome table, counters
-// and latencies and checks the end state.
+// mixed workload of compilation attempts through real workers (successes,
+// retries, failures, panics, exhausted attempts, a worker that dies holding
+// a lease, cancels, supersedes and manual retries), then prints an outcome
+// table, counters and latencies and checks the end state.
+//
+// --delivery picks how attempts reach the workers, as for `kfsdb work`:
+// postgres, the default, has each worker lease straight from the outbox
+// (pgsource), with no relay and no broker; relay runs a real relay
+// publishing to an in-process queue (memqueue) the workers receive from,
+// and adds the scenarios only a broker has: dead letters (the publisher
+// rejects an attempt until the relay gives up on it) and a broker outage.
 //
 // It lives beside the test harness because, without --database-url or
 // $DATABASE_URL, it runs on a throwaway server that tests/pgtest starts
@@ -23,6 +29,7 @@ import (
 	"syscall"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 )
 
 func main() {
@@ -46,12 +53,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	opts := &DemoOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "",
 		"server to create the demo database on; defaults to $"+cli.EnvDatabaseURL+", else a throwaway server (see pgtest: KFS_TEST_DATABASE_URL, KFS_TEST_POSTGRES_IMAGE)")
+	fs.Var(&opts.Delivery, "delivery", delivery.Usage+"; default "+string(delivery.Default)+" (relay adds dead letters and a broker outage)")
 	fs.IntVar(&opts.Attempts, "attempts", DemoAttemptsDefault, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
 	fs.Uint64Var(&opts.Seed, "seed", DemoSeedDefault, "shuffles which attempt follows which scenario")
 	fs.DurationVar(&opts.Timeout, "timeout", DemoTimeoutDefault, "fail if the workload has not settled by then")
-	fs.BoolVar(&opts.Verbose, "verbose", false, "log the relay's and workers' INFO records too (default: WARN and above)")
+	fs.BoolVar(&opts.Verbose, "verbose", false, "log the runtime's INFO records too (relay, sources, workers; default: WARN and above)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb-demo [--database-url URL] [--attempts N] [--seed N] [--timeout D] [--verbose]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb-demo [--database-url URL] [--delivery postgres|relay] [--attempts N] [--seed N] [--timeout D] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := cli.ParseFlags(fs, args); err != nil {

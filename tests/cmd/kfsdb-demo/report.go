@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
 )
@@ -179,7 +180,7 @@ func (w *workload) printOutcomes(aggs map[string]*scenarioAgg) {
 	fmt.Fprintln(out, "\nOUTCOMES (expected vs actual terminal state per scenario)")
 	tw := newTable(out)
 	fmt.Fprintln(tw, "SCENARIO\tN\tEXPECTED\tACTUAL\tERROR CODES\tEXEC\tRESULT\t")
-	for _, sc := range scenarios {
+	for _, sc := range w.scenarios {
 		a := aggs[sc.name]
 		want := string(sc.wantState)
 		if sc.wantCode != "" {
@@ -195,8 +196,11 @@ func (w *workload) printOutcomes(aggs map[string]*scenarioAgg) {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", sc.name, a.n, want, formatCounts(a.states), formatCounts(a.codes), exec, passFail(a.ok))
 	}
 	_ = tw.Flush()
+	if len(w.skipped) > 0 {
+		fmt.Fprintf(out, "(%s delivery: %s)\n", w.mode, w.skippedNote())
+	}
 	fmt.Fprintln(out, "\nSCENARIOS")
-	for _, sc := range scenarios {
+	for _, sc := range w.scenarios {
 		fmt.Fprintf(out, "  %-22s %s\n", sc.name, sc.what)
 	}
 }
@@ -221,10 +225,26 @@ func (w *workload) checkCounters(aggs map[string]*scenarioAgg) {
 	if got, want := m.Get(observe.Completed), count(scSuccess)+count(scRetryOnce)+count(scWorkerCrash)+count(scDeferredRelease)+count(scManualRetry)+count(scDeadLetterRetry); got != want {
 		w.violate(checkMetrics, "%s = %d, want %d", observe.Completed, got, want)
 	}
+	if w.mode != delivery.Relay {
+		// Every lease a fetch took ran a handler or died with the doomed
+		// worker: none was handed back or lost on the way.
+		if got, want := m.Get(observe.FetchedLeases), int64(w.handlerRuns()+w.deaths.Load()); got != want {
+			w.violate(checkMetrics, "%s = %d, want %d (handler executions + leases the doomed worker abandoned)", observe.FetchedLeases, got, want)
+		}
+	}
 }
 
-// printRuntime prints the runtime counters, the queue's and the
-// handler's statistics and the latencies.
+// handlerRuns counts the handler's executions.
+func (w *workload) handlerRuns() int32 {
+	var n int32
+	for _, e := range w.entries {
+		n += e.executions.Load()
+	}
+	return n
+}
+
+// printRuntime prints the runtime counters, the queue's or the sources'
+// and the handler's statistics and the latencies.
 func (w *workload) printRuntime() {
 	out := w.out
 	fmt.Fprintln(out, "\nRUNTIME COUNTERS (observe.Counts)")
@@ -233,16 +253,20 @@ func (w *workload) printRuntime() {
 		fmt.Fprintf(tw, "%s\t%d\t\n", c.Counter, c.N)
 	}
 	_ = tw.Flush()
-	pub, acked, retried := w.queue.Stats()
-	fmt.Fprintf(out, "\nMEMQUEUE: published %d, acked %d, handed back %d, still queued %d (stale redeliveries, dropped at shutdown)\n",
-		pub, acked, retried, w.queue.Len())
-	var handlerRuns int32
-	for _, e := range w.entries {
-		handlerRuns += e.executions.Load()
+	runtime := "sources, workers, demo"
+	if w.mode == delivery.Relay {
+		pub, acked, retried := w.queue.Stats()
+		fmt.Fprintf(out, "\nMEMQUEUE: published %d, acked %d, handed back %d, still queued %d (stale redeliveries, dropped at shutdown)\n",
+			pub, acked, retried, w.queue.Len())
+		runtime = "relay, workers, demo"
+	} else {
+		m := w.metrics
+		fmt.Fprintf(out, "\nSOURCES: %d fetches leased %d attempts (%d failed as exhausted), %d leases handed back at shutdown, %d abandoned by the doomed worker\n",
+			m.Get(observe.Fetches), m.Get(observe.FetchedLeases), m.Get(observe.FetchExhausted), m.Get(observe.LeasesHandedBack), w.deaths.Load())
 	}
-	fmt.Fprintf(out, "HANDLER: %d executions, %d lease checks at handler start\n", handlerRuns, w.leaseChecks.Load())
+	fmt.Fprintf(out, "HANDLER: %d executions, %d lease checks at handler start\n", w.handlerRuns(), w.leaseChecks.Load())
 
-	printLatencies(out, "STATEMENT LATENCY (pgx QueryTracer on the pool: relay, workers, demo)", w.lat.rows(latStatement))
+	printLatencies(out, "STATEMENT LATENCY (pgx QueryTracer on the pool: "+runtime+")", w.lat.rows(latStatement))
 	printLatencies(out, "REPO CALL LATENCY (calls the demo makes itself, including any explaining read)", w.lat.rows(latCall))
 }
 

@@ -7,7 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -40,12 +43,22 @@ func (w *workload) progressLine(counts map[kfstype.RunState]int) string {
 			done = append(done, part)
 		}
 	}
-	line := fmt.Sprintf("[%s] started %d/%d | %s | %s | queue %d",
-		w.elapsed(), w.started.Load(), len(w.entries), strings.Join(live, "  "), strings.Join(done, "  "), w.queue.Len())
+	line := fmt.Sprintf("[%s] started %d/%d | %s | %s | %s",
+		w.elapsed(), w.started.Load(), len(w.entries), strings.Join(live, "  "), strings.Join(done, "  "), w.deliveryProgress())
 	if w.outageOn.Load() {
 		line += " | OUTAGE"
 	}
 	return line
+}
+
+// deliveryProgress is the progress line's delivery part: the messages
+// waiting in the queue (relay), or the sources' fetches and the leases
+// they took (postgres).
+func (w *workload) deliveryProgress() string {
+	if w.mode == delivery.Relay {
+		return fmt.Sprintf("queue %d", w.queue.Len())
+	}
+	return fmt.Sprintf("%s %d  %s %d", observe.Fetches, w.metrics.Get(observe.Fetches), observe.FetchedLeases, w.metrics.Get(observe.FetchedLeases))
 }
 
 // run drives the workload until every attempt is terminal and every
@@ -84,25 +97,40 @@ func (w *workload) run(ctx context.Context, deadline time.Duration) error {
 	elapsed := time.Since(w.t0)
 	stop()
 	<-w.outageDone
-	fmt.Fprintf(w.out, "== settled: %d attempts terminal after %s; relay and workers stopped\n", len(w.entries), elapsed.Round(10*time.Millisecond))
+	stopping := "workers"
+	if w.mode == delivery.Relay {
+		stopping = "relay and workers"
+	}
+	fmt.Fprintf(w.out, "== settled: %d attempts terminal after %s; %s stopped\n", len(w.entries), elapsed.Round(10*time.Millisecond), stopping)
 	return nil
 }
 
-// startRuntime starts the relay and demoWorkers workers in wg; they run
-// until ctx ends.
+// startRuntime starts demoWorkers workers, and under relay delivery the
+// relay, in wg; they run until ctx ends.
 func (w *workload) startRuntime(ctx context.Context, wg *sync.WaitGroup) error {
-	rl, err := relay.New(w.pool, &demoPublisher{w: w, inner: w.queue}, &relay.Config{
-		ID: "demo-relay", Logger: w.log, Metrics: w.metrics, Repo: w.repo,
-		PollInterval: demoPollInterval, BackoffBase: demoDispatchBase, BackoffCap: demoDispatchCap,
-		MaxDispatchAttempts: demoMaxDispatch, VisibilityTimeout: demoVisibility,
-		LockDuration: demoLockDuration, PublishTimeout: demoPublishTimeout,
-	})
-	if err != nil {
-		return err
+	var src worker.Source
+	if w.mode == delivery.Relay {
+		rl, err := relay.New(w.pool, &demoPublisher{w: w, inner: w.queue}, &relay.Config{
+			ID: "demo-relay", Logger: w.log, Metrics: w.metrics, Repo: w.repo,
+			PollInterval: demoPollInterval, BackoffBase: demoDispatchBase, BackoffCap: demoDispatchCap,
+			MaxDispatchAttempts: demoMaxDispatch, VisibilityTimeout: demoVisibility,
+			LockDuration: demoLockDuration, PublishTimeout: demoPublishTimeout,
+		})
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { _ = rl.Run(ctx) })
+		src = &crashingSource{w: w, inner: w.queue}
 	}
-	wg.Go(func() { _ = rl.Run(ctx) })
-	src := &crashingSource{w: w, inner: w.queue}
 	for i := range demoWorkers {
+		if w.mode != delivery.Relay {
+			// A source per worker: it leases for that worker's slots.
+			ps, err := pgsource.New(w.pool, &pgsource.Config{Logger: w.log, Metrics: w.metrics, Repo: w.repo, PollInterval: demoPollInterval})
+			if err != nil {
+				return err
+			}
+			src = newCrashingLeasingSource(w, ps)
+		}
 		wk, err := worker.New(w.pool, src, w, &worker.Config{
 			ID: fmt.Sprintf("demo-worker-%d", i+1), Concurrency: demoWorkerConcurrency, LeaseDuration: demoLease,
 			RetryBackoffBase: demoRetryBase, RetryBackoffCap: demoRetryCap, Logger: w.log, Metrics: w.metrics, Repo: w.repo,

@@ -14,13 +14,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
 // Timings of the demo runtime: short, so a few hundred attempts with
-// retries, lease expiries and an outage finish in seconds.
+// retries, lease expiries and an outage finish in seconds. The relay's
+// (poll, dispatch, visibility, claim lock, publish) and the outage apply
+// to relay delivery only; the sources poll every demoPollInterval too.
 const (
 	demoWorkers           = 4
 	demoWorkerConcurrency = 4
@@ -55,8 +58,9 @@ var demoTenants = []string{"tenant-acme", "tenant-globex", "tenant-initech"}
 
 const demoSpacesPerTenant = 3
 
-// workload runs the demo's attempts through a real relay and real workers
-// over an in-process queue, and checks the outcome.
+// workload runs the demo's attempts through real workers, fed by a real
+// relay over an in-process queue or leasing straight from the outbox, and
+// checks the outcome.
 type workload struct {
 	out     io.Writer
 	log     *slog.Logger
@@ -64,15 +68,23 @@ type workload struct {
 	repo    *repo.Repo
 	lat     *latencies
 	metrics *observe.Counts
-	queue   *memqueue.Queue
-	entries []*entry
-	byAsset map[uuid.UUID]*entry // read-only once built
+	mode    delivery.Mode
+	// queue is the relay's broker; nil under postgres delivery.
+	queue *memqueue.Queue
+	// scenarios are those the mode runs, in table order; skipped names the
+	// relay-only ones it leaves out.
+	scenarios []*scenario
+	skipped   []string
+	entries   []*entry
+	byAsset   map[uuid.UUID]*entry // read-only once built
 	// byAttempt maps attempt ids to entries (uuid.UUID → *entry).
 	byAttempt sync.Map
 
 	started    atomic.Int32
 	outageOn   atomic.Bool
 	outageDone chan struct{}
+	// deaths counts the leases the doomed worker abandoned.
+	deaths atomic.Int32
 
 	violationsMu sync.Mutex
 	violations   map[string][]string // check → examples
@@ -80,19 +92,23 @@ type workload struct {
 	t0           time.Time
 }
 
-func newWorkload(out io.Writer, log *slog.Logger, pool *pgxpool.Pool, lat *latencies, n int, seed uint64) *workload {
+func newWorkload(out io.Writer, log *slog.Logger, pool *pgxpool.Pool, lat *latencies, mode delivery.Mode, n int, seed uint64) *workload {
 	w := &workload{
 		out: out, log: log, pool: pool, repo: repo.New(nil), lat: lat, metrics: &observe.Counts{},
-		queue: memqueue.New(), byAsset: make(map[uuid.UUID]*entry, n),
+		mode: mode, byAsset: make(map[uuid.UUID]*entry, n),
 		outageDone: make(chan struct{}), violations: make(map[string][]string),
 	}
+	if mode == delivery.Relay {
+		w.queue = memqueue.New()
+	}
+	w.scenarios, w.skipped = scenariosFor(mode)
 	spaces := make(map[string][]uuid.UUID)
 	for _, t := range demoTenants {
 		for range demoSpacesPerTenant {
 			spaces[t] = append(spaces[t], uuid.New())
 		}
 	}
-	for i, sc := range planScenarios(n, seed) {
+	for i, sc := range planScenarios(w.scenarios, n, seed) {
 		tenant := demoTenants[i%len(demoTenants)]
 		e := &entry{
 			idx: i, sc: sc, tenantID: tenant, spaceID: spaces[tenant][(i/len(demoTenants))%demoSpacesPerTenant],
