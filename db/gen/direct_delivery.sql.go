@@ -60,7 +60,7 @@ quotas AS (
     FROM tenant_walk w
     LEFT JOIN capped c ON c.tenant_id = w.tenant_id
 ),
-offers AS (
+offers AS MATERIALIZED (
   SELECT w.tenant_id, w.pos, offer.attempt_id, offer.outbox_id, offer.round
     FROM quotas w
    CROSS JOIN LATERAL (
@@ -271,6 +271,10 @@ type FetchLeasesRow struct {
 // places, and none while another fetch holds its row or when the last
 // fetch that leased for it committed after this statement's snapshot
 // (its leases would be missing from the count).
+// MATERIALIZED: computed once. Inlined, the planner may put it on the
+// inner side of a nested loop over the attempts and walk every tenant's
+// offers once per attempt (seen with statistics taken on an empty table:
+// 450 ms for 400 due rows instead of under 1 ms).
 // A lease is progress (async_commit may apply); an exhausted attempt's
 // failure is an outcome, and then the whole commit stays synchronous.
 func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesParams) ([]*FetchLeasesRow, error) {

@@ -87,7 +87,11 @@ quotas AS (
     FROM tenant_walk w
     LEFT JOIN capped c ON c.tenant_id = w.tenant_id
 ),
-offers AS (
+-- MATERIALIZED: computed once. Inlined, the planner may put it on the
+-- inner side of a nested loop over the attempts and walk every tenant's
+-- offers once per attempt (seen with statistics taken on an empty table:
+-- 450 ms for 400 due rows instead of under 1 ms).
+offers AS MATERIALIZED (
   SELECT w.tenant_id, w.pos, offer.attempt_id, offer.outbox_id, offer.round
     FROM quotas w
    CROSS JOIN LATERAL (

@@ -8,10 +8,27 @@ import (
 	"io"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/loadgen"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 )
+
+// Bench scenarios (BenchOpts.Scenario).
+const (
+	// ScenarioLifecycle: producers start attempts for Duration (paced to
+	// Rate, or unpaced) and the worker completes them; the report is
+	// throughput, latencies and costs per attempt. The default.
+	ScenarioLifecycle = "lifecycle"
+	// ScenarioNoisyTenant: one tenant's backlog of 5,000 attempts, then 20
+	// quiet tenants with 20 each; the report compares the quiet tenants'
+	// waits with their waits alone (loadgen.RunNoisyTenant).
+	ScenarioNoisyTenant = "noisy-tenant"
+)
+
+// ErrUnknownScenario is returned for a scenario that is not one of the
+// Scenario constants.
+var ErrUnknownScenario = errors.New("unknown scenario")
 
 // BenchOpts are the options of Bench.
 type BenchOpts struct {
@@ -20,6 +37,13 @@ type BenchOpts struct {
 	// command line defaults it to $DATABASE_URL. `make bench-kfsdb` runs
 	// the command on a throwaway server.
 	DatabaseURL string
+	// Delivery is how attempts reach the worker. Defaults to
+	// delivery.Postgres.
+	Delivery delivery.Mode
+	// Scenario is ScenarioLifecycle (the default) or ScenarioNoisyTenant.
+	// Duration, Rate, StepCheckpoints and AsyncProgressCommits apply to
+	// the lifecycle only.
+	Scenario string
 	// Duration is how long the producers run. Defaults to 10 s.
 	Duration time.Duration
 	// Producers call Start concurrently. Defaults to 8.
@@ -48,6 +72,18 @@ func (o *BenchOpts) Validate() error {
 	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
+	if _, err := delivery.Parse(string(o.Delivery)); err != nil {
+		return fmt.Errorf("invalid options: Delivery: %w", err)
+	}
+	switch o.Scenario {
+	case "", ScenarioLifecycle:
+	case ScenarioNoisyTenant:
+		if o.Duration != 0 || o.Rate != 0 || o.StepCheckpoints || o.AsyncProgressCommits {
+			return fmt.Errorf("invalid options: Duration, Rate, StepCheckpoints and AsyncProgressCommits apply to the %s scenario only", ScenarioLifecycle)
+		}
+	default:
+		return fmt.Errorf("invalid options: Scenario: %w %q: want %q or %q", ErrUnknownScenario, o.Scenario, ScenarioLifecycle, ScenarioNoisyTenant)
+	}
 	switch {
 	case o.Duration < 0:
 		return fmt.Errorf("invalid options: Duration must not be negative, got %s", o.Duration)
@@ -63,12 +99,14 @@ func (o *BenchOpts) Validate() error {
 	return nil
 }
 
-// Bench runs the lifecycle load driver (P producers, the relay, W workers
-// for Duration) on a fresh database kfsdb_bench_<random>, created on the
-// server at DatabaseURL and dropped afterwards, and prints its report:
-// throughput, start -> succeeded percentiles, round trips and WAL bytes per
-// attempt, per-statement latencies and dead tuples. Errors never contain
-// the password.
+// Bench runs a load scenario on a fresh database kfsdb_bench_<random>,
+// created on the server at DatabaseURL and dropped afterwards, and prints
+// its report. The lifecycle (P producers and a worker with W slots for
+// Duration) reports throughput, start -> succeeded percentiles, round
+// trips, WAL bytes and server CPU per attempt, per-statement latencies and
+// dead tuples; noisy-tenant reports the quiet tenants' waits beside a
+// flood, its last line `noisy-tenant: quiet tenants' p99 wait <d> (alone
+// <d>) = <r>x`. Errors never contain the password.
 func Bench(ctx context.Context, opts *BenchOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
@@ -86,9 +124,24 @@ func bench(ctx context.Context, opts *BenchOpts) error {
 		return err
 	}
 	defer srv.Close()
+	if opts.Scenario == ScenarioNoisyTenant {
+		var res *loadgen.NoisyResult
+		err := WithScratchDatabase(ctx, srv, "kfsdb_bench", opts.Out, func(url string) error {
+			var err error
+			res, err = loadgen.RunNoisyTenant(ctx, &loadgen.NoisyConfig{DatabaseURL: url, Delivery: opts.Delivery,
+				Producers: opts.Producers, Workers: opts.Workers})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		// After the drop, so the summary is the report's last line.
+		res.WriteTable(opts.Out)
+		return nil
+	}
 	return WithScratchDatabase(ctx, srv, "kfsdb_bench", opts.Out, func(url string) error {
 		res, err := loadgen.Run(ctx, &loadgen.Config{
-			DatabaseURL: url, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers, Rate: opts.Rate,
+			DatabaseURL: url, Delivery: opts.Delivery, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers, Rate: opts.Rate,
 			StepCheckpoints: opts.StepCheckpoints, AsyncProgressCommits: opts.AsyncProgressCommits,
 		})
 		if err != nil {
@@ -107,14 +160,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.SetOutput(stderr)
 	opts := &BenchOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "", "server to create the bench database on; defaults to $"+EnvDatabaseURL+" (one of the two is required; `make bench-kfsdb` starts a throwaway server)")
-	fs.DurationVar(&opts.Duration, "duration", 0, "how long producers run (default 10s)")
+	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
+	fs.StringVar(&opts.Scenario, "scenario", ScenarioLifecycle, "lifecycle (throughput and latency) or noisy-tenant (one tenant's backlog of 5,000 beside 20 quiet tenants)")
+	fs.DurationVar(&opts.Duration, "duration", 0, "lifecycle: how long producers run (default 10s)")
 	fs.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
 	fs.IntVar(&opts.Workers, "workers", 0, "worker concurrency (default 8)")
 	fs.Float64Var(&opts.Rate, "rate", 0, "attempts started per second by all producers together (default 0: unpaced)")
 	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--delivery postgres|relay] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]")
 		fs.PrintDefaults()
 	}
 	if err := ParseFlags(fs, args); err != nil {

@@ -3,11 +3,15 @@ package cli
 import (
 	"bytes"
 	"math"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -30,6 +34,11 @@ func TestBenchOptsValidate(t *testing.T) {
 		"NegativeRate":     {func(o *BenchOpts) { o.Rate = -1 }, "Rate must be 0..1000000"},
 		"NaNRate":          {func(o *BenchOpts) { o.Rate = math.NaN() }, "Rate must be 0..1000000"},
 		"InfiniteRate":     {func(o *BenchOpts) { o.Rate = math.Inf(1) }, "Rate must be 0..1000000"},
+		"RelayDelivery":    {func(o *BenchOpts) { o.Delivery = delivery.Relay }, ""},
+		"UnknownDelivery":  {func(o *BenchOpts) { o.Delivery = "nats" }, `unknown delivery "nats"`},
+		"UnknownScenario":  {func(o *BenchOpts) { o.Scenario = "flood" }, `unknown scenario "flood"`},
+		"NoisyTenant":      {func(o *BenchOpts) { o.Scenario, o.Duration, o.Rate = ScenarioNoisyTenant, 0, 0 }, ""},
+		"NoisyWithRate":    {func(o *BenchOpts) { o.Scenario, o.Duration = ScenarioNoisyTenant, 0 }, "apply to the lifecycle scenario only"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -42,7 +51,10 @@ func TestBenchOptsValidate(t *testing.T) {
 
 func TestBenchUsageErrorsExitTwo(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{{"bench", "extra"}, {"bench", "--rate", "-5"}, {"bench", "--rate", "x"}} {
+	url := []string{"--database-url", "postgres://u@h/db"}
+	for _, args := range [][]string{{"bench", "extra"}, {"bench", "--rate", "-5"}, {"bench", "--rate", "x"},
+		append([]string{"bench", "--delivery", "nats"}, url...), append([]string{"bench", "--scenario", "flood"}, url...),
+		append([]string{"bench", "--scenario", "noisy-tenant", "--duration", "5s"}, url...)} {
 		var stdout, stderr bytes.Buffer
 		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, noEnv), "args %q: %s", args, stderr.String())
 	}
@@ -64,21 +76,67 @@ func TestBenchWithoutDatabaseURLNamesMakeTarget(t *testing.T) {
 // database beside it and prints the report lines scripts parse.
 func TestBenchOnFreshDatabase(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewEmptyDB(t)
-	var stdout, stderr bytes.Buffer
-	code := Main(t.Context(), []string{"bench", "--database-url", db.URL, "--duration", "1s", "--producers", "2", "--workers", "2", "--rate", "50"},
-		&stdout, &stderr, noEnv)
-	s := stdout.String()
-	require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
-	require.Contains(t, s, "server: existing server ")
-	require.Contains(t, s, "== created database kfsdb_bench_")
-	require.Contains(t, s, "00007_outbox_wakeups.sql")
-	require.Contains(t, s, "| producers / worker slots / knowledge spaces / duration | 2 / 2 / 1 / 1s |")
-	require.Contains(t, s, "| offered rate | 50 attempts/s |")
-	require.Regexp(t, `(?m)^\| attempts started / succeeded \(drained: true\) \| (\d+) / (\d+) \|$`, s)
-	require.Regexp(t, `(?m)^\| lifecycle throughput \(succeeded within the window\) \| \d+ attempts/s \|$`, s)
-	require.Regexp(t, `(?m)^\| start → succeeded p50 / p99 \| \S+ / \S+ \|$`, s)
-	require.Regexp(t, `(?m)^\| StartAttempt \| \d+ \| `, s)
-	require.Contains(t, s, "== dropped database kfsdb_bench_")
-	require.NotContains(t, s, "kfsdb-test-password")
+	for _, mode := range []delivery.Mode{"", delivery.Relay} {
+		t.Run(mode.String()+"/"+string(mode), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewEmptyDB(t)
+			var stdout, stderr bytes.Buffer
+			args := []string{"bench", "--database-url", db.URL, "--duration", "1s", "--producers", "2", "--workers", "2", "--rate", "50"}
+			if mode != "" {
+				args = append(args, "--delivery", string(mode))
+			}
+			code := Main(t.Context(), args, &stdout, &stderr, noEnv)
+			s := stdout.String()
+			require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
+			require.Contains(t, s, "server: existing server ")
+			require.Contains(t, s, "== created database kfsdb_bench_")
+			require.Contains(t, s, "00007_outbox_wakeups.sql")
+			require.Contains(t, s, "| producers / worker slots / knowledge spaces / duration | 2 / 2 / 1 / 1s |")
+			require.Contains(t, s, "| offered rate | 50 attempts/s |")
+			require.Contains(t, s, "| delivery | "+mode.String()+": ")
+			require.Regexp(t, `(?m)^\| attempts started / succeeded \(drained: true\) \| (\d+) / (\d+) \|$`, s)
+			require.Regexp(t, `(?m)^\| lifecycle throughput \(succeeded within the window\) \| \d+ attempts/s \|$`, s)
+			require.Regexp(t, `(?m)^\| start → succeeded p50 / p99 \| \S+ / \S+ \|$`, s)
+			require.Regexp(t, `(?m)^\| StartAttempt \| \d+ \| `, s)
+			if mode == delivery.Relay {
+				require.Regexp(t, `(?m)^\| ClaimOutbox \| \d+ \| `, s)
+				require.NotContains(t, s, "| FetchLeases |")
+			} else {
+				require.Regexp(t, `(?m)^\| FetchLeases \| \d+ \| `, s)
+				require.NotContains(t, s, "| ClaimOutbox |")
+			}
+			require.NotContains(t, s, "PostgreSQL CPU per attempt", "no KFS_BENCH_CPU_FILE, no CPU line")
+			require.Contains(t, s, "== dropped database kfsdb_bench_")
+			require.NotContains(t, s, "kfsdb-test-password")
+		})
+	}
+}
+
+// TestBenchNoisyTenant runs the fairness scenario on each delivery: its
+// last line is the summary, and with direct delivery the quiet tenants are
+// done while most of the flood still waits.
+func TestBenchNoisyTenant(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []delivery.Mode{delivery.Postgres, delivery.Relay} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewEmptyDB(t)
+			var stdout, stderr bytes.Buffer
+			code := Main(t.Context(), []string{"bench", "--database-url", db.URL, "--delivery", string(mode), "--scenario", "noisy-tenant"},
+				&stdout, &stderr, noEnv)
+			s := stdout.String()
+			require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
+			lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+			last := lines[len(lines)-1]
+			require.Regexp(t, `^noisy-tenant: quiet tenants' p99 wait \S+ \(alone \S+\) = \d+\.\dx$`, last, s)
+			m := regexp.MustCompile(`(?m)^\| flood attempts still waiting when the last quiet one succeeded \| (\d+) of 5000 \|$`).FindStringSubmatch(s)
+			require.NotNil(t, m, s)
+			waiting, err := strconv.Atoi(m[1])
+			require.NoError(t, err)
+			if mode == delivery.Postgres {
+				require.Greater(t, waiting, 2500, "the quiet tenants waited for the flood:\n%s", s)
+			}
+			t.Logf("%s: flood still waiting %d\n%s", mode, waiting, s)
+		})
+	}
 }

@@ -10,10 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/knowledgefs/kfsdb/memqueue"
-	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/worker"
 )
 
 // load is one run: the producers, the relay and worker they feed, and when
@@ -36,8 +33,7 @@ type load struct {
 	// as succeeded.
 	handled sync.Map
 
-	stopRuntime context.CancelFunc
-	runtime     sync.WaitGroup
+	rt *runtime
 }
 
 // measured is what drive saw in the window.
@@ -45,6 +41,8 @@ type measured struct {
 	end        time.Time
 	statements int64
 	drained    bool
+	// cpu is the server's CPU time over the run, -1 if unknown.
+	cpu time.Duration
 }
 
 func newLoad(c *Config, pool *pgxpool.Pool, sc *scenario, tr *tracer) *load {
@@ -77,30 +75,19 @@ func (l *load) drive(ctx context.Context) (*measured, error) {
 }
 
 func (l *load) startRuntime(ctx context.Context) error {
-	q := memqueue.New()
-	src := &ackSource{q: q, onAck: l.onAck}
-	rl, err := relay.New(l.pool, q, &relay.Config{Logger: l.c.Logger, Repo: l.repo})
+	rt, err := startRuntime(ctx, l.pool, l.c, l.repo, noopHandler(l.sc.byID, &l.handled, l.c.StepCheckpoints), l.onAck)
 	if err != nil {
 		return err
 	}
-	wk, err := worker.New(l.pool, src, noopHandler(l.sc, &l.handled, l.c.StepCheckpoints), &worker.Config{Logger: l.c.Logger, Repo: l.repo,
-		Concurrency: l.c.Workers, SingleCompletions: l.c.SingleCompletions, PendingDeliveryWait: l.c.PendingDeliveryWait})
-	if err != nil {
-		return err
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	l.stopRuntime = cancel
-	l.runtime.Go(func() { _ = rl.Run(rctx) })
-	l.runtime.Go(func() { _ = wk.Run(rctx) })
+	l.rt = rt
 	return nil
 }
 
 // stop ends the relay and worker and waits for them.
 func (l *load) stop() {
-	if l.stopRuntime != nil {
-		l.stopRuntime()
+	if l.rt != nil {
+		l.rt.stop()
 	}
-	l.runtime.Wait()
 }
 
 func (l *load) onAck(id uuid.UUID) {

@@ -1,14 +1,16 @@
 // Package loadgen is kfsdb's lifecycle load driver: P producers call
-// repo.Start as fast as they can, the relay publishes through the
-// in-process memqueue, and a worker with W handler slots runs a no-op
-// compilation, for a fixed duration. By default the handler is the minimal
+// repo.Start as fast as they can and a worker with W handler slots runs a
+// no-op compilation, for a fixed duration. The worker leases straight from
+// the outbox (delivery.Postgres, the default: pgsource), or a relay
+// publishes through the in-process memqueue (delivery.Relay). By default the handler is the minimal
 // lifecycle (Start → dispatch → lease → Complete): it asks the worker to
 // complete through every checkpoint in one write (worker.Job.CompleteThrough).
 // With StepCheckpoints it persists every checkpoint on the way (five
 // Advance writes, binding a candidate at projection_built) before Complete.
 // It reports lifecycle throughput (attempts/s from Start to succeeded),
 // p50/p99 of start → succeeded and of every statement, round trips per
-// attempt, WAL bytes per attempt and dead tuples after the run.
+// attempt, WAL bytes and (with KFS_BENCH_CPU_FILE) server CPU per attempt,
+// and dead tuples after the run. RunNoisyTenant is the fairness scenario.
 //
 // `kfsdb bench` runs it on a scratch database of the server it is given,
 // and tests/bench's TestLoadgen (KFS_LOADGEN=1, `make loadgen`) runs it with
@@ -26,6 +28,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 )
 
 // Defaults of Config.
@@ -42,6 +46,9 @@ type Config struct {
 	// DatabaseURL is a migrated database; Run adds a tenant of its own.
 	// Required.
 	DatabaseURL string
+	// Delivery is how attempts reach the worker. Defaults to
+	// delivery.Postgres.
+	Delivery delivery.Mode
 	// DrainTimeout bounds the wait, after Duration, for the attempts
 	// started to succeed. Defaults to 2 min.
 	DrainTimeout time.Duration
@@ -105,6 +112,8 @@ type TableStats struct {
 // Result is what Run measured.
 type Result struct {
 	Producers, Workers, Spaces int
+	// Delivery is Config's.
+	Delivery delivery.Mode
 	// Rate is Config's (0: unpaced).
 	Rate float64
 	// StepCheckpoints, AsyncProgressCommits and SingleCompletions are
@@ -123,6 +132,10 @@ type Result struct {
 	RoundTrips float64
 	// WALBytes is pg_wal_lsn_diff over the run per completed attempt.
 	WALBytes float64
+	// ServerCPU is the database server's CPU time over the run per
+	// completed attempt, read from the file KFS_BENCH_CPU_FILE names; -1
+	// when it is unset or unreadable.
+	ServerCPU time.Duration
 	// Statements are per-statement latencies, by sqlc query name.
 	Statements map[string]StatementStats
 	// Tables are the two tables' statistics after the run.
@@ -135,6 +148,9 @@ type Result struct {
 func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if cfg == nil || cfg.DatabaseURL == "" {
 		return nil, errors.New("loadgen: DatabaseURL is required")
+	}
+	if _, err := delivery.Parse(string(cfg.Delivery)); err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	c := cfg.withDefaults()
 	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
@@ -165,6 +181,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	cpuBefore := ServerCPUTime()
 	l := newLoad(c, pool, sc, tr)
 	m, err := l.drive(ctx)
 	if err != nil {
@@ -174,12 +191,17 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.cpu = -1
+	if cpuAfter := ServerCPUTime(); cpuBefore >= 0 && cpuAfter >= cpuBefore {
+		m.cpu = cpuAfter - cpuBefore
+	}
 	l.stop()
 	return l.result(ctx, m, walBefore, walAfter)
 }
 
 func (c *Config) withDefaults() *Config {
 	out := *c
+	out.Delivery, _ = delivery.Parse(string(c.Delivery))
 	out.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	out.Duration = cmp.Or(c.Duration, DurationDefault)
 	out.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 )
 
 // result summarizes a run and checks it against the database: every
 // acknowledged attempt must have succeeded.
 func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter string) (*Result, error) {
 	c := l.c
-	res := &Result{Producers: c.Producers, Workers: c.Workers, Spaces: c.Spaces, Rate: c.Rate, StepCheckpoints: c.StepCheckpoints,
+	res := &Result{Producers: c.Producers, Workers: c.Workers, Spaces: c.Spaces, Delivery: c.Delivery, Rate: c.Rate, ServerCPU: -1, StepCheckpoints: c.StepCheckpoints,
 		AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: m.drained,
 		Started: l.started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
 	l.mu.Lock()
@@ -34,9 +36,7 @@ func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter stri
 	if res.Completed > 0 {
 		res.RoundTrips = float64(m.statements) / float64(res.Completed)
 	}
-	for name, d := range l.tr.snapshot() {
-		res.Statements[name] = StatementStats{Count: len(d), P50: percentile(d, 0.50), P99: percentile(d, 0.99)}
-	}
+	res.Statements = statementStats(l.tr)
 
 	// Succeeded in the database, not only acknowledged.
 	var succeeded int64
@@ -53,6 +53,9 @@ func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter stri
 	}
 	if res.Completed > 0 {
 		res.WALBytes = wal / float64(res.Completed)
+		if m.cpu >= 0 {
+			res.ServerCPU = m.cpu / time.Duration(res.Completed)
+		}
 	}
 	// Backends flush their table statistics when they exit: close the
 	// pool first, then read them on a fresh connection.
@@ -105,6 +108,7 @@ func (r *Result) WriteTable(w io.Writer) {
 		rate = fmt.Sprintf("%.0f attempts/s", r.Rate)
 	}
 	fmt.Fprintf(w, "| offered rate | %s |\n", rate)
+	fmt.Fprintf(w, "| delivery | %s |\n", deliveryText(r.Delivery))
 	handler := "complete through the checkpoints in one write (CompleteThrough)"
 	if r.StepCheckpoints {
 		handler = "five Advance writes, then Complete"
@@ -123,6 +127,9 @@ func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| start → succeeded p50 / p99 | %s / %s |\n", r.StartToSucceededP50.Round(time.Millisecond), r.StartToSucceededP99.Round(time.Millisecond))
 	fmt.Fprintf(w, "| round trips per attempt | %.2f |\n", r.RoundTrips)
 	fmt.Fprintf(w, "| WAL bytes per attempt | %.0f |\n", r.WALBytes)
+	if r.ServerCPU >= 0 {
+		fmt.Fprintf(w, "| PostgreSQL CPU per attempt | %d µs |\n", r.ServerCPU.Microseconds())
+	}
 	for _, t := range []string{"document_compilation_attempts", "document_compilation_outbox"} {
 		s := r.Tables[t]
 		hot := 0.0
@@ -131,14 +138,36 @@ func (r *Result) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintf(w, "| %s: live / dead tuples after, HOT updates | %d / %d, %.1f%% of %d |\n", t, s.LiveTuples, s.DeadTuples, hot, s.Updates)
 	}
+	writeStatements(w, r.Statements)
+}
+
+// statementStats summarizes a tracer's latencies.
+func statementStats(tr *tracer) map[string]StatementStats {
+	out := map[string]StatementStats{}
+	for name, d := range tr.snapshot() {
+		out[name] = StatementStats{Count: len(d), P50: percentile(d, 0.50), P99: percentile(d, 0.99)}
+	}
+	return out
+}
+
+// writeStatements writes per-statement latencies as a Markdown table.
+func writeStatements(w io.Writer, stats map[string]StatementStats) {
 	fmt.Fprintf(w, "\n| statement | count | p50 | p99 |\n|---|---:|---:|---:|\n")
-	names := make([]string, 0, len(r.Statements))
-	for n := range r.Statements {
+	names := make([]string, 0, len(stats))
+	for n := range stats {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		s := r.Statements[n]
+		s := stats[n]
 		fmt.Fprintf(w, "| %s | %d | %s | %s |\n", n, s.Count, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond))
 	}
+}
+
+// deliveryText says what a delivery mode does, for reports.
+func deliveryText(m delivery.Mode) string {
+	if m == delivery.Relay {
+		return "relay: claim, publish to the in-process queue, mark; the worker leases what it receives"
+	}
+	return "postgres: the worker leases straight from the outbox (FetchLeases), no relay"
 }

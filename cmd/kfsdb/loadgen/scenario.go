@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/worker"
 )
 
@@ -34,8 +34,20 @@ type spaceSpec struct {
 	fingerprint   string
 }
 
+// setup creates a tenant with n assets over the given number of spaces,
+// then vacuums and checkpoints so the run starts from a clean state.
 func setup(ctx context.Context, pool *pgxpool.Pool, n, spaces int) (*scenario, error) {
-	sc := &scenario{tenant: "loadgen-" + uuid.NewString()[:8], generation: uuid.New(), byID: map[uuid.UUID]*spaceSpec{}}
+	sc, err := setupTenant(ctx, pool, "loadgen-"+uuid.NewString()[:8], n, spaces)
+	if err != nil {
+		return nil, err
+	}
+	return sc, settle(ctx, pool)
+}
+
+// setupTenant inserts a tenant's spaces, their candidate publications and
+// n document assets.
+func setupTenant(ctx context.Context, pool *pgxpool.Pool, tenant string, n, spaces int) (*scenario, error) {
+	sc := &scenario{tenant: tenant, generation: uuid.New(), byID: map[uuid.UUID]*spaceSpec{}}
 	sc.spaces = make([]spaceSpec, spaces)
 	var spaceIDs, candidates []uuid.UUID
 	var fingerprints []string
@@ -65,16 +77,23 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n, spaces int) (*scenario, e
 		{`INSERT INTO document_assets (id, knowledge_space_id, filename, mime_type, object_key, sha256, size_bytes, version)
 			SELECT a, s, 'doc.pdf', 'application/pdf', 'objects/' || a, md5(a::text) || md5(a::text), 1024, 1
 			  FROM unnest($1::uuid[], $2::uuid[]) AS t(a, s)`, []any{sc.assets, assetSpaces}},
-		{`VACUUM ANALYZE knowledge_spaces, document_assets, projection_set_publications,
-			document_compilation_attempts, document_compilation_outbox`, nil},
 	} {
 		if _, err := pool.Exec(ctx, s.sql, s.args...); err != nil {
 			return nil, fmt.Errorf("loadgen: setup: %w", err)
 		}
 	}
-	// Best effort (superuser or pg_checkpoint): start from a checkpoint.
-	_, _ = pool.Exec(ctx, "CHECKPOINT")
 	return sc, nil
+}
+
+// settle vacuums and analyzes the tables and checkpoints (best effort:
+// superuser or pg_checkpoint), so runs start from the same state.
+func settle(ctx context.Context, pool *pgxpool.Pool) error {
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE knowledge_spaces, document_assets, projection_set_publications,
+		document_compilation_attempts, document_compilation_outbox`); err != nil {
+		return fmt.Errorf("loadgen: setup: %w", err)
+	}
+	_, _ = pool.Exec(ctx, "CHECKPOINT")
+	return nil
 }
 
 // noopHandler does no work. With steps it advances one checkpoint at a
@@ -82,9 +101,12 @@ func setup(ctx context.Context, pool *pgxpool.Pool, n, spaces int) (*scenario, e
 // scenario's candidate at projection_built, and the worker then completes
 // the attempt; without, the worker completes through every checkpoint in
 // the one write after the lease.
-func noopHandler(sc *scenario, handled *sync.Map, steps bool) worker.HandlerFunc {
+func noopHandler(spaces map[uuid.UUID]*spaceSpec, handled *sync.Map, steps bool) worker.HandlerFunc {
 	return func(ctx context.Context, job *worker.Job) error {
-		sp := sc.byID[job.Attempt.KnowledgeSpaceID]
+		sp := spaces[job.Attempt.KnowledgeSpaceID]
+		if sp == nil {
+			return worker.Fatal("LOADGEN_UNKNOWN_SPACE", fmt.Errorf("attempt %s is in space %s, which this run did not create", job.Attempt.ID, job.Attempt.KnowledgeSpaceID))
+		}
 		if !steps {
 			job.CompleteThrough(sp.candidate, sp.fingerprint)
 			handled.Store(job.Attempt.ID, struct{}{})
@@ -109,16 +131,37 @@ func noopHandler(sc *scenario, handled *sync.Map, steps bool) worker.HandlerFunc
 // ackSource records when each delivery is acknowledged: the worker
 // acknowledges only after its outcome (here Complete) committed.
 type ackSource struct {
-	q     *memqueue.Queue
+	worker.Source
 	onAck func(uuid.UUID)
 }
 
 func (s *ackSource) Receive(ctx context.Context) (worker.Message, error) {
-	m, err := s.q.Receive(ctx)
+	m, err := s.Source.Receive(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &ackMessage{Message: m, onAck: s.onAck}, nil
+	// A leased message stays a worker.LeasedMessage, so the worker runs
+	// it under the source's lease.
+	am := &ackMessage{Message: m, onAck: s.onAck}
+	if lm, ok := m.(worker.LeasedMessage); ok {
+		return &ackLeasedMessage{ackMessage: am, leased: lm}, nil
+	}
+	return am, nil
+}
+
+// ackLeasingSource is ackSource for a source that leases as it fetches
+// (pgsource): the worker binds and runs it.
+type ackLeasingSource struct {
+	worker.LeasingSource
+	acks *ackSource
+}
+
+func newAckLeasingSource(src worker.LeasingSource, onAck func(uuid.UUID)) *ackLeasingSource {
+	return &ackLeasingSource{LeasingSource: src, acks: &ackSource{Source: src, onAck: onAck}}
+}
+
+func (s *ackLeasingSource) Receive(ctx context.Context) (worker.Message, error) {
+	return s.acks.Receive(ctx)
 }
 
 type ackMessage struct {
@@ -131,3 +174,10 @@ func (m *ackMessage) Ack(ctx context.Context) error {
 	m.onAck(m.Delivery().AttemptID)
 	return err
 }
+
+type ackLeasedMessage struct {
+	*ackMessage
+	leased worker.LeasedMessage
+}
+
+func (m *ackLeasedMessage) Leased() (*kfstype.Attempt, *repo.Lease) { return m.leased.Leased() }
