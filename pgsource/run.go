@@ -71,16 +71,22 @@ func (s *Source) Run(ctx context.Context) error {
 			s.log.ErrorContext(ctx, "fetch failed", "err", err)
 			idle.Reset()
 			wait = s.cfg.PollInterval
-		case got > 0:
-			// A full batch, or fewer: either way look again (for the
-			// slots still waiting); a fetch that finds nothing idles.
+		case got >= int(n):
+			// A full batch: more may be due. Look again at once; the
+			// fetch ended the registration, so commits do not notify.
 			idle.Reset()
 			continue
 		default:
+			// Fewer than asked for: nothing more is due now. Idle at once
+			// rather than after an empty fetch; the registration, if any,
+			// is still in place (only a full batch ends it).
+			if got > 0 {
+				idle.Found()
+			}
 			var again bool
 			wait, again = idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
 				PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval,
-				Listening: !s.cfg.PollOnly && s.listening.Load()})
+				Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true})
 			if again {
 				continue
 			}

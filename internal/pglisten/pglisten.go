@@ -161,10 +161,23 @@ type Idle struct {
 	recheck *repo.ListenerIdleResult
 	// retry is the wait before looking for a locked due row again.
 	retry time.Duration
+	// refreshed is when the owner's registration was last confirmed, and
+	// nextDue when that confirmation said the next row comes due (zero:
+	// none); both zero once a look ended the registration.
+	refreshed, nextDue time.Time
 }
 
-// Reset forgets the idle state: the last look found rows.
+// Reset forgets the idle state: the last look found rows and ended the
+// owner's registration.
 func (w *Idle) Reset() { *w = Idle{} }
+
+// Found: the last look found rows but left the owner's registration in
+// place (a direct fetch that did not fill its batch). The backoff ends;
+// what is known of the registration is kept.
+func (w *Idle) Found() {
+	w.recheck = nil
+	w.retry = 0
+}
 
 // IdleParams is what Idle.Next needs of its owner.
 type IdleParams struct {
@@ -178,6 +191,12 @@ type IdleParams struct {
 	PollInterval, FollowUp time.Duration
 	// Listening: LISTEN is in place (false in poll-only mode).
 	Listening bool
+	// TrustFresh skips the registration's refresh while it is young (a
+	// quarter of its TTL) and no row comes due before the poll: a commit
+	// notifies the owner anyway, and rows that come due by time alone are
+	// seen at the next poll. A direct source sets it; its registration
+	// outlives the fetches that do not fill their batch.
+	TrustFresh bool
 }
 
 // TTL outlives the sleep between two refreshes of a registration by a
@@ -191,7 +210,13 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 	w.recheck = nil
 	if res == nil {
 		if !p.Listening {
+			// Not listening (or LISTEN lost, which ends the registration):
+			// nothing is known to be registered.
+			w.refreshed, w.nextDue = time.Time{}, time.Time{}
 			return p.PollInterval, false
+		}
+		if wait, ok := w.fresh(p); ok {
+			return wait, false
 		}
 		var err error
 		res, err = p.Repo.OutboxListenerIdle(ctx, p.Pool, &repo.ListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
@@ -208,6 +233,7 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 			return 0, true
 		}
 	}
+	w.noteRegistration(res)
 	if !res.Registered || res.NextDueIn != nil && *res.NextDueIn <= 0 {
 		// A commit was checking at that instant, or a due row's lock was
 		// held: look again soon, backing off to the follow-up pace while
@@ -220,6 +246,32 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 		return min(*res.NextDueIn, p.PollInterval), false
 	}
 	return p.PollInterval, false
+}
+
+// fresh returns the sleep when p.TrustFresh lets the owner skip the
+// refresh of a young registration.
+func (w *Idle) fresh(p *IdleParams) (time.Duration, bool) {
+	if !p.TrustFresh || w.refreshed.IsZero() || w.retry > 0 || time.Since(w.refreshed) >= p.TTL()/4 {
+		return 0, false
+	}
+	wait := p.PollInterval
+	if !w.nextDue.IsZero() {
+		wait = min(wait, time.Until(w.nextDue))
+	}
+	return wait, wait > 0
+}
+
+// noteRegistration remembers a confirmed registration and when its
+// answer said the next row comes due.
+func (w *Idle) noteRegistration(res *repo.ListenerIdleResult) {
+	if !res.Registered {
+		w.refreshed, w.nextDue = time.Time{}, time.Time{}
+		return
+	}
+	w.refreshed, w.nextDue = time.Now(), time.Time{}
+	if res.NextDueIn != nil {
+		w.nextDue = w.refreshed.Add(*res.NextDueIn)
+	}
 }
 
 // Awake ends id's idle registration as its owner stops or loses LISTEN.

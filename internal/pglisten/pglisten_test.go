@@ -3,6 +3,8 @@ package pglisten
 import (
 	"testing"
 	"time"
+
+	"github.com/knowledgefs/kfsdb/repo"
 )
 
 // A due-now notification must not be lost behind a later one: the relay
@@ -24,5 +26,55 @@ func TestWakeupKeepsEarliestDue(t *testing.T) {
 	}
 	if _, ok := w.Take(); ok {
 		t.Fatal("Take() after Take() must report nothing pending")
+	}
+}
+
+// A direct source skips the refresh of a young registration, never longer
+// than until the next due row it was told of, and never once the
+// registration is not known to be in place.
+func TestIdleTrustsOnlyAFreshRegistration(t *testing.T) {
+	p := &IdleParams{PollInterval: time.Second, TrustFresh: true}
+	in := func(d time.Duration) *time.Duration { return &d }
+
+	var w Idle
+	if _, ok := w.fresh(p); ok {
+		t.Fatal("fresh with no registration")
+	}
+	w.noteRegistration(&repo.ListenerIdleResult{Registered: true})
+	if wait, ok := w.fresh(p); !ok || wait != time.Second {
+		t.Fatalf("fresh = %v, %v; want the poll interval", wait, ok)
+	}
+	if _, ok := w.fresh(&IdleParams{PollInterval: time.Second}); ok {
+		t.Fatal("fresh without TrustFresh")
+	}
+	w.noteRegistration(&repo.ListenerIdleResult{Registered: true, NextDueIn: in(200 * time.Millisecond)})
+	if wait, ok := w.fresh(p); !ok || wait > 200*time.Millisecond || wait <= 0 {
+		t.Fatalf("fresh = %v, %v; want at most until the next due row", wait, ok)
+	}
+	w.noteRegistration(&repo.ListenerIdleResult{Registered: true, NextDueIn: in(-time.Millisecond)})
+	if _, ok := w.fresh(p); ok {
+		t.Fatal("fresh although a row is due")
+	}
+	w.noteRegistration(&repo.ListenerIdleResult{Registered: true})
+	w.refreshed = time.Now().Add(-p.TTL() / 4)
+	if _, ok := w.fresh(p); ok {
+		t.Fatal("fresh although the registration is a quarter of its TTL old")
+	}
+	w.noteRegistration(&repo.ListenerIdleResult{Registered: true})
+	w.retry = time.Millisecond
+	if _, ok := w.fresh(p); ok {
+		t.Fatal("fresh while backing off for a locked row")
+	}
+	w.Found()
+	if _, ok := w.fresh(p); !ok {
+		t.Fatal("Found must keep the registration")
+	}
+	w.Reset()
+	if _, ok := w.fresh(p); ok {
+		t.Fatal("fresh after Reset (a look that ended the registration)")
+	}
+	w.noteRegistration(&repo.ListenerIdleResult{Registered: false})
+	if _, ok := w.fresh(p); ok {
+		t.Fatal("fresh after a refused registration")
 	}
 }

@@ -208,6 +208,38 @@ func TestFetchLeases(t *testing.T) {
 		require.Len(t, res.Leased, 2)
 	})
 
+	t.Run("OnlyAFullBatchEndsTheIdleRegistration", func(t *testing.T) {
+		b := setup(t)
+		registered := func(worker string) bool {
+			var n int
+			require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM document_compilation_outbox_idle_listeners
+				WHERE listener_id = $1`, worker).Scan(&n))
+			return n == 1
+		}
+		register := func(worker string) {
+			res, err := b.repo.OutboxListenerIdle(b.ctx, b.db.Pool, &repo.ListenerIdleParams{ListenerID: worker, TTL: time.Minute})
+			require.NoError(t, err)
+			require.True(t, res.Registered)
+		}
+		b.startN(t, "tenant-a", 3)
+		register("worker-direct")
+		register("worker-other")
+		// Fewer due rows than asked for: the worker keeps up and stays
+		// registered, so the next commit wakes it.
+		require.Len(t, b.fetch(t, "worker-direct", 5).Leased, 3)
+		require.True(t, registered("worker-direct"))
+		// A full batch: the worker is behind and fetches again at once;
+		// its registration ends, and only its own.
+		b.startN(t, "tenant-a", 2)
+		require.Len(t, b.fetch(t, "worker-direct", 2).Leased, 2)
+		require.False(t, registered("worker-direct"))
+		require.True(t, registered("worker-other"))
+		// An empty fetch changes nothing.
+		register("worker-direct")
+		require.Empty(t, b.fetch(t, "worker-direct", 2).Leased)
+		require.True(t, registered("worker-direct"))
+	})
+
 	t.Run("WalksTenantsRoundFromTheCursor", func(t *testing.T) {
 		b := setup(t)
 		for _, tenant := range []string{"t1", "t2", "t3"} {

@@ -22,9 +22,11 @@ type load struct {
 	tr   *tracer
 	repo *repo.Repo
 
-	mu      sync.Mutex
-	starts  map[uuid.UUID]time.Time
-	acks    map[uuid.UUID]time.Time
+	mu     sync.Mutex
+	starts map[uuid.UUID]time.Time
+	acks   map[uuid.UUID]time.Time
+	// called is when the handler was called, for the acknowledged ones.
+	called  map[uuid.UUID]time.Time
 	started atomic.Int64
 	acked   atomic.Int64
 	// handled holds the attempts whose handler returned nil: the worker
@@ -48,7 +50,8 @@ type measured struct {
 func newLoad(c *Config, pool *pgxpool.Pool, sc *scenario, tr *tracer) *load {
 	return &load{c: c, pool: pool, sc: sc, tr: tr,
 		repo:   repo.New(&repo.Config{AsyncProgressCommits: c.AsyncProgressCommits}),
-		starts: make(map[uuid.UUID]time.Time, 1<<14), acks: make(map[uuid.UUID]time.Time, 1<<14)}
+		starts: make(map[uuid.UUID]time.Time, 1<<14), acks: make(map[uuid.UUID]time.Time, 1<<14),
+		called: make(map[uuid.UUID]time.Time, 1<<14)}
 }
 
 // drive starts the relay and worker, runs the producers for Duration and
@@ -91,13 +94,17 @@ func (l *load) stop() {
 }
 
 func (l *load) onAck(id uuid.UUID) {
-	if _, ok := l.handled.Load(id); !ok {
+	v, ok := l.handled.Load(id)
+	if !ok {
 		return
 	}
 	now := time.Now()
 	l.mu.Lock()
 	if _, dup := l.acks[id]; !dup {
 		l.acks[id] = now
+		if t, ok := v.(time.Time); ok {
+			l.called[id] = t
+		}
 		l.acked.Add(1)
 	}
 	l.mu.Unlock()

@@ -128,6 +128,9 @@ type Result struct {
 	// StartToSucceeded are p50 and p99 over every completed attempt, from
 	// just before Start to the worker's acknowledgement (after Complete).
 	StartToSucceededP50, StartToSucceededP99 time.Duration
+	// StartToHandlerP50 and StartToHandlerP99 are the waits of the same
+	// attempts from just before Start to their handler being called.
+	StartToHandlerP50, StartToHandlerP99 time.Duration
 	// RoundTrips is the statements sent per completed attempt.
 	RoundTrips float64
 	// WALBytes is pg_wal_lsn_diff over the run per completed attempt.

@@ -20,19 +20,23 @@ func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter stri
 		AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: m.drained,
 		Started: l.started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
 	l.mu.Lock()
-	var lat []time.Duration
+	var lat, wait []time.Duration
 	for id, t1 := range l.acks {
 		if !t1.After(m.end) {
 			res.CompletedInWindow++
 		}
 		if t0, ok := l.starts[id]; ok {
 			lat = append(lat, t1.Sub(t0))
+			if tc, ok := l.called[id]; ok {
+				wait = append(wait, max(tc.Sub(t0), 0))
+			}
 		}
 	}
 	l.mu.Unlock()
 	res.Completed = int64(len(lat))
 	res.Throughput = float64(res.CompletedInWindow) / c.Duration.Seconds()
 	res.StartToSucceededP50, res.StartToSucceededP99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	res.StartToHandlerP50, res.StartToHandlerP99 = percentile(wait, 0.50), percentile(wait, 0.99)
 	if res.Completed > 0 {
 		res.RoundTrips = float64(m.statements) / float64(res.Completed)
 	}
@@ -125,6 +129,7 @@ func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| attempts started / succeeded (drained: %v) | %d / %d |\n", r.Drained, r.Started, r.Completed)
 	fmt.Fprintf(w, "| lifecycle throughput (succeeded within the window) | %.0f attempts/s |\n", r.Throughput)
 	fmt.Fprintf(w, "| start → succeeded p50 / p99 | %s / %s |\n", r.StartToSucceededP50.Round(time.Millisecond), r.StartToSucceededP99.Round(time.Millisecond))
+	fmt.Fprintf(w, "| start → handler called p50 / p99 | %s / %s |\n", r.StartToHandlerP50.Round(time.Millisecond), r.StartToHandlerP99.Round(time.Millisecond))
 	fmt.Fprintf(w, "| round trips per attempt | %.2f |\n", r.RoundTrips)
 	fmt.Fprintf(w, "| WAL bytes per attempt | %.0f |\n", r.WALBytes)
 	if r.ServerCPU >= 0 {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -96,20 +97,22 @@ func settle(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// noopHandler does no work. With steps it advances one checkpoint at a
+// noopHandler does no work. It stores in handled, for each attempt it
+// ran to the end, when it was called. With steps it advances one checkpoint at a
 // time (Advance moves at most one step) to smoke_eval_passed, binding the
 // scenario's candidate at projection_built, and the worker then completes
 // the attempt; without, the worker completes through every checkpoint in
 // the one write after the lease.
 func noopHandler(spaces map[uuid.UUID]*spaceSpec, handled *sync.Map, steps bool) worker.HandlerFunc {
 	return func(ctx context.Context, job *worker.Job) error {
+		called := time.Now()
 		sp := spaces[job.Attempt.KnowledgeSpaceID]
 		if sp == nil {
 			return worker.Fatal("LOADGEN_UNKNOWN_SPACE", fmt.Errorf("attempt %s is in space %s, which this run did not create", job.Attempt.ID, job.Attempt.KnowledgeSpaceID))
 		}
 		if !steps {
 			job.CompleteThrough(sp.candidate, sp.fingerprint)
-			handled.Store(job.Attempt.ID, struct{}{})
+			handled.Store(job.Attempt.ID, called)
 			return nil
 		}
 		for _, cp := range []kfstype.Checkpoint{kfstype.CheckpointParsed, kfstype.CheckpointOutlineBuilt, kfstype.CheckpointNodesGenerated} {
@@ -123,7 +126,7 @@ func noopHandler(spaces map[uuid.UUID]*spaceSpec, handled *sync.Map, steps bool)
 		if err := job.Advance(ctx, kfstype.CheckpointSmokeEvalPassed); err != nil {
 			return err
 		}
-		handled.Store(job.Attempt.ID, struct{}{})
+		handled.Store(job.Attempt.ID, called)
 		return nil
 	}
 }
