@@ -89,27 +89,35 @@ const attemptCountByRunStateAllTenants = `-- name: AttemptCountByRunStateAllTena
 SELECT
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'dispatch_pending'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT $1::integer) c)::bigint AS dispatch_pending,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'queued'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT $1::integer) c)::bigint AS queued,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'running'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT $1::integer) c)::bigint AS running,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'retry_wait'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT $1::integer) c)::bigint AS retry_wait,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'succeeded'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT $1::integer) c)::bigint AS succeeded,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'failed'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT $1::integer) c)::bigint AS failed,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'canceled'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT $1::integer) c)::bigint AS canceled,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'superseded'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT $1::integer) c)::bigint AS superseded
 `
 
@@ -126,7 +134,9 @@ type AttemptCountByRunStateAllTenantsRow struct {
 
 // Every tenant's attempts per run state, each counted up to count_limit
 // (the cap + 1): an index-only range of run_schedule_idx, which leads with
-// run_state.
+// run_state. The ORDER BY is that index's, so the planner never prefers a
+// sequential scan that stops at the limit for a common state (its cost
+// would still grow with the rows of other states it passes).
 func (q *Queries) AttemptCountByRunStateAllTenants(ctx context.Context, db DBTX, countLimit int32) (*AttemptCountByRunStateAllTenantsRow, error) {
 	row := db.QueryRow(ctx, attemptCountByRunStateAllTenants, countLimit)
 	var i AttemptCountByRunStateAllTenantsRow

@@ -90,31 +90,41 @@ SELECT
 -- name: AttemptCountByRunStateAllTenants :one
 -- Every tenant's attempts per run state, each counted up to count_limit
 -- (the cap + 1): an index-only range of run_schedule_idx, which leads with
--- run_state.
+-- run_state. The ORDER BY is that index's, so the planner never prefers a
+-- sequential scan that stops at the limit for a common state (its cost
+-- would still grow with the rows of other states it passes).
 SELECT
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'dispatch_pending'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT @count_limit::integer) c)::bigint AS dispatch_pending,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'queued'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT @count_limit::integer) c)::bigint AS queued,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'running'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT @count_limit::integer) c)::bigint AS running,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'retry_wait'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT @count_limit::integer) c)::bigint AS retry_wait,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'succeeded'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT @count_limit::integer) c)::bigint AS succeeded,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'failed'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT @count_limit::integer) c)::bigint AS failed,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'canceled'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT @count_limit::integer) c)::bigint AS canceled,
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'superseded'
+                               ORDER BY a.retry_at, a.created_at, a.id
                                LIMIT @count_limit::integer) c)::bigint AS superseded;
 
 -- name: OutboxBacklog :one
