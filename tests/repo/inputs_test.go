@@ -29,6 +29,8 @@ var inputRules = apiwalk.Rules{
 		"MarkDispatchedParams.VisibilityTimeout": true, "ReleaseOutboxParams.MaxDispatchAttempts": true,
 		"FetchLeasesParams.LeaseDuration": true, "FetchLeasesParams.AfterTenant": true,
 		"FetchLeasesParams.MaxTenants": true, "FetchLeasesParams.PerTenant": true,
+		"ListAttemptsParams.KnowledgeSpaceID": true, "ListAttemptsParams.After": true, "AttemptCursor.CompletedAt": true,
+		"CountParams.Cap": true, "BacklogParams.Cap": true, "StuckParams.PendingOverdue": true,
 	},
 	Sanitized: map[string]bool{
 		"CancelParams.Reason": true, "SupersedeParams.Reason": true, "FailParams.ErrorMessage": true,
@@ -163,6 +165,15 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.RemoveTenantLimit": {Fn: (*repo.Repo).RemoveTenantLimit, Args: []any{r, ctx, pool, "tenant"}, Deep: []int{3}},
 		"Repo.TenantLimits":      {Fn: (*repo.Repo).TenantLimits, Args: []any{r, ctx, pool}},
 		"Repo.CountLiveAttempts": {Fn: (*repo.Repo).CountLiveAttempts, Args: []any{r, ctx, pool, "tenant"}, Deep: []int{3}},
+		"Repo.ListAttempts": {Fn: (*repo.Repo).ListAttempts, Args: []any{r, ctx, pool, &repo.ListAttemptsParams{TenantID: "tenant",
+			States: []kfstype.RunState{kfstype.RunStateFailed}, KnowledgeSpaceID: new(id()),
+			After: &repo.AttemptCursor{CompletedAt: new(time.Now()), ID: id()}, Limit: 10}}, Deep: []int{3}},
+		"Repo.CountAttempts": {Fn: (*repo.Repo).CountAttempts, Args: []any{r, ctx, pool, &repo.CountParams{TenantID: "tenant", Cap: 10}}, Deep: []int{3}},
+		"Repo.OutboxBacklog": {Fn: (*repo.Repo).OutboxBacklog, Args: []any{r, ctx, pool, &repo.BacklogParams{Cap: 10}}, Deep: []int{3}},
+		"Repo.ListStuck": {Fn: (*repo.Repo).ListStuck, Args: []any{r, ctx, pool, &repo.StuckParams{TenantID: "tenant",
+			PendingOverdue: time.Minute, Limit: 10}}, Deep: []int{3}},
+		"StuckReasons":            {Fn: repo.StuckReasons},
+		"StuckReason.Description": {Fn: repo.StuckReason.Description, Args: []any{repo.StuckLeaseExpired}},
 	}
 	apiwalk.Walk(t, "../../repo", cases, inputRules, func(call func()) func(*testing.T, string, error) {
 		sent := counter.count(call)

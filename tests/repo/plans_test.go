@@ -128,6 +128,18 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	fetched, err := r.FetchLeases(ctx, pool, &repo.FetchLeasesParams{WorkerID: "plan-worker", BatchSize: 8})
 	require.NoError(t, err)
 	require.Len(t, fetched.Leased, 1)
+	// The operator reads, on history-7's 2% of the history.
+	_, err = r.ListAttempts(ctx, pool, &repo.ListAttemptsParams{TenantID: "history-7",
+		States: []kfstype.RunState{kfstype.RunStateRunning, kfstype.RunStateFailed}, Limit: 100})
+	require.NoError(t, err)
+	_, err = r.CountAttempts(ctx, pool, &repo.CountParams{TenantID: "history-7"})
+	require.NoError(t, err)
+	_, err = r.CountAttempts(ctx, pool, &repo.CountParams{AllTenants: true})
+	require.NoError(t, err)
+	_, err = r.OutboxBacklog(ctx, pool, &repo.BacklogParams{})
+	require.NoError(t, err)
+	_, err = r.ListStuck(ctx, pool, &repo.StuckParams{TenantID: "history-7", Limit: 100})
+	require.NoError(t, err)
 
 	// Statements that find rows by a scan of history name the index that
 	// must serve them; point lookups by id may use any index (the planner
@@ -151,6 +163,16 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 		"OutboxListenerIdle": {"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"},
 		// Both indexes lead with the full document version.
 		"AttemptListByDocumentVersion": {"document_compilation_attempts_document_version_idx|document_compilation_attempts_scope_version_active_uq"},
+		// Operator reads: a tenant's attempts in index order; capped counts
+		// (a tenant's range, or a rare state's); the due heads; the stuck
+		// rows at the heads of the recovery and due indexes.
+		"AttemptListByRunState": {"document_compilation_attempts_tenant_completed_idx"},
+		"AttemptCountByRunState": {"document_compilation_attempts_tenant_completed_idx|document_compilation_attempts_scope_version_active_uq|" +
+			"document_compilation_attempts_run_schedule_idx|document_compilation_attempts_lease_recovery_idx"},
+		"AttemptCountByRunStateAllTenants": {"document_compilation_attempts_run_schedule_idx"},
+		"OutboxBacklog":                    {"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"},
+		"AttemptListStuck": {"document_compilation_attempts_lease_recovery_idx", "document_compilation_outbox_lock_recovery_idx",
+			"document_compilation_outbox_delivery_due_idx"},
 	}
 	for name, indexes := range want {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,415 @@
+package repo
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/knowledgefs/kfsdb/db/gen"
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// Bounds of the operator reads (ListAttempts, CountAttempts,
+// OutboxBacklog, ListStuck).
+const (
+	// MaxListLimit bounds ListAttemptsParams.Limit and StuckParams.Limit.
+	MaxListLimit = 1000
+	// CountCapDefault is CountParams.Cap when zero: counts stop there.
+	CountCapDefault = 10_000
+	// MaxCountCap bounds CountParams.Cap.
+	MaxCountCap = 1_000_000
+	// PendingOverdueDefault is StuckParams.PendingOverdue when zero.
+	PendingOverdueDefault = 5 * time.Minute
+)
+
+// AttemptCursor is where a page of ListAttempts ends: the last attempt's
+// completion time (nil while it is live) and id. Pass it back as
+// ListAttemptsParams.After for the next page.
+type AttemptCursor struct {
+	CompletedAt *time.Time
+	ID          uuid.UUID
+}
+
+// ListAttemptsParams selects a page of a tenant's attempts.
+type ListAttemptsParams struct {
+	// TenantID is 1..255 characters.
+	TenantID string
+	// States are the run states listed: 1..8 distinct valid states.
+	States []kfstype.RunState
+	// KnowledgeSpaceID narrows the list to one space. Defaults to nil:
+	// every space of the tenant.
+	KnowledgeSpaceID *uuid.UUID
+	// After is the previous page's AttemptPage.Next. Defaults to nil: the
+	// first page.
+	After *AttemptCursor
+	// Limit is the page size, 1..MaxListLimit.
+	Limit int32
+}
+
+// AttemptPage is one page of ListAttempts.
+type AttemptPage struct {
+	Attempts []*kfstype.Attempt
+	// Next is the cursor of the following page; nil when this page is the
+	// last (it holds fewer than Limit attempts).
+	Next *AttemptCursor
+}
+
+func (p *ListAttemptsParams) validate(v *validator) {
+	if !set(v, "ListAttemptsParams", p) {
+		return
+	}
+	v.text("TenantID", p.TenantID, MaxTenantIDLength)
+	v.runStates("States", p.States)
+	if p.KnowledgeSpaceID != nil {
+		v.uuid("KnowledgeSpaceID", *p.KnowledgeSpaceID)
+	}
+	if p.After != nil {
+		v.uuid("After.ID", p.After.ID)
+		if p.After.CompletedAt != nil {
+			v.timestamp("After.CompletedAt", *p.After.CompletedAt)
+		}
+	}
+	v.between("Limit", p.Limit, 1, MaxListLimit)
+}
+
+// runStates checks a non-empty list of distinct, known run states.
+func (v *validator) runStates(field string, states []kfstype.RunState) {
+	if len(states) == 0 {
+		v.fail(field, "must name at least one run state")
+		return
+	}
+	for i, s := range states {
+		if !s.Live() && !s.Terminal() {
+			v.fail(field, fmt.Sprintf("holds %q, which is not a run state", s))
+			return
+		}
+		if slices.Contains(states[:i], s) {
+			v.fail(field, fmt.Sprintf("holds %q twice", s))
+			return
+		}
+	}
+}
+
+func (v *validator) between(field string, n, lo, hi int32) {
+	if n < lo || n > hi {
+		v.fail(field, fmt.Sprintf("must be between %d and %d", lo, hi))
+	}
+}
+
+// ListAttempts lists a tenant's attempts in the given run states, live
+// attempts first (newest first), then terminal ones (most recently
+// completed first): the order of tenant_completed_idx, so a page costs
+// about Limit index entries whatever the history, plus the entries of
+// other states it skips. Pages are keyset-paginated: attempts started
+// during a walk never shift it (they sort before the cursor), so no
+// attempt is listed twice or skipped because of them. An attempt that
+// changes run state during a walk may be missed or, when both halves
+// are asked for, listed again as terminal.
+//
+// Errors: *InputError.
+func (r *Repo) ListAttempts(ctx context.Context, db DBTX, p *ListAttemptsParams) (*AttemptPage, error) {
+	v := r.call(ctx, db)
+	p.validate(v)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	states := make([]string, len(p.States))
+	live, terminal := false, false
+	for i, s := range p.States {
+		states[i] = string(s)
+		live, terminal = live || s.Live(), terminal || s.Terminal()
+	}
+	q := &gen.AttemptListByRunStateParams{
+		TenantID: p.TenantID, RunStates: states, KnowledgeSpaceID: p.KnowledgeSpaceID, RowLimit: p.Limit,
+		// Past the live half once the cursor holds a completion time.
+		ScanLive: live && (p.After == nil || p.After.CompletedAt == nil), ScanTerminal: terminal,
+	}
+	if p.After != nil {
+		q.AfterID, q.AfterCompletedAt = &p.After.ID, p.After.CompletedAt
+	}
+	rows, err := r.q.AttemptListByRunState(ctx, db, q)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of tenant %q: %w", p.TenantID, mapError(err))
+	}
+	page := &AttemptPage{Attempts: make([]*kfstype.Attempt, len(rows))}
+	for i, row := range rows {
+		page.Attempts[i] = attemptFromRow(row)
+	}
+	if len(rows) == int(p.Limit) {
+		last := page.Attempts[len(rows)-1]
+		page.Next = &AttemptCursor{CompletedAt: last.CompletedAt, ID: last.ID}
+	}
+	return page, nil
+}
+
+// CountParams selects CountAttempts' scope and cap.
+type CountParams struct {
+	// TenantID is the tenant counted (1..255 characters); it must be
+	// empty when AllTenants is set.
+	TenantID string
+	// AllTenants counts every tenant's attempts. Defaults to false.
+	AllTenants bool
+	// Cap is where each count stops (1..MaxCountCap). Defaults to
+	// CountCapDefault.
+	Cap int32
+}
+
+// StateCount is the number of attempts in one run state.
+type StateCount struct {
+	State kfstype.RunState
+	// N is the count: exact when Exact, otherwise the cap, and there are
+	// at least N (AtLeast).
+	N       int64
+	Exact   bool
+	AtLeast bool
+}
+
+// CountAttempts counts attempts per run state, in kfstype.RunStates()
+// order, every state present. Each count stops at the cap, so it costs at
+// most Cap index entries whatever the history: a count that reached it
+// is reported as N = Cap, AtLeast. A tenant's count reads
+// tenant_completed_idx (or run_schedule_idx for a state the planner
+// finds rare); AllTenants reads run_schedule_idx alone, index-only.
+//
+// Errors: *InputError.
+func (r *Repo) CountAttempts(ctx context.Context, db DBTX, p *CountParams) ([]StateCount, error) {
+	v := r.call(ctx, db)
+	if set(v, "CountParams", p) {
+		if p.AllTenants {
+			if p.TenantID != "" {
+				v.fail("TenantID", "must be empty with AllTenants")
+			}
+		} else {
+			v.text("TenantID", p.TenantID, MaxTenantIDLength)
+		}
+		v.cap("Cap", p.Cap)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	limit := capOrDefault(p.Cap) + 1
+	var n [8]int64
+	if p.AllTenants {
+		row, err := r.q.AttemptCountByRunStateAllTenants(ctx, db, limit)
+		if err != nil {
+			return nil, fmt.Errorf("count attempts of all tenants: %w", mapError(err))
+		}
+		n = [8]int64{row.DispatchPending, row.Queued, row.Running, row.RetryWait, row.Succeeded, row.Failed, row.Canceled, row.Superseded}
+	} else {
+		row, err := r.q.AttemptCountByRunState(ctx, db, &gen.AttemptCountByRunStateParams{TenantID: p.TenantID, CountLimit: limit})
+		if err != nil {
+			return nil, fmt.Errorf("count attempts of tenant %q: %w", p.TenantID, mapError(err))
+		}
+		n = [8]int64{row.DispatchPending, row.Queued, row.Running, row.RetryWait, row.Succeeded, row.Failed, row.Canceled, row.Superseded}
+	}
+	out := make([]StateCount, len(n))
+	for i, s := range kfstype.RunStates() {
+		out[i] = StateCount{State: s, N: n[i], Exact: true}
+		if n[i] >= int64(limit) {
+			out[i] = StateCount{State: s, N: int64(limit - 1), AtLeast: true}
+		}
+	}
+	return out, nil
+}
+
+func (v *validator) cap(field string, c int32) {
+	if c != 0 {
+		v.between(field, c, 1, MaxCountCap)
+	}
+}
+
+func capOrDefault(c int32) int32 {
+	if c == 0 {
+		return CountCapDefault
+	}
+	return c
+}
+
+// BacklogParams tunes OutboxBacklog.
+type BacklogParams struct {
+	// Cap is where each count stops (1..MaxCountCap). Defaults to
+	// CountCapDefault.
+	Cap int32
+}
+
+// StatusCount is the number of due outbox rows in one status.
+type StatusCount struct {
+	Status kfstype.OutboxStatus
+	// N is the count: exact when Exact, otherwise the cap, and there are
+	// at least N (AtLeast).
+	N       int64
+	Exact   bool
+	AtLeast bool
+}
+
+// Backlog is the outbox's due work: what a relay (or a direct worker)
+// would take now.
+type Backlog struct {
+	// Due counts the due rows of pending, dispatching (relay lock
+	// expired), dispatched (visibility deadline passed) and leased (lease
+	// expired), in that order.
+	Due []StatusCount
+	// OldestDueAt is when the longest-waiting due row became due; nil when
+	// none is due.
+	OldestDueAt *time.Time
+	// OldestDueAge is Now - OldestDueAt; zero when none is due.
+	OldestDueAge time.Duration
+	// Now is the database's clock (or the Repo's Clock) the backlog was
+	// read at.
+	Now time.Time
+}
+
+// OutboxBacklog counts the outbox rows due now, per status, and reads the
+// oldest due time off the heads of delivery_due_idx and
+// lock_recovery_idx. The outbox has no tenant column: the backlog is
+// every tenant's.
+//
+// Errors: *InputError.
+func (r *Repo) OutboxBacklog(ctx context.Context, db DBTX, p *BacklogParams) (*Backlog, error) {
+	v := r.call(ctx, db)
+	if set(v, "BacklogParams", p) {
+		v.cap("Cap", p.Cap)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	limit := capOrDefault(p.Cap) + 1
+	row, err := r.q.OutboxBacklog(ctx, db, &gen.OutboxBacklogParams{Now: r.now(), CountLimit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("read the outbox backlog: %w", mapError(err))
+	}
+	b := &Backlog{Now: row.DbNow.UTC()}
+	for i, n := range []int64{row.Pending, row.Dispatching, row.Dispatched, row.Leased} {
+		c := StatusCount{Status: dueStatuses[i], N: n, Exact: true}
+		if n >= int64(limit) {
+			c = StatusCount{Status: dueStatuses[i], N: int64(limit - 1), AtLeast: true}
+		}
+		b.Due = append(b.Due, c)
+	}
+	if row.HasDue {
+		b.OldestDueAt = utcPtr(&row.OldestDueAt)
+		b.OldestDueAge = b.Now.Sub(*b.OldestDueAt)
+	}
+	return b, nil
+}
+
+var dueStatuses = []kfstype.OutboxStatus{
+	kfstype.OutboxStatusPending, kfstype.OutboxStatusDispatching, kfstype.OutboxStatusDispatched, kfstype.OutboxStatusLeased,
+}
+
+// StuckReason says why ListStuck reports an attempt.
+type StuckReason string
+
+const (
+	// StuckLeaseExpired: running, and its lease expired without a
+	// heartbeat (a lost worker); the relay or a direct worker should
+	// take it again.
+	StuckLeaseExpired StuckReason = "lease_expired"
+	// StuckRelayLockExpired: its outbox row is dispatching past the relay's
+	// lock (a relay died between claim and mark).
+	StuckRelayLockExpired StuckReason = "relay_lock_expired"
+	// StuckVisibilityExpired: published (queued / dispatched) and no
+	// worker took it before the visibility deadline.
+	StuckVisibilityExpired StuckReason = "visibility_expired"
+	// StuckPendingOverdue: waiting for publication for longer than
+	// StuckParams.PendingOverdue (no relay or direct worker is taking
+	// rows).
+	StuckPendingOverdue StuckReason = "pending_overdue"
+	// StuckDeadNotTerminal: its outbox row is dead while the attempt is
+	// live, a pairing the transitions never write.
+	StuckDeadNotTerminal StuckReason = "dead_not_terminal"
+)
+
+// StuckReasons returns every stuck reason.
+func StuckReasons() []StuckReason {
+	return []StuckReason{StuckLeaseExpired, StuckRelayLockExpired, StuckVisibilityExpired, StuckPendingOverdue, StuckDeadNotTerminal}
+}
+
+// Description is the reason in words, for an operator.
+func (s StuckReason) Description() string {
+	switch s {
+	case StuckLeaseExpired:
+		return "running, but the worker's lease expired without a heartbeat"
+	case StuckRelayLockExpired:
+		return "the relay claimed the outbox row and its lock expired before it was published"
+	case StuckVisibilityExpired:
+		return "published, but no worker took it before the visibility deadline"
+	case StuckPendingOverdue:
+		return "waiting for publication for longer than the overdue threshold"
+	case StuckDeadNotTerminal:
+		return "the outbox row is dead but the attempt is still live"
+	}
+	return "unknown reason " + string(s)
+}
+
+// StuckParams selects ListStuck's scope.
+type StuckParams struct {
+	// TenantID is the tenant looked at (1..255 characters); it must be
+	// empty when AllTenants is set.
+	TenantID string
+	// AllTenants looks at every tenant. Defaults to false.
+	AllTenants bool
+	// PendingOverdue is how long a pending row may be due before it is
+	// reported. Defaults to PendingOverdueDefault.
+	PendingOverdue time.Duration
+	// Limit bounds the rows returned, 1..MaxListLimit.
+	Limit int32
+}
+
+// StuckAttempt is an attempt that should have moved on and has not.
+type StuckAttempt struct {
+	Reason StuckReason
+	// Since is when it became stuck: the lease's expiry, the relay lock's
+	// expiry, the visibility deadline, when it became due, or when the
+	// outbox row was last written (dead_not_terminal).
+	Since   time.Time
+	Attempt *kfstype.Attempt
+	Outbox  *kfstype.OutboxMessage
+}
+
+// ListStuck lists stuck attempts, longest stuck first, at most Limit; an
+// attempt stuck for two reasons is listed once per reason. Each reason is
+// read off the head of an index (see StuckReason's constants), so the
+// cost grows with the number of stuck rows, not with the history.
+//
+// Errors: *InputError.
+func (r *Repo) ListStuck(ctx context.Context, db DBTX, p *StuckParams) ([]*StuckAttempt, error) {
+	v := r.call(ctx, db)
+	if set(v, "StuckParams", p) {
+		if p.AllTenants {
+			if p.TenantID != "" {
+				v.fail("TenantID", "must be empty with AllTenants")
+			}
+		} else {
+			v.text("TenantID", p.TenantID, MaxTenantIDLength)
+		}
+		if p.PendingOverdue != 0 {
+			v.duration("PendingOverdue", p.PendingOverdue)
+		}
+		v.between("Limit", p.Limit, 1, MaxListLimit)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	overdue := p.PendingOverdue
+	if overdue == 0 {
+		overdue = PendingOverdueDefault
+	}
+	rows, err := r.q.AttemptListStuck(ctx, db, &gen.AttemptListStuckParams{
+		Now: r.now(), RowLimit: p.Limit, AllTenants: p.AllTenants, TenantID: p.TenantID, PendingOverdue: overdue,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list stuck attempts: %w", mapError(err))
+	}
+	out := make([]*StuckAttempt, len(rows))
+	for i, row := range rows {
+		out[i] = &StuckAttempt{
+			Reason: StuckReason(row.Reason), Since: row.Since.UTC(),
+			Attempt: attemptFromRow(&row.DocumentCompilationAttempt), Outbox: outboxFromRow(&row.DocumentCompilationOutbox),
+		}
+	}
+	return out, nil
+}
