@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
@@ -35,6 +36,10 @@ Commands:
   relay                            publish the outbox, printing each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
   work                             run workers on a database's attempts for a while (--delivery postgres|relay), then print counters
+  attempts list|show --tenant T    find and inspect a tenant's attempts (filters, pages, --json)
+  attempts cancel|retry|supersede  act on attempts through the guarded transitions (--tenant, --dry-run, --yes)
+  outbox stats                     attempts by state, the outbox's due backlog and its oldest due row
+  stuck                            attempts that are not moving, each with the reason
   bench                            lifecycle load driver: producers and workers on a scratch database of the server, with a report
 
 Run 'kfsdb <command> -h' for a command's flags. The demo and a bench on a
@@ -63,9 +68,14 @@ func ExitCode(name string, err error, stderr io.Writer, getenv func(string) stri
 	return 1
 }
 
-// Run parses args (without the program name) and runs the command. getenv
-// supplies DATABASE_URL.
+// Run parses args (without the program name) and runs the command, with
+// confirmations read from os.Stdin. getenv supplies DATABASE_URL.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	return RunWithInput(ctx, args, os.Stdin, stdout, stderr, getenv)
+}
+
+// RunWithInput is Run with the confirmations read from stdin.
+func RunWithInput(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("%w: no command", ErrUsage)
@@ -83,6 +93,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return runBench(ctx, args[1:], stdout, stderr, getenv)
 	case "work":
 		return runWork(ctx, rest, stdout, stderr, getenv)
+	case "attempts":
+		return runAttempts(ctx, rest, stdin, stdout, stderr, getenv)
+	case "outbox":
+		return runOutbox(ctx, rest, stdout, stderr, getenv)
+	case "stuck":
+		return runStuck(ctx, rest, stdout, stderr, getenv)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
