@@ -78,6 +78,14 @@ test-migrations-pg15: ## Run the migration tests on PostgreSQL 15 (kfsdb-postgre
 		GOWORK=off go test $(GO_TEST_FLAGS) -v ./migrations/... 2>&1 | \
 		grep -vE '^([0-9]{4}[-/][0-9]{2}[-/][0-9]{2} |=== (PAUSE|CONT))'
 
+.PHONY: migration-locks
+migration-locks: ## Migration 0006 on 10^6 knowledge_spaces under application reads and writes: its locks, their spans, the application's waits, a lock_timeout failure (fsync-on server); writes bench/out/migration-locks.txt.
+	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
+	mkdir -p $(BENCH_OUT)
+	cd tests && KFS_MIGRATION_LOCKS=1 GOWORK=off go test -count=1 -run '^TestMigrationLocks$$' -v -timeout 30m ./migrations/ 2>&1 \
+		| grep -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} |  [A-Z][A-Za-z ]+: |Testcontainers|github.com/testcontainers)' \
+		| tee $(CURDIR)/$(BENCH_OUT)/migration-locks.txt
+
 # Extra kfsdb-demo flags, e.g. DEMO_ARGS='--delivery relay' for the relay
 # path with its broker faults (dead letters, an outage).
 DEMO_ARGS ?=

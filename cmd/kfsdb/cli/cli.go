@@ -32,7 +32,7 @@ var ErrUsage = errors.New("usage error")
 const usage = `Usage: kfsdb <command> [flags]
 
 Commands:
-  migrate up|down|status|version   apply, roll back one, list or show migrations
+  migrate up|down|status|version   apply, roll back one, list or show migrations (--lock-timeout D bounds each lock wait)
   relay                            publish the outbox, printing each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
   work                             run workers on a database's attempts for a while (--delivery postgres|relay), then print counters
@@ -113,18 +113,29 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	fs.SetOutput(stderr)
 	opts := &MigrateOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
+	fs.DurationVar(&opts.LockTimeout, "lock-timeout", 0,
+		"PostgreSQL lock_timeout of the migration session (e.g. 2s): a migration whose statement waits longer for a lock fails and is rolled back, "+
+			"instead of queueing the application's queries on that table behind it; 0 keeps the server's setting")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb migrate [--database-url URL] up|down|status|version")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb migrate [--database-url URL] [--lock-timeout D] up|down|status|version [flags]")
 		fs.PrintDefaults()
 	}
 	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	// Flags may also follow the subcommand (kfsdb migrate up --lock-timeout 2s).
+	positional := fs.Args()
+	if len(positional) > 1 {
+		if err := ParseFlags(fs, positional[1:]); err != nil {
+			return err
+		}
+		positional = append([]string{positional[0]}, fs.Args()...)
+	}
+	if len(positional) != 1 {
 		fs.Usage()
 		return fmt.Errorf("%w: migrate needs exactly one of up, down, status, version", ErrUsage)
 	}
-	opts.Command = MigrateCommand(fs.Arg(0))
+	opts.Command = MigrateCommand(positional[0])
 	if opts.DatabaseURL == "" {
 		opts.DatabaseURL = getenv(EnvDatabaseURL)
 	}

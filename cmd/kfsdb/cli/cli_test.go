@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -44,6 +45,11 @@ func TestMigrateOptsValidate(t *testing.T) {
 		"MissingURL":     {MigrateOpts{Command: MigrateUp, Out: &out}, "DatabaseURL is required"},
 		"MissingOut":     {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db"}, "Out is required"},
 		"Valid":          {MigrateOpts{Command: MigrateStatus, DatabaseURL: "postgres://u@h/db", Out: &out}, ""},
+		"NegativeLockTimeout": {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db", Out: &out, LockTimeout: -time.Second},
+			"LockTimeout must be zero or at least 1ms"},
+		"SubMillisecondLockTimeout": {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db", Out: &out, LockTimeout: time.Microsecond},
+			"LockTimeout must be zero or at least 1ms"},
+		"LockTimeout": {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db", Out: &out, LockTimeout: 2 * time.Second}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -56,7 +62,9 @@ func TestMainUsageErrorsExitTwo(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{nil, {"frobnicate"}, {"migrate"}, {"migrate", "up"}, {"migrate", "--bogus", "up"}, {"demo", "extra"},
 		{"demo", "--attempts", "5"}, {"relay"}, {"relay", "extra"}, {"purge", "--database-url", "postgres://u@h/db", "--older-than", "1h"},
-		{"purge", "--database-url", "postgres://u@h/db", "--tenant", "t"}, {"purge", "--database-url", "postgres://u@h/db", "--tenant", "t", "--older-than", "1h", "--batch", "20000"}} {
+		{"purge", "--database-url", "postgres://u@h/db", "--tenant", "t"}, {"purge", "--database-url", "postgres://u@h/db", "--tenant", "t", "--older-than", "1h", "--batch", "20000"},
+		{"migrate", "--database-url", "postgres://u@h/db", "up", "--lock-timeout", "-1s"}, {"migrate", "--database-url", "postgres://u@h/db", "--lock-timeout", "500us", "up"},
+		{"migrate", "--database-url", "postgres://u@h/db", "up", "--bogus"}, {"migrate", "--database-url", "postgres://u@h/db", "up", "down"}} {
 		var stdout, stderr bytes.Buffer
 		code := Main(t.Context(), args, &stdout, &stderr, noEnv)
 		require.Equal(t, 2, code, "args %q: %s", args, stderr.String())

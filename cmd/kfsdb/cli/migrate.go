@@ -44,6 +44,13 @@ type MigrateOpts struct {
 	DatabaseURL string
 	// Out receives the command's output. Required.
 	Out io.Writer
+	// LockTimeout, when not zero, is PostgreSQL's lock_timeout for the
+	// migration session: a statement that waits longer for a lock fails
+	// and its migration's transaction is rolled back, instead of queueing
+	// the application's reads and writes behind it for as long as the
+	// blocking transaction lasts. Zero keeps the server's setting; else at
+	// least 1ms.
+	LockTimeout time.Duration
 }
 
 // Validate reports the first missing or invalid field.
@@ -67,6 +74,9 @@ func (o *MigrateOpts) Validate() error {
 	if o.Out == nil {
 		return errors.New("invalid options: Out is required")
 	}
+	if o.LockTimeout < 0 || (o.LockTimeout > 0 && o.LockTimeout < time.Millisecond) {
+		return fmt.Errorf("invalid options: LockTimeout must be zero or at least 1ms, got %s", o.LockTimeout)
+	}
 	return nil
 }
 
@@ -84,7 +94,7 @@ func Migrate(ctx context.Context, opts *MigrateOpts) error {
 }
 
 func migrateDB(ctx context.Context, opts *MigrateOpts) (retErr error) {
-	db, err := migrate.OpenSQL(ctx, opts.DatabaseURL)
+	db, err := migrate.OpenSQLWithLockTimeout(ctx, opts.DatabaseURL, opts.LockTimeout)
 	if err != nil {
 		return err
 	}
@@ -98,16 +108,20 @@ func migrateDB(ctx context.Context, opts *MigrateOpts) (retErr error) {
 			retErr = fmt.Errorf("could not close database: %w", err)
 		}
 	}()
-	return runMigrateCommand(ctx, p, opts.Command, opts.Out)
+	return runMigrateCommand(ctx, p, opts.Command, opts.Out, opts.LockTimeout)
 }
 
-func runMigrateCommand(ctx context.Context, p *goose.Provider, cmd MigrateCommand, out io.Writer) error {
+func runMigrateCommand(ctx context.Context, p *goose.Provider, cmd MigrateCommand, out io.Writer, lockTimeout time.Duration) error {
 	switch cmd {
 	case MigrateUp:
 		res, err := p.Up(ctx)
+		var partial *goose.PartialError
+		if errors.As(err, &partial) {
+			res = partial.Applied // goose returns the applied ones only here
+		}
 		printResults(out, res)
 		if err != nil {
-			return fmt.Errorf("could not migrate up: %w", err)
+			return lockWaitError(ctx, p, "could not migrate up", lockTimeout, err)
 		}
 		if len(res) == 0 {
 			fmt.Fprintln(out, "no migrations to apply")
@@ -123,7 +137,7 @@ func runMigrateCommand(ctx context.Context, p *goose.Provider, cmd MigrateComman
 				fmt.Fprintln(out, "no migrations to roll back")
 				return nil
 			}
-			return fmt.Errorf("could not migrate down: %w", err)
+			return lockWaitError(ctx, p, "could not migrate down", lockTimeout, err)
 		}
 		return printVersion(ctx, p, out)
 	case MigrateStatus:
@@ -133,6 +147,39 @@ func runMigrateCommand(ctx context.Context, p *goose.Provider, cmd MigrateComman
 	}
 	return fmt.Errorf("unknown migrate command %q", cmd)
 }
+
+// lockWaitError wraps err, a failed migration, with what before says. When
+// the migration gave up a lock wait, at lockTimeout (SQLSTATE 55P03) or as
+// a deadlock's victim (40P01), it says so and names the version the
+// database stayed at: goose runs each migration in its own transaction, so
+// the one that failed changed nothing and can be retried.
+func lockWaitError(ctx context.Context, p *goose.Provider, before string, lockTimeout time.Duration, err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || (pgErr.Code != pgLockNotAvailable && pgErr.Code != pgDeadlockDetected) {
+		return fmt.Errorf("%s: %w", before, err)
+	}
+	stayed := "unknown"
+	if v, verr := p.GetDBVersion(context.WithoutCancel(ctx)); verr == nil {
+		stayed = fmt.Sprint(v)
+	}
+	if pgErr.Code == pgDeadlockDetected {
+		return fmt.Errorf("%s: the migration deadlocked with another session (typically the application writing a table that references one the migration alters) and was rolled back; the database stays at version %s; retry, with those writes paused: %w",
+			before, stayed, err)
+	}
+	limit := "the server's lock_timeout"
+	if lockTimeout > 0 {
+		limit = "the lock timeout of " + lockTimeout.String()
+	}
+	return fmt.Errorf("%s: a lock was not granted within %s: another session holds a conflicting lock on a table the migration alters; its transaction was rolled back and the database stays at version %s; retry when the blocking transaction has ended (pg_stat_activity, pg_locks): %w",
+		before, limit, stayed, err)
+}
+
+// SQLSTATEs of the lock waits a migration gives up: lock_timeout expired,
+// and chosen as a deadlock's victim.
+const (
+	pgLockNotAvailable = "55P03"
+	pgDeadlockDetected = "40P01"
+)
 
 // printResults prints one line per result, as goose's CLI does.
 func printResults(out io.Writer, res []*goose.MigrationResult) {

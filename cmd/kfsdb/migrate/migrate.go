@@ -10,8 +10,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
@@ -53,6 +55,36 @@ func OpenSQL(ctx context.Context, url string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("could not open %s: %w", redact.Text(url), err)
 	}
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("could not connect to %s: %w", redact.Text(url), err)
+	}
+	return db, nil
+}
+
+// OpenSQLWithLockTimeout is [OpenSQL] with PostgreSQL's lock_timeout set to
+// lockTimeout on every connection of the handle, so a migration statement
+// that waits longer than that for a lock fails (SQLSTATE 55P03) and goose
+// rolls its transaction back. Waiting without a bound is the danger: a
+// statement queued for an ACCESS EXCLUSIVE lock behind a long transaction
+// blocks every later read of the table too. The setting travels in the
+// connection's startup packet, so it also holds on the one connection goose
+// runs the migrations on. Zero leaves the server's setting (no limit by
+// default); lockTimeout must otherwise be at least a millisecond, the
+// setting's unit.
+func OpenSQLWithLockTimeout(ctx context.Context, url string, lockTimeout time.Duration) (*sql.DB, error) {
+	if lockTimeout == 0 {
+		return OpenSQL(ctx, url)
+	}
+	if lockTimeout < time.Millisecond {
+		return nil, fmt.Errorf("lock timeout must be zero or at least 1ms, got %s", lockTimeout)
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("could not parse %s: %w", redact.Text(url), err)
+	}
+	cfg.RuntimeParams["lock_timeout"] = fmt.Sprintf("%dms", lockTimeout.Milliseconds())
+	db := stdlib.OpenDB(*cfg)
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("could not connect to %s: %w", redact.Text(url), err)
