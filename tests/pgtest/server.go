@@ -91,6 +91,18 @@ type Server struct {
 	hostPort   string // the fixed host port of a PersistentData container
 	image      string
 	persistent bool
+	kept       bool
+}
+
+// Keep leaves a container pgtest started running after Close, for a
+// person to look at what ran on it, and returns its id ("" for a server
+// pgtest did not start, which Close never stops anyway).
+func (s *Server) Keep() string {
+	if s.container == nil {
+		return ""
+	}
+	s.kept = true
+	return s.container.GetContainerID()
 }
 
 // Options tune the server [StartServerWithOptions] and [MainWithOptions]
@@ -151,7 +163,7 @@ func ConnectServer(ctx context.Context, adminURL string) (*Server, error) {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.Server.Close()
-		if s.container != nil {
+		if s.container != nil && !s.kept {
 			s.closeErr = testcontainers.TerminateContainer(s.container)
 			if s.closeErr != nil {
 				s.closeErr = fmt.Errorf("could not terminate PostgreSQL container: %w", s.closeErr)

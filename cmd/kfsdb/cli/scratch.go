@@ -31,7 +31,17 @@ const scratchDropTimeout = 30 * time.Second
 // drops the database, also when ctx was canceled. It prints each step to
 // out: the server's description, "== created database NAME", the
 // migrations, "== dropped database NAME".
-func WithScratchDatabase(ctx context.Context, srv ScratchServer, prefix string, out io.Writer, fn func(url string) error) (retErr error) {
+func WithScratchDatabase(ctx context.Context, srv ScratchServer, prefix string, out io.Writer, fn func(url string) error) error {
+	return withScratchDatabase(ctx, srv, prefix, out, false, fn)
+}
+
+// WithKeptScratchDatabase is WithScratchDatabase that keeps the database
+// when fn succeeds ("== kept database NAME"), for a person to look at.
+func WithKeptScratchDatabase(ctx context.Context, srv ScratchServer, prefix string, out io.Writer, fn func(url string) error) error {
+	return withScratchDatabase(ctx, srv, prefix, out, true, fn)
+}
+
+func withScratchDatabase(ctx context.Context, srv ScratchServer, prefix string, out io.Writer, keep bool, fn func(url string) error) (retErr error) {
 	fmt.Fprintf(out, "server: %s\n", srv.Description())
 	name := scratch.RandomName(prefix)
 	url, err := srv.CreateDatabase(ctx, name, "")
@@ -40,6 +50,10 @@ func WithScratchDatabase(ctx context.Context, srv ScratchServer, prefix string, 
 	}
 	fmt.Fprintf(out, "== created database %s\n", name)
 	defer func() {
+		if keep && retErr == nil {
+			fmt.Fprintf(out, "== kept database %s\n", name)
+			return
+		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scratchDropTimeout)
 		defer cancel()
 		if err := srv.DropDatabase(dctx, name); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -53,6 +54,10 @@ type DemoOpts struct {
 	// Verbose logs the runtime's INFO records too (relay, sources, workers).
 	// Defaults to false: WARN and above.
 	Verbose bool
+	// Keep keeps the demo database after a successful run (and the
+	// throwaway server's container, if the demo started one), and writes
+	// its URL to a file only the user can read, for `kfsdb console`.
+	Keep bool
 }
 
 // Validate reports the first missing or invalid field.
@@ -100,20 +105,62 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 
 func demo(ctx context.Context, opts *DemoOpts) error {
 	out := cli.NewSyncWriter(opts.Out)
-	return withServer(ctx, opts.DatabaseURL, out, func(srv cli.ScratchServer) error {
-		return cli.WithScratchDatabase(ctx, srv, "kfsdb_demo", out, func(url string) error {
+	var keptURL, containerID string
+	err := withServer(ctx, opts.DatabaseURL, out, func(srv *pgtest.Server) error {
+		run := func(url string) error {
 			fmt.Fprintln(out, "== kfsdb migrate status")
 			if err := cli.Migrate(ctx, &cli.MigrateOpts{Command: cli.MigrateStatus, DatabaseURL: url, Out: out}); err != nil {
 				return err
 			}
-			return runWorkload(ctx, opts, out, url)
-		})
+			if err := runWorkload(ctx, opts, out, url); err != nil {
+				return err
+			}
+			keptURL = url
+			return nil
+		}
+		if !opts.Keep {
+			return cli.WithScratchDatabase(ctx, srv, "kfsdb_demo", out, run)
+		}
+		if err := cli.WithKeptScratchDatabase(ctx, srv, "kfsdb_demo", out, run); err != nil {
+			return err
+		}
+		containerID = srv.Keep()
+		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return printConsoleHint(out, opts.Keep, keptURL, containerID)
+}
+
+// printConsoleHint ends the demo with how to look at it in the console.
+// The kept database's URL carries a password, so it goes to a file only
+// the user can read, not to the screen.
+func printConsoleHint(out io.Writer, kept bool, url, containerID string) error {
+	if !kept {
+		fmt.Fprintln(out, "== to browse this run in the web console, keep its database: make demo DEMO_ARGS=--keep")
+		return nil
+	}
+	f, err := os.CreateTemp("", "kfsdb-demo-*.url")
+	if err != nil {
+		return fmt.Errorf("write the kept database's URL: %w", err)
+	}
+	defer f.Close()
+	if _, err := io.WriteString(f, url); err != nil {
+		return fmt.Errorf("write the kept database's URL: %w", err)
+	}
+	fmt.Fprintf(out, "== the demo database is kept; open it in the console (then http://127.0.0.1:8080):\n")
+	fmt.Fprintf(out, "   go run ./cmd/kfsdb console --database-url \"$(cat %s)\"\n", f.Name())
+	fmt.Fprintf(out, "   or, from the command line: go run ./cmd/kfsdb outbox stats --database-url \"$(cat %s)\"\n", f.Name())
+	if containerID != "" {
+		fmt.Fprintf(out, "   remove the throwaway server afterwards: docker rm -f %s\n", containerID[:min(12, len(containerID))])
+	}
+	return nil
 }
 
 // withServer runs fn on the server at serverURL, or on a throwaway server
 // the test harness starts when serverURL is empty, and closes it afterwards.
-func withServer(ctx context.Context, serverURL string, out io.Writer, fn func(srv cli.ScratchServer) error) (retErr error) {
+func withServer(ctx context.Context, serverURL string, out io.Writer, fn func(srv *pgtest.Server) error) (retErr error) {
 	var (
 		srv *pgtest.Server
 		err error

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
@@ -86,8 +90,44 @@ func runDemo(t *testing.T, mode delivery.Mode, args ...string) string {
 	require.Contains(t, s, "STATEMENT LATENCY")
 	require.NotRegexp(t, `\bFAIL\b`, s)
 	require.Contains(t, s, "dropped database kfsdb_demo_")
+	require.Contains(t, s, "== to browse this run in the web console, keep its database: make demo DEMO_ARGS=--keep")
 	require.NotContains(t, s, "kfsdb-test-password")
 	return s
+}
+
+// TestDemoKeepsItsDatabaseForTheConsole: with --keep the database stays,
+// its URL is in a file only the user can read (never on the screen), and
+// the last lines say how to open it in the console.
+func TestDemoKeepsItsDatabaseForTheConsole(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"--attempts", "30", "--keep", "--database-url", pgtest.AdminURL(t)}, &stdout, &stderr, noEnv)
+	s := stdout.String()
+	require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
+	require.NotContains(t, s, "dropped database")
+	require.NotContains(t, s, "kfsdb-test-password")
+	name := regexp.MustCompile(`== kept database (kfsdb_demo_\w+)`).FindStringSubmatch(s)
+	require.NotNil(t, name, s)
+	m := regexp.MustCompile(`go run ./cmd/kfsdb console --database-url "\$\(cat (\S+)\)"`).FindStringSubmatch(s)
+	require.NotNil(t, m, s)
+	file := m[1]
+	t.Cleanup(func() { _ = os.Remove(file) })
+	info, err := os.Stat(file)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	url, err := os.ReadFile(file)
+	require.NoError(t, err)
+	conn, err := pgx.Connect(t.Context(), string(url))
+	require.NoError(t, err)
+	var attempts int
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT count(*) FROM document_compilation_attempts").Scan(&attempts))
+	require.GreaterOrEqual(t, attempts, 30)
+	require.NoError(t, conn.Close(t.Context()))
+	admin, err := pgx.Connect(t.Context(), pgtest.AdminURL(t))
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	_, err = admin.Exec(t.Context(), "DROP DATABASE "+pgx.Identifier{name[1]}.Sanitize()+" WITH (FORCE)")
+	require.NoError(t, err)
 }
 
 // The default delivery: workers lease from the outbox, no relay, no broker.

@@ -57,9 +57,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	fs.IntVar(&opts.Attempts, "attempts", DemoAttemptsDefault, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
 	fs.Uint64Var(&opts.Seed, "seed", DemoSeedDefault, "shuffles which attempt follows which scenario")
 	fs.DurationVar(&opts.Timeout, "timeout", DemoTimeoutDefault, "fail if the workload has not settled by then")
+	fs.BoolVar(&opts.Keep, "keep", false, "keep the demo database (and a throwaway server) for kfsdb console; its URL goes to a file only you can read")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log the runtime's INFO records too (relay, sources, workers; default: WARN and above)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb-demo [--database-url URL] [--delivery postgres|relay] [--attempts N] [--seed N] [--timeout D] [--verbose]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb-demo [--database-url URL] [--delivery postgres|relay] [--attempts N] [--seed N] [--timeout D] [--keep] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := cli.ParseFlags(fs, args); err != nil {
