@@ -56,12 +56,19 @@ quotas AS (
                                 AND a.run_state = 'running'
                                 AND a.lease_expires_at > coalesce($4::timestamptz, now())
                               LIMIT c.max_running) live))
-         END AS quota
+         END AS quota,
+         -- Spare offers past the quota, for an uncapped tenant: a fetch
+         -- running at the same time (another worker, another process)
+         -- holds the first ones, and SKIP LOCKED then takes these instead
+         -- of coming back short. A capped tenant's row is locked above, so
+         -- no other fetch leases for it meanwhile.
+         CASE WHEN EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
+              THEN 0 ELSE $5::integer END AS spare
     FROM tenant_walk w
     LEFT JOIN capped c ON c.tenant_id = w.tenant_id
 ),
 offers AS MATERIALIZED (
-  SELECT w.tenant_id, w.pos, offer.attempt_id, offer.outbox_id, offer.round
+  SELECT w.tenant_id, w.pos, w.quota, offer.attempt_id, offer.outbox_id, offer.round
     FROM quotas w
    CROSS JOIN LATERAL (
      SELECT a.id AS attempt_id, o.id AS outbox_id,
@@ -78,14 +85,18 @@ offers AS MATERIALIZED (
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.
       ORDER BY a.tenant_id, a.completed_at, a.id
-      LIMIT w.quota
+      LIMIT w.quota + w.spare
    ) offer
    WHERE w.quota > 0
 ),
 picked AS (
   -- Locked rows are their newest versions: row_version is read here.
+  -- Every tenant's offers within its quota come before any spare one
+  -- (rounds past the quota), so spares are locked only in place of rows
+  -- another fetch holds.
   SELECT a.id AS attempt_id, o.id AS outbox_id, a.tenant_id, a.row_version,
-         a.execution_attempts >= a.max_execution_attempts AS exhausted
+         a.execution_attempts >= a.max_execution_attempts AS exhausted,
+         offers.quota, offers.round
     FROM offers
     JOIN document_compilation_attempts a ON a.id = offers.attempt_id
     JOIN document_compilation_outbox o ON o.id = offers.outbox_id
@@ -110,6 +121,12 @@ picked AS (
    LIMIT $5::integer
      FOR UPDATE OF a, o SKIP LOCKED
 ),
+chosen AS (
+  SELECT p.attempt_id, p.outbox_id, p.tenant_id, p.row_version, p.exhausted
+    FROM (SELECT picked.attempt_id, picked.outbox_id, picked.tenant_id, picked.row_version, picked.exhausted, picked.quota, picked.round, row_number() OVER (PARTITION BY picked.tenant_id ORDER BY picked.round) AS nth
+            FROM picked) p
+   WHERE p.nth <= p.quota
+),
 leased_outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'leased',
@@ -119,13 +136,13 @@ leased_outbox AS (
          -- Deterministic and never reused: the attempt's row_version only
          -- grows, so a redelivery (a lost worker's lease fetched again, a
          -- retry) carries another id than the delivery before it.
-         queue_job_id = 'pg:' || o.id::text || ':' || (o.dispatch_attempts + 1)::text || ':' || (picked.row_version + 1)::text,
+         queue_job_id = 'pg:' || o.id::text || ':' || (o.dispatch_attempts + 1)::text || ':' || (chosen.row_version + 1)::text,
          external_job_id = NULL,
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce($4::timestamptz, now())
-    FROM picked
-   WHERE o.id = picked.outbox_id
-     AND NOT picked.exhausted
+    FROM chosen
+   WHERE o.id = chosen.outbox_id
+     AND NOT chosen.exhausted
   RETURNING o.attempt_id, o.queue_job_id
 ),
 leased AS (
@@ -151,9 +168,9 @@ exhausted_outbox AS (
      SET status = 'dead',
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
          updated_at = coalesce($4::timestamptz, now())
-    FROM picked
-   WHERE o.id = picked.outbox_id
-     AND picked.exhausted
+    FROM chosen
+   WHERE o.id = chosen.outbox_id
+     AND chosen.exhausted
   RETURNING o.attempt_id
 ),
 exhausted AS (
@@ -177,12 +194,12 @@ stamped AS (
          updated_at = coalesce($4::timestamptz, now())
     FROM capped
    WHERE l.tenant_id = capped.tenant_id
-     AND EXISTS (SELECT 1 FROM picked WHERE picked.tenant_id = l.tenant_id AND NOT picked.exhausted)
+     AND EXISTS (SELECT 1 FROM chosen WHERE chosen.tenant_id = l.tenant_id AND NOT chosen.exhausted)
 ),
 awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l
    WHERE l.listener_id = $7::text
-     AND (SELECT count(*) FROM picked) >= $5::integer
+     AND (SELECT count(*) FROM chosen) >= $5::integer
 )
 SELECT leased.id, leased.tenant_id, leased.knowledge_space_id, leased.document_asset_id, leased.document_version, leased.publication_generation_id, leased.base_head_revision, leased.candidate_publication_id, leased.candidate_fingerprint, leased.checkpoint, leased.run_state, leased.active_slot, leased.execution_attempts, leased.max_execution_attempts, leased.queue_job_id, leased.external_job_id, leased.worker_id, leased.lease_token, leased.lease_expires_at, leased.heartbeat_at, leased.retry_at, leased.last_error_code, leased.last_error_message, leased.row_version, leased.created_at, leased.updated_at, leased.started_at, leased.completed_at, false AS exhausted
   FROM leased
@@ -259,11 +276,13 @@ type FetchLeasesRow struct {
 // (wrapping, at most max_tenants of them), one index descent each on
 // tenant_completed_idx; each tenant offers its oldest live attempts (the
 // same index: tenant_id, completed_at IS NULL, id, and ids are UUIDv7, so
-// id order is start order) whose outbox row is due, at most per_tenant.
-// The offers are taken round by round (every tenant's first, then every
-// tenant's second, ...) until batch_size: a tenant's backlog cannot take
-// every slot while another tenant waits, and the cost is bounded by
-// max_tenants * per_tenant rows whatever the backlog. The chosen rows
+// id order is start order) whose outbox row is due, at most per_tenant
+// (plus batch_size spares for rows a concurrent fetch holds; at most
+// per_tenant are taken). The offers are taken round by round (every
+// tenant's first, then every tenant's second, ...) until batch_size: a
+// tenant's backlog cannot take every slot while another tenant waits, and
+// the cost is bounded by max_tenants * (per_tenant + batch_size) rows
+// whatever the backlog. The chosen rows
 // are re-checked on their newest versions when locked (READ COMMITTED
 // re-evaluates the WHERE of a row that changed since the snapshot), so a
 // pair that a cancel, a relay or another fetcher changed meanwhile is
@@ -281,6 +300,9 @@ type FetchLeasesRow struct {
 // inner side of a nested loop over the attempts and walk every tenant's
 // offers once per attempt (seen with statistics taken on an empty table:
 // 450 ms for 400 due rows instead of under 1 ms).
+// At most its quota per tenant among the rows locked: a spare taken in
+// place of a held row counts as that row. (A spare past the quota stays
+// locked, unchanged, until the commit.)
 // A fetch that filled its batch ends its worker's idle registration: the
 // worker is behind and fetches again at once, so commits need not notify
 // it (a notifying commit holds the global notify lock through its WAL

@@ -190,6 +190,32 @@ func TestFetchLeases(t *testing.T) {
 		require.Equal(t, kfstype.RunStateCanceled, canceled.rows[0].Attempt.RunState)
 	})
 
+	t.Run("AConcurrentFetchTakesTheNextRows", func(t *testing.T) {
+		b := setup(t)
+		// One tenant's backlog of 8; one fetch of 3 is still open.
+		b.startN(t, "tenant-a", 8)
+		tx, err := b.db.Pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(b.ctx) }()
+		first, err := b.repo.FetchLeases(b.ctx, tx, &repo.FetchLeasesParams{WorkerID: "worker-1", BatchSize: 3})
+		require.NoError(t, err)
+		require.Len(t, first.Leased, 3)
+		// The second fetch skips the held rows and still fills its batch
+		// from the spare offers, in start order...
+		second := b.fetch(t, "worker-2", 3)
+		require.Len(t, second.Leased, 3)
+		for _, a := range second.Leased {
+			for _, h := range first.Leased {
+				require.NotEqual(t, h.ID, a.ID)
+				require.Less(t, h.ID.String(), a.ID.String(), "the held rows are the oldest")
+			}
+		}
+		// ...and never more than PerTenant, spares included.
+		res, err := b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "worker-3", BatchSize: 5, PerTenant: 1})
+		require.NoError(t, err)
+		require.Len(t, res.Leased, 1)
+	})
+
 	t.Run("InterleavesTenants", func(t *testing.T) {
 		b := setup(t)
 		// tenant-a has a backlog of 10 started first; b and c one each.
