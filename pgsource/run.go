@@ -42,59 +42,162 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	var pending []*request
 	defer func() { s.requeue(requests, pending) }()
+	l := &fetchLoop{s: s, results: make(chan fetched, maxFetchesInFlight)}
+	// Fetches still in flight as Run stops: their leases go to the slots
+	// still waiting, or back (then the requests left are requeued).
+	defer func() {
+		for ; l.inFlight > 0; l.inFlight-- {
+			pending = l.deliver(ctx, pending, <-l.results)
+		}
+	}()
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	var idle pglisten.Idle
-	after := ""
 	for {
 		pending = s.live(collect(requests, pending))
-		if len(pending) == 0 {
+		if l.canStart(len(pending)) {
+			l.start(ctx, len(pending))
+			continue
+		}
+		if l.inFlight == 0 && len(pending) == 0 {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case req := <-requests:
 				pending = append(pending, req)
-				continue
 			}
-		}
-		n := min(int32(len(pending)), s.batchSize)
-		var got int
-		got, pending, err = s.fetch(ctx, pending, n, &after)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		var wait time.Duration
-		switch {
-		case err != nil:
-			s.cfg.Metrics.Add(observe.FetchFailed, 1)
-			s.log.ErrorContext(ctx, "fetch failed", "err", err)
-			idle.Reset()
-			wait = s.cfg.PollInterval
-		case got >= int(n):
-			// A full batch: more may be due. Look again at once; the
-			// fetch ended the registration, so commits do not notify.
-			idle.Reset()
 			continue
-		default:
-			// Fewer than asked for: nothing more is due now. Idle at once
-			// rather than after an empty fetch; the registration, if any,
-			// is still in place (only a full batch ends it).
-			if got > 0 {
-				idle.Found()
-			}
-			var again bool
-			wait, again = idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
-				PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval,
-				Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true})
+		}
+		if l.inFlight == 0 {
+			// Short or failed, and nothing in flight: idle.
+			wait, again := l.idleWait(ctx)
 			if again {
 				continue
 			}
+			if err := s.wake.Sleep(ctx, timer, time.Now().Add(wait)); err != nil {
+				return err
+			}
+			l.short, l.failed = false, false
+			continue
 		}
-		if err := s.wake.Sleep(ctx, timer, time.Now().Add(wait)); err != nil {
-			return err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case req := <-requests:
+			pending = append(pending, req)
+		case f := <-l.results:
+			l.inFlight--
+			pending = l.deliver(ctx, pending, f)
 		}
 	}
+}
+
+// maxFetchesInFlight is how many fetches a source runs at once: a second
+// one for the slots freed while the first is in the database, so the
+// slots do not wait on one fetch's round trip and commit at a time.
+// FetchLeases offers spares past each tenant's quota, so the two do not
+// come back short for each other's locks.
+const maxFetchesInFlight = 2
+
+// fetched is one fetch's answer.
+type fetched struct {
+	n   int32
+	res *repo.FetchLeasesResult
+	err error
+}
+
+// fetchLoop is Run's state: the fetches in flight and what the last ones
+// found.
+type fetchLoop struct {
+	s        *Source
+	results  chan fetched
+	inFlight int
+	// reserved counts the requests the fetches in flight are for.
+	reserved int
+	// short: a fetch found fewer due rows than asked for (or failed), so
+	// no new fetch starts until the source has idled.
+	short, failed bool
+	idle          pglisten.Idle
+	after         string
+}
+
+func (l *fetchLoop) canStart(pending int) bool {
+	unserved := pending - l.reserved
+	if l.short || unserved <= 0 || l.inFlight >= maxFetchesInFlight {
+		return false
+	}
+	// A second fetch only for half a batch or more: many small fetches
+	// cost more statements and commits than they save in waiting.
+	return l.inFlight == 0 || 2*unserved >= int(l.s.batchSize)
+}
+
+func (l *fetchLoop) start(ctx context.Context, pending int) {
+	s := l.s
+	n := min(int32(pending-l.reserved), s.batchSize)
+	l.inFlight++
+	l.reserved += int(n)
+	after := l.after
+	go func() {
+		s.cfg.Metrics.Add(observe.Fetches, 1)
+		res, err := s.cfg.Repo.FetchLeases(ctx, s.pool, &repo.FetchLeasesParams{
+			WorkerID: s.workerID, BatchSize: n, LeaseDuration: s.leaseDuration,
+			AfterTenant: after, MaxTenants: s.cfg.MaxTenants, PerTenant: s.cfg.PerTenant,
+		})
+		l.results <- fetched{n: n, res: res, err: err}
+	}()
+}
+
+// deliver answers pending requests with a fetch's leases (handing back
+// those no request is left for) and notes what the fetch found.
+func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) []*request {
+	s := l.s
+	l.reserved -= int(f.n)
+	if f.err != nil {
+		if ctx.Err() == nil {
+			s.cfg.Metrics.Add(observe.FetchFailed, 1)
+			s.log.ErrorContext(ctx, "fetch failed", "err", f.err)
+		}
+		l.short, l.failed = true, true
+		l.idle.Reset()
+		return pending
+	}
+	res := f.res
+	l.after = res.NextAfterTenant
+	s.cfg.Metrics.Add(observe.FetchedLeases, int64(len(res.Leased)))
+	s.cfg.Metrics.Add(observe.FetchExhausted, int64(len(res.Exhausted)))
+	for i, a := range res.Leased {
+		pending = s.answer(ctx, pending, &message{attempt: a, lease: res.Leases[i]})
+	}
+	switch got := len(res.Leased) + len(res.Exhausted); {
+	case got >= int(f.n):
+		// A full batch: more may be due; the fetch ended the idle
+		// registration, so commits do not notify.
+		l.idle.Reset()
+	case got > 0:
+		// Fewer than asked for: nothing more is due now. The
+		// registration, if any, is still in place.
+		l.idle.Found()
+		l.short = true
+	default:
+		l.short = true
+	}
+	return pending
+}
+
+// idleWait decides the sleep after a short or failed fetch; again asks for
+// one more fetch first (a new idle registration's look once more).
+func (l *fetchLoop) idleWait(ctx context.Context) (time.Duration, bool) {
+	s := l.s
+	if l.failed {
+		return s.cfg.PollInterval, false
+	}
+	wait, again := l.idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
+		PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval,
+		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true})
+	if again {
+		l.short = false
+	}
+	return wait, again
 }
 
 // collect adds the requests waiting in the channel to pending.
@@ -138,27 +241,6 @@ func (s *Source) answer(ctx context.Context, pending []*request, m *message) []*
 	s.mu.Unlock()
 	s.release(ctx, m)
 	return pending
-}
-
-// fetch leases up to n attempts and answers pending requests with them.
-// It returns how many due rows it took (leased or failed as exhausted)
-// and the requests still unanswered.
-func (s *Source) fetch(ctx context.Context, pending []*request, n int32, after *string) (int, []*request, error) {
-	s.cfg.Metrics.Add(observe.Fetches, 1)
-	res, err := s.cfg.Repo.FetchLeases(ctx, s.pool, &repo.FetchLeasesParams{
-		WorkerID: s.workerID, BatchSize: n, LeaseDuration: s.leaseDuration,
-		AfterTenant: *after, MaxTenants: s.cfg.MaxTenants, PerTenant: s.cfg.PerTenant,
-	})
-	if err != nil {
-		return 0, pending, err
-	}
-	*after = res.NextAfterTenant
-	s.cfg.Metrics.Add(observe.FetchedLeases, int64(len(res.Leased)))
-	s.cfg.Metrics.Add(observe.FetchExhausted, int64(len(res.Exhausted)))
-	for i, a := range res.Leased {
-		pending = s.answer(ctx, pending, &message{attempt: a, lease: res.Leases[i]})
-	}
-	return len(res.Leased) + len(res.Exhausted), pending, nil
 }
 
 // requeue runs as Run stops: requests still waiting go back to the
