@@ -54,13 +54,7 @@ func (m MinuteCount) Total() int64 { return m.Succeeded + m.Failed + m.Canceled 
 func (r *Repo) Throughput(ctx context.Context, db DBTX, p *ThroughputParams) ([]MinuteCount, error) {
 	v := r.call(ctx, db)
 	if set(v, "ThroughputParams", p) {
-		if p.AllTenants {
-			if p.TenantID != "" {
-				v.fail("TenantID", "must be empty with AllTenants")
-			}
-		} else {
-			v.text("TenantID", p.TenantID, MaxTenantIDLength)
-		}
+		v.tenantScope(p.TenantID, p.AllTenants)
 		if p.Minutes != 0 {
 			v.between("Minutes", p.Minutes, 1, MaxThroughputMinutes)
 		}
