@@ -147,7 +147,8 @@ func ListenIsLoopback(addr string) bool {
 	return err == nil && host != "" && hostIsLoopback(host)
 }
 
-// Serve serves h on ln until ctx ends, then shuts down within 5 seconds.
+// Serve serves h on ln until ctx ends, then lets requests in flight end
+// for up to 2 seconds and closes every connection.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
 	done := make(chan error, 1)
@@ -157,10 +158,14 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 		return err
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shut the console down: %w", err)
+		// Browsers hold speculative connections that never send a request;
+		// Shutdown waits for them, so close them.
+		if err := srv.Close(); err != nil {
+			return fmt.Errorf("close the console: %w", err)
+		}
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
@@ -152,16 +153,11 @@ func TestCancelThroughConfirmation(t *testing.T) {
 func TestAttemptsPagesWalkEveryMatch(t *testing.T) {
 	b := setup(t)
 	base := b.start(t, console.Config{PageSize: 2})
-	var want []string
 	rows, err := b.db.Pool.Query(b.ctx, `SELECT id::text FROM document_compilation_attempts
 		WHERE tenant_id = $1 AND run_state IN ('succeeded', 'running') ORDER BY completed_at DESC NULLS FIRST, id DESC`, tenantB)
 	require.NoError(t, err)
-	for rows.Next() {
-		var id string
-		require.NoError(t, rows.Scan(&id))
-		want = append(want, id)
-	}
-	require.NoError(t, rows.Err())
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
 	require.Greater(t, len(want), 4)
 	idRE := regexp.MustCompile(`class="mono" href="/attempts/([0-9a-f-]{36})\?tenant=` + tenantB + `"`)
 	nextRE := regexp.MustCompile(`id="next" class="button" href="([^"]+)"`)

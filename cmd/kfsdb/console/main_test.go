@@ -39,7 +39,7 @@ func setup(t *testing.T) *testBundle {
 	db := pgtest.NewDB(t)
 	drv := &testfactory.Driver{Repo: repo.New(nil), DB: db.Pool}
 	b := &testBundle{ctx: t.Context(), db: db, drv: drv}
-	b.attempts = testfactory.Workload(b.ctx, t, drv, []string{tenantA, tenantB}, 14)
+	b.attempts = testfactory.Workload(b.ctx, t, drv, []string{tenantA, tenantB}, 14, nil)
 	return b
 }
 
@@ -57,13 +57,7 @@ func (b *testBundle) start(t *testing.T, cfg console.Config) string {
 // first returns the tenant's first attempt in state.
 func (b *testBundle) first(t *testing.T, tenant string, state kfstype.RunState) *kfstype.Attempt {
 	t.Helper()
-	for _, a := range b.attempts[tenant] {
-		if a.RunState == state {
-			return a
-		}
-	}
-	require.FailNow(t, "no attempt in state", "%s %s", tenant, state)
-	return nil
+	return testfactory.FirstInState(t, b.attempts[tenant], state)
 }
 
 // response is a request's status, headers and body; redirects are not

@@ -20,7 +20,7 @@ type layout struct {
 	Title    string
 	Tenant   string // the confined tenant, "" for every tenant
 	ReadOnly bool
-	Token    bool // a token is required (a logout button is shown)
+	LoggedIn bool // a token is required and the request carries it: show Log out
 	Flash    string
 	Page     any
 }
@@ -57,7 +57,7 @@ var funcs = template.FuncMap{
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title string, page any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	data := layout{Title: title, Tenant: s.cfg.TenantID, ReadOnly: s.cfg.ReadOnly, Token: s.cfg.AuthToken != "",
+	data := layout{Title: title, Tenant: s.cfg.TenantID, ReadOnly: s.cfg.ReadOnly, LoggedIn: s.cfg.AuthToken != "" && s.authorized(r),
 		Flash: r.URL.Query().Get("flash"), Page: page}
 	if err := s.pages[name].ExecuteTemplate(w, "layout", data); err != nil {
 		s.log.Error("console: render page", "page", name, "error", err)

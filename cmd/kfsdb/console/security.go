@@ -20,8 +20,11 @@ var securityHeaders = map[string]string{
 	"Content-Security-Policy": "default-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 	"X-Frame-Options":         "DENY",
 	"X-Content-Type-Options":  "nosniff",
-	"Referrer-Policy":         "no-referrer",
-	"Cache-Control":           "no-store",
+	// same-origin, not no-referrer: under no-referrer browsers send
+	// "Origin: null" on the console's own form posts, which sameOrigin
+	// refuses; other sites still get no Referer (no /login?token= leak).
+	"Referrer-Policy": "same-origin",
+	"Cache-Control":   "no-store",
 }
 
 // secure applies the checks every request goes through, in order: a
