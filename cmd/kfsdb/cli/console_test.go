@@ -2,9 +2,16 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"net/http"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 // TestConsoleRefusesNonLoopbackWithoutToken: the check happens before any
@@ -45,4 +52,33 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 	code := Main(t.Context(), []string{"console", "--listen", "0.0.0.0:8080"}, &out, &stderr, env)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "DatabaseURL is required", "the token was taken from the environment")
+}
+
+// TestConsoleServesUntilCanceled runs the command on a real database and a
+// real listener: it prints its address, serves the overview, and returns
+// nil when ctx ends.
+func TestConsoleServesUntilCanceled(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var out testfactory.SyncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Listen: "127.0.0.1:0", ReadOnly: true, Out: &out})
+	}()
+	addr := regexp.MustCompile(`kfsdb console on (http://127\.0\.0\.1:\d+/)`)
+	var base string
+	require.Eventually(t, func() bool {
+		m := addr.FindStringSubmatch(out.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}, 10*time.Second, 10*time.Millisecond, "no address printed: %s", out.String())
+	res, err := http.Get(base)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	cancel()
+	require.NoError(t, <-done)
 }

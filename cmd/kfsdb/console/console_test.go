@@ -179,3 +179,23 @@ func TestAttemptsPagesWalkEveryMatch(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, get(t, base+"/attempts?tenant="+tenantB+"&after=garbage").status)
 	require.Equal(t, http.StatusBadRequest, get(t, base+"/attempts?tenant="+tenantB+"&state=bogus").status)
 }
+
+// TestRetryOfAFailedAttempt: retry is offered only for a failed attempt,
+// and the confirmed retry makes it dispatch_pending again.
+func TestRetryOfAFailedAttempt(t *testing.T) {
+	b := setup(t)
+	base := b.start(t, console.Config{})
+	a := b.first(t, tenantB, kfstype.RunStateFailed)
+	page := get(t, fmt.Sprintf("%s/attempts/%s?tenant=%s", base, a.ID, tenantB))
+	require.Contains(t, page.body, `value="retry"`)
+	require.NotContains(t, page.body, `value="cancel"`, "a failed attempt is not live")
+	confirm := get(t, fmt.Sprintf("%s/attempts/%s/confirm?action=retry&tenant=%s", base, a.ID, tenantB))
+	require.NotContains(t, confirm.body, `name="reason"`, "a retry stores no reason")
+	form := url.Values{"action": {"retry"}, "tenant": {tenantB}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}}
+	res := do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, nil)
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Contains(t, get(t, base+res.header.Get("Location")).body, "retry applied: failed → dispatch_pending")
+	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantB, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState)
+}
