@@ -178,13 +178,7 @@ type StateCount struct {
 func (r *Repo) CountAttempts(ctx context.Context, db DBTX, p *CountParams) ([]StateCount, error) {
 	v := r.call(ctx, db)
 	if set(v, "CountParams", p) {
-		if p.AllTenants {
-			if p.TenantID != "" {
-				v.fail("TenantID", "must be empty with AllTenants")
-			}
-		} else {
-			v.text("TenantID", p.TenantID, MaxTenantIDLength)
-		}
+		v.tenantScope(p.TenantID, p.AllTenants)
 		v.cap("Cap", p.Cap)
 	}
 	if err := v.result(); err != nil {
@@ -213,6 +207,16 @@ func (r *Repo) CountAttempts(ctx context.Context, db DBTX, p *CountParams) ([]St
 		}
 	}
 	return out, nil
+}
+
+// tenantScope checks a read's scope: one tenant (1..255 characters), or
+// every tenant with TenantID empty.
+func (v *validator) tenantScope(tenantID string, allTenants bool) {
+	if !allTenants {
+		v.text("TenantID", tenantID, MaxTenantIDLength)
+	} else if tenantID != "" {
+		v.fail("TenantID", "must be empty with AllTenants")
+	}
 }
 
 func (v *validator) cap(field string, c int32) {
@@ -379,13 +383,7 @@ type StuckAttempt struct {
 func (r *Repo) ListStuck(ctx context.Context, db DBTX, p *StuckParams) ([]*StuckAttempt, error) {
 	v := r.call(ctx, db)
 	if set(v, "StuckParams", p) {
-		if p.AllTenants {
-			if p.TenantID != "" {
-				v.fail("TenantID", "must be empty with AllTenants")
-			}
-		} else {
-			v.text("TenantID", p.TenantID, MaxTenantIDLength)
-		}
+		v.tenantScope(p.TenantID, p.AllTenants)
 		if p.PendingOverdue != 0 {
 			v.duration("PendingOverdue", p.PendingOverdue)
 		}

@@ -10,7 +10,7 @@
 #       have no forbidden module in `go list -m all`;
 #   (c) the deploy binary, cmd/kfsdb built as operators build it, must link
 #       no test harness: `go version -m` lists no testcontainers, moby or
-#       docker module (nor sqlc, nor the tests module). goose is expected
+#       docker module (nor sqlc, chromedp, nor the tests module). goose is expected
 #       there (kfsdb migrate). Prints the binary's size.
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
@@ -29,8 +29,9 @@ consumer_imports=(
 )
 
 forbidden='sqlc|goose|testcontainers|docker|moby'
-# What the kfsdb binary must not link: the harness and its Docker client.
-binary_forbidden='sqlc|testcontainers|docker|moby|knowledgefs/kfsdb/tests'
+# What the kfsdb binary must not link: the harness, its Docker client and
+# the browser driver of tests/console.
+binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests'
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export GOWORK=off

@@ -237,3 +237,62 @@ SELECT sqlc.embed(a), sqlc.embed(o), s.reason::text AS reason, s.since::timestam
   JOIN document_compilation_outbox o ON o.attempt_id = a.id
  ORDER BY s.since, a.id, s.reason
  LIMIT @row_limit::integer;
+
+-- name: AttemptThroughputByMinute :many
+-- Attempts that ended per minute of the last `minutes` minutes, per
+-- terminal state: one row per minute, oldest first, the current (partial)
+-- minute last, zeros included.
+-- Each tenant's ended attempts are one range of tenant_completed_idx
+-- (tenant_id, completed_at), so the cost grows with the attempts ended in
+-- the window, not with the history. all_tenants walks the index's distinct
+-- tenants first (a loose index scan: one index probe per tenant, since
+-- PostgreSQL 17 has no skip scan) and reads each tenant's range; otherwise
+-- only tenant_id's range is read.
+WITH RECURSIVE tenants AS (
+  (SELECT a.tenant_id::text AS tenant_id
+     FROM document_compilation_attempts a
+    WHERE @all_tenants::boolean
+    ORDER BY a.tenant_id
+    LIMIT 1)
+  UNION ALL
+  SELECT (SELECT a.tenant_id::text
+            FROM document_compilation_attempts a
+           WHERE a.tenant_id > t.tenant_id
+           ORDER BY a.tenant_id
+           LIMIT 1)
+    FROM tenants t
+   WHERE t.tenant_id IS NOT NULL
+), scope AS (
+  SELECT t.tenant_id FROM tenants t WHERE t.tenant_id IS NOT NULL
+  UNION ALL
+  SELECT @tenant_id::text WHERE NOT @all_tenants::boolean
+), clock AS (
+  SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS until,
+         @minutes::integer AS minutes
+), bounds AS (
+  SELECT date_trunc('minute', c.until) - (c.minutes - 1) * interval '1 minute' AS since, c.until
+    FROM clock c
+), ended AS (
+  SELECT a.completed_at, a.run_state
+    FROM scope s
+   CROSS JOIN bounds b
+   CROSS JOIN LATERAL (
+     SELECT x.completed_at, x.run_state
+       FROM document_compilation_attempts x
+      WHERE x.tenant_id = s.tenant_id
+        AND x.completed_at >= b.since
+        AND x.completed_at <= b.until
+     -- A fence: without it the planner flattens the subquery and, knowing
+     -- nothing of the walk's row count, hashes a sequential scan.
+     OFFSET 0) a
+)
+SELECT m.minute::timestamptz AS minute,
+       (count(*) FILTER (WHERE e.run_state = 'succeeded'))::bigint AS succeeded,
+       (count(*) FILTER (WHERE e.run_state = 'failed'))::bigint AS failed,
+       (count(*) FILTER (WHERE e.run_state = 'canceled'))::bigint AS canceled,
+       (count(*) FILTER (WHERE e.run_state = 'superseded'))::bigint AS superseded
+  FROM bounds b
+ CROSS JOIN generate_series(b.since, date_trunc('minute', b.until), interval '1 minute') AS m(minute)
+  LEFT JOIN ended e ON date_trunc('minute', e.completed_at) = m.minute
+ GROUP BY m.minute
+ ORDER BY m.minute;

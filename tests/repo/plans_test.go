@@ -140,6 +140,8 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.ListStuck(ctx, pool, &repo.StuckParams{TenantID: "history-7", Limit: 100})
 	require.NoError(t, err)
+	_, err = r.Throughput(ctx, pool, &repo.ThroughputParams{AllTenants: true})
+	require.NoError(t, err)
 
 	// Statements that find rows by a scan of history name the index that
 	// must serve them; point lookups by id may use any index (the planner
@@ -173,6 +175,9 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 		"OutboxBacklog":                    {"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"},
 		"AttemptListStuck": {"document_compilation_attempts_lease_recovery_idx", "document_compilation_outbox_lock_recovery_idx",
 			"document_compilation_outbox_delivery_due_idx"},
+		// Each tenant's window of ended attempts, the tenants found by a
+		// walk of the same index.
+		"AttemptThroughputByMinute": {"document_compilation_attempts_tenant_completed_idx"},
 	}
 	for name, indexes := range want {
 		t.Run(name, func(t *testing.T) {

@@ -40,6 +40,7 @@ Commands:
   attempts cancel|retry|supersede  act on attempts through the guarded transitions (--tenant, --dry-run, --yes)
   outbox stats                     attempts by state, the outbox's due backlog and its oldest due row
   stuck                            attempts that are not moving, each with the reason
+  console --listen 127.0.0.1:8080  web console: overview, attempts, actions (--tenant, --read-only, --auth-token)
   bench                            lifecycle load driver: producers and workers on a scratch database of the server, with a report
 
 Run 'kfsdb <command> -h' for a command's flags. The demo and a bench on a
@@ -99,6 +100,8 @@ func RunWithInput(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return runOutbox(ctx, rest, stdout, stderr, getenv)
 	case "stuck":
 		return runStuck(ctx, rest, stdout, stderr, getenv)
+	case "console":
+		return runConsole(ctx, rest, stdout, stderr, getenv)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,0 +1,201 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// TestOverviewNumbersEqualSQLCounts reads the overview's counts off the
+// page, confined and not, and compares them with GROUP BY counts.
+func TestOverviewNumbersEqualSQLCounts(t *testing.T) {
+	b := setup(t)
+	for _, tenant := range []string{"", tenantA} {
+		page := get(t, b.start(t, console.Config{TenantID: tenant})+"/")
+		require.Equal(t, http.StatusOK, page.status)
+		want := map[string]int{}
+		rows, err := b.db.Pool.Query(b.ctx, `SELECT run_state, count(*) FROM document_compilation_attempts
+			WHERE $1 = '' OR tenant_id = $1 GROUP BY run_state`, tenant)
+		require.NoError(t, err)
+		for rows.Next() {
+			var s string
+			var n int
+			require.NoError(t, rows.Scan(&s, &n))
+			want[s] = n
+		}
+		require.NoError(t, rows.Err())
+		for _, st := range kfstype.RunStates() {
+			m := regexp.MustCompile(`data-state="` + string(st) + `">(\d+)<`).FindStringSubmatch(page.body)
+			require.NotNil(t, m, "state %s missing", st)
+			require.Equal(t, strconv.Itoa(want[string(st)]), m[1], "tenant %q state %s", tenant, st)
+		}
+		var ended int
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT count(*) FROM document_compilation_attempts
+			WHERE ($1 = '' OR tenant_id = $1) AND completed_at >= date_trunc('minute', now()) - interval '14 minutes'`, tenant).Scan(&ended))
+		require.Contains(t, page.body, fmt.Sprintf(`id="ended-total">%d<`, ended))
+		require.Equal(t, tenant == "", regexp.MustCompile(`data-status="pending">\d+<`).MatchString(page.body),
+			"the all-tenant backlog is shown only unconfined")
+	}
+}
+
+// TestSecurityRules checks the status code of every security rule.
+func TestSecurityRules(t *testing.T) {
+	b := setup(t)
+	a := b.first(t, tenantA, kfstype.RunStateDispatchPending)
+	other := b.first(t, tenantB, kfstype.RunStateDispatchPending)
+	open := b.start(t, console.Config{})
+	token := b.start(t, console.Config{AuthToken: "s3cret"})
+	confined := b.start(t, console.Config{TenantID: tenantA})
+	readOnly := b.start(t, console.Config{ReadOnly: true})
+	attemptA := fmt.Sprintf("/attempts/%s?tenant=%s", a.ID, tenantA)
+	act := func(base string, form url.Values, hdr map[string]string) int {
+		return do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, hdr).status
+	}
+	csrfOf := func(base, action string) url.Values {
+		page := get(t, fmt.Sprintf("%s/attempts/%s/confirm?action=%s&tenant=%s", base, a.ID, action, tenantA))
+		require.Equal(t, http.StatusOK, page.status)
+		return url.Values{"action": {action}, "tenant": {tenantA}, "version": {hidden(t, page.body, "version")}, "csrf": {hidden(t, page.body, "csrf")}}
+	}
+	loginCookie := do(t, http.MethodGet, token+"/login?token=s3cret", nil, nil)
+	require.Equal(t, http.StatusSeeOther, loginCookie.status)
+	cookie := loginCookie.header.Get("Set-Cookie")
+	require.Contains(t, cookie, "HttpOnly")
+	require.Contains(t, cookie, "SameSite=Strict")
+	require.NotContains(t, cookie, "s3cret", "the cookie is not the token")
+	cancel := csrfOf(open, "cancel")
+	for name, tc := range map[string]struct{ got, want int }{
+		"NoTokenIs401":            {get(t, token+"/").status, http.StatusUnauthorized},
+		"WrongBearerIs401":        {do(t, "GET", token+"/", nil, map[string]string{"Authorization": "Bearer nope"}).status, http.StatusUnauthorized},
+		"BearerIs200":             {do(t, "GET", token+"/", nil, map[string]string{"Authorization": "Bearer s3cret"}).status, http.StatusOK},
+		"LoginCookieIs200":        {do(t, "GET", token+"/attempts", nil, map[string]string{"Cookie": cookie}).status, http.StatusOK},
+		"WrongLoginIs401":         {get(t, token+"/login?token=nope").status, http.StatusUnauthorized},
+		"ForgedCookieIs401":       {do(t, "GET", token+"/", nil, map[string]string{"Cookie": "kfsdb_console=s3cret"}).status, http.StatusUnauthorized},
+		"TokenlessPostIs401":      {act(token, cancel, nil), http.StatusUnauthorized},
+		"RebindingHostIs403":      {do(t, "GET", open+"/", nil, map[string]string{"Host": "evil.example:8080"}).status, http.StatusForbidden},
+		"LocalhostHostIs200":      {do(t, "GET", open+"/", nil, map[string]string{"Host": "localhost:8080"}).status, http.StatusOK},
+		"PostWithoutCSRFIs403":    {act(open, url.Values{"action": {"cancel"}, "tenant": {tenantA}, "version": cancel["version"]}, nil), http.StatusForbidden},
+		"CSRFOfOtherActionIs403":  {act(open, url.Values{"action": {"supersede"}, "tenant": {tenantA}, "version": cancel["version"], "csrf": cancel["csrf"]}, nil), http.StatusForbidden},
+		"CrossOriginPostIs403":    {act(open, cancel, map[string]string{"Origin": "http://evil.example"}), http.StatusForbidden},
+		"GetOnActionRouteIs405":   {get(t, open+"/attempts/"+a.ID.String()+"/act").status, http.StatusMethodNotAllowed},
+		"ReadOnlyConfirmIs403":    {get(t, readOnly+"/attempts/"+a.ID.String()+"/confirm?action=cancel&tenant="+tenantA).status, http.StatusForbidden},
+		"ReadOnlyPostIs403":       {act(readOnly, cancel, nil), http.StatusForbidden},
+		"OtherTenantAttemptIs404": {get(t, confined+"/attempts/"+other.ID.String()).status, http.StatusNotFound},
+		"OtherTenantParamIs404":   {get(t, confined+"/attempts/"+other.ID.String()+"?tenant="+tenantB).status, http.StatusNotFound},
+		"OtherTenantListIs404":    {get(t, confined+"/attempts?tenant="+tenantB).status, http.StatusNotFound},
+		"OwnTenantAttemptIs200":   {get(t, confined+"/attempts/"+a.ID.String()).status, http.StatusOK},
+		"UnknownAttemptIs404":     {get(t, open+"/attempts/"+other.ID.String()+"?tenant="+tenantA).status, http.StatusNotFound},
+	} {
+		t.Run(name, func(t *testing.T) { require.Equal(t, tc.want, tc.got) })
+	}
+	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState, "no refused request changed the attempt")
+
+	page := get(t, readOnly+attemptA)
+	require.NotContains(t, page.body, "/confirm", "read-only shows no action")
+	page = get(t, open+attemptA)
+	require.Contains(t, page.body, `name="action" value="cancel"`)
+	for k, v := range map[string]string{"Content-Security-Policy": "default-src 'self'", "X-Frame-Options": "DENY", "Cache-Control": "no-store"} {
+		require.Contains(t, page.header.Get(k), v)
+	}
+	require.NotContains(t, page.body, "<script", "no JavaScript")
+}
+
+// TestCancelThroughConfirmation cancels an attempt the way the buttons do,
+// and checks that a confirmation for a version that changed is refused.
+func TestCancelThroughConfirmation(t *testing.T) {
+	b := setup(t)
+	base := b.start(t, console.Config{TenantID: tenantA})
+	a := b.first(t, tenantA, kfstype.RunStateRunning)
+	page := get(t, base+"/attempts/"+a.ID.String())
+	require.Contains(t, page.body, `name="action" value="cancel"`)
+	require.NotContains(t, page.body, `value="retry"`, "retry is for failed attempts")
+	confirm := get(t, base+"/attempts/"+a.ID.String()+"/confirm?action=cancel")
+	form := url.Values{"action": {"cancel"}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}, "reason": {"operator test"}}
+	res := do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, nil)
+	require.Equal(t, http.StatusSeeOther, res.status)
+	loc := res.header.Get("Location")
+	require.Contains(t, loc, "/attempts/"+a.ID.String())
+	shown := get(t, base+loc)
+	require.Contains(t, shown.body, "cancel applied: running → canceled")
+	require.Contains(t, shown.body, `id="run-state" class="state canceled"`)
+	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateCanceled, after.RunState)
+
+	// A confirmation at a version someone else changed does nothing.
+	stale := b.first(t, tenantA, kfstype.RunStateDispatchPending)
+	confirm = get(t, base+"/attempts/"+stale.ID.String()+"/confirm?action=supersede")
+	_, err = b.drv.Repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: repo.AttemptRef{TenantID: tenantA,
+		KnowledgeSpaceID: stale.KnowledgeSpaceID, AttemptID: stale.ID}})
+	require.NoError(t, err)
+	form = url.Values{"action": {"supersede"}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}}
+	res = do(t, http.MethodPost, base+"/attempts/"+stale.ID.String()+"/act", form, nil)
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Contains(t, get(t, base+res.header.Get("Location")).body, "supersede refused")
+	after, err = b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, stale.ID)
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateCanceled, after.RunState)
+}
+
+// TestAttemptsPagesWalkEveryMatch follows the next-page links of a
+// filtered list and compares what they list with a SQL query.
+func TestAttemptsPagesWalkEveryMatch(t *testing.T) {
+	b := setup(t)
+	base := b.start(t, console.Config{PageSize: 2})
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT id::text FROM document_compilation_attempts
+		WHERE tenant_id = $1 AND run_state IN ('succeeded', 'running') ORDER BY completed_at DESC NULLS FIRST, id DESC`, tenantB)
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Greater(t, len(want), 4)
+	idRE := regexp.MustCompile(`class="mono" href="/attempts/([0-9a-f-]{36})\?tenant=` + tenantB + `"`)
+	nextRE := regexp.MustCompile(`id="next" class="button" href="([^"]+)"`)
+	var got []string
+	next := "/attempts?tenant=" + tenantB + "&state=succeeded&state=running"
+	for pages := 0; next != ""; pages++ {
+		require.Less(t, pages, 10)
+		page := get(t, base+next)
+		require.Equal(t, http.StatusOK, page.status)
+		for _, m := range idRE.FindAllStringSubmatch(page.body, -1) {
+			got = append(got, m[1])
+		}
+		next = ""
+		if m := nextRE.FindStringSubmatch(page.body); m != nil {
+			next = htmlUnescape(m[1])
+		}
+	}
+	require.Equal(t, want, got)
+	require.Equal(t, http.StatusBadRequest, get(t, base+"/attempts?tenant="+tenantB+"&after=garbage").status)
+	require.Equal(t, http.StatusBadRequest, get(t, base+"/attempts?tenant="+tenantB+"&state=bogus").status)
+}
+
+// TestRetryOfAFailedAttempt: retry is offered only for a failed attempt,
+// and the confirmed retry makes it dispatch_pending again.
+func TestRetryOfAFailedAttempt(t *testing.T) {
+	b := setup(t)
+	base := b.start(t, console.Config{})
+	a := b.first(t, tenantB, kfstype.RunStateFailed)
+	page := get(t, fmt.Sprintf("%s/attempts/%s?tenant=%s", base, a.ID, tenantB))
+	require.Contains(t, page.body, `value="retry"`)
+	require.NotContains(t, page.body, `value="cancel"`, "a failed attempt is not live")
+	confirm := get(t, fmt.Sprintf("%s/attempts/%s/confirm?action=retry&tenant=%s", base, a.ID, tenantB))
+	require.NotContains(t, confirm.body, `name="reason"`, "a retry stores no reason")
+	form := url.Values{"action": {"retry"}, "tenant": {tenantB}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}}
+	res := do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, nil)
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Contains(t, get(t, base+res.header.Get("Location")).body, "retry applied: failed → dispatch_pending")
+	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantB, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState)
+}

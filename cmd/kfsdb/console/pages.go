@@ -1,0 +1,230 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// layout is what every page's template gets.
+type layout struct {
+	Title    string
+	Tenant   string // the confined tenant, "" for every tenant
+	ReadOnly bool
+	LoggedIn bool // a token is required and the request carries it: show Log out
+	Flash    string
+	Page     any
+}
+
+var funcs = template.FuncMap{
+	"count": func(n int64, atLeast bool) string {
+		if atLeast {
+			return fmt.Sprintf("≥ %d", n)
+		}
+		return fmt.Sprint(n)
+	},
+	"time": func(t any) string {
+		switch v := t.(type) {
+		case time.Time:
+			return v.UTC().Format("2006-01-02 15:04:05.000 MST")
+		case *time.Time:
+			if v != nil {
+				return v.UTC().Format("2006-01-02 15:04:05.000 MST")
+			}
+		}
+		return "–"
+	},
+	"str": func(s *string) string {
+		if s == nil {
+			return "–"
+		}
+		return *s
+	},
+	"age":  func(d time.Duration) string { return d.Round(time.Second).String() },
+	"live": func(s kfstype.RunState) bool { return s.Live() },
+}
+
+// render writes a page; a template error after the header is only logged.
+func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title string, page any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	data := layout{Title: title, Tenant: s.cfg.TenantID, ReadOnly: s.cfg.ReadOnly, LoggedIn: s.cfg.AuthToken != "" && s.authorized(r),
+		Flash: r.URL.Query().Get("flash"), Page: page}
+	if err := s.pages[name].ExecuteTemplate(w, "layout", data); err != nil {
+		s.log.Error("console: render page", "page", name, "error", err)
+	}
+}
+
+// fail renders the error page; server errors are logged, not shown.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	s.render(w, r, status, "error", http.StatusText(status), map[string]any{"Status": status, "Message": msg})
+}
+
+func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
+	s.log.Error("console: request failed", "path", r.URL.Path, "error", err)
+	s.fail(w, r, http.StatusInternalServerError, "the database read or write failed; see the console's log")
+}
+
+// errNoTenant is returned by tenantOf when an unconfined console's request
+// names no tenant.
+var errNoTenant = errors.New("no tenant")
+
+// tenantOf is the tenant a request works on: the confined tenant (a
+// request naming another is not found), else its ?tenant=.
+func (s *Server) tenantOf(r *http.Request) (string, error) {
+	asked := r.FormValue("tenant")
+	switch {
+	case s.cfg.TenantID != "" && asked != "" && asked != s.cfg.TenantID:
+		return "", repo.ErrNotFound
+	case s.cfg.TenantID != "":
+		return s.cfg.TenantID, nil
+	case asked == "":
+		return "", errNoTenant
+	}
+	return asked, nil
+}
+
+// overviewPage is the overview's data.
+type overviewPage struct {
+	Cap        int32
+	States     []repo.StateCount
+	Backlog    *repo.Backlog // nil when confined: the outbox has no tenant
+	Throughput []repo.MinuteCount
+	MaxPerMin  int64
+	Ended      int64
+	Stuck      []stuckCount
+	StuckAny   []*repo.StuckAttempt // the longest stuck, at most 10
+	StuckCap   bool
+}
+
+type stuckCount struct {
+	Reason      repo.StuckReason
+	Description string
+	N           int
+}
+
+func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, tenant, all := r.Context(), s.cfg.TenantID, s.cfg.TenantID == ""
+	p := overviewPage{Cap: repo.CountCapDefault}
+	var err error
+	if p.States, err = s.repo.CountAttempts(ctx, s.cfg.DB, &repo.CountParams{TenantID: tenant, AllTenants: all}); err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	if all {
+		if p.Backlog, err = s.repo.OutboxBacklog(ctx, s.cfg.DB, &repo.BacklogParams{}); err != nil {
+			s.serverError(w, r, err)
+			return
+		}
+	}
+	if p.Throughput, err = s.repo.Throughput(ctx, s.cfg.DB, &repo.ThroughputParams{TenantID: tenant, AllTenants: all}); err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	p.MaxPerMin = 1
+	for _, m := range p.Throughput {
+		p.MaxPerMin, p.Ended = max(p.MaxPerMin, m.Total()), p.Ended+m.Total()
+	}
+	stuck, err := s.repo.ListStuck(ctx, s.cfg.DB, &repo.StuckParams{TenantID: tenant, AllTenants: all, Limit: repo.MaxListLimit})
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	p.StuckCap = len(stuck) == repo.MaxListLimit
+	n := map[repo.StuckReason]int{}
+	for _, a := range stuck {
+		n[a.Reason]++
+	}
+	for _, reason := range repo.StuckReasons() {
+		p.Stuck = append(p.Stuck, stuckCount{Reason: reason, Description: reason.Description(), N: n[reason]})
+	}
+	p.StuckAny = stuck[:min(len(stuck), 10)]
+	s.render(w, r, http.StatusOK, "overview", "Overview", p)
+}
+
+// attemptsPage is the attempts list's data.
+type attemptsPage struct {
+	TenantID string
+	States   []stateBox
+	Space    string
+	Attempts []*ops.AttemptView
+	Next     string // the next page's URL, "" on the last page
+	Error    string
+}
+
+type stateBox struct {
+	State   kfstype.RunState
+	Checked bool
+}
+
+func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := attemptsPage{Space: q.Get("space")}
+	asked := map[kfstype.RunState]bool{}
+	for _, st := range q["state"] {
+		asked[kfstype.RunState(st)] = true
+	}
+	var states []kfstype.RunState
+	for _, st := range kfstype.RunStates() {
+		p.States = append(p.States, stateBox{State: st, Checked: asked[st]})
+		if asked[st] || len(asked) == 0 {
+			states = append(states, st)
+		}
+	}
+	tenant, err := s.tenantOf(r)
+	switch {
+	case errors.Is(err, repo.ErrNotFound):
+		s.fail(w, r, http.StatusNotFound, "no such tenant in this console")
+		return
+	case errors.Is(err, errNoTenant):
+		p.Error = "Name a tenant to list its attempts."
+		s.render(w, r, http.StatusOK, "attempts", "Attempts", p)
+		return
+	}
+	p.TenantID = tenant
+	params := &repo.ListAttemptsParams{TenantID: tenant, States: states, Limit: s.cfg.PageSize}
+	if len(states) != len(asked) && len(asked) > 0 {
+		s.fail(w, r, http.StatusBadRequest, "unknown run state")
+		return
+	}
+	if p.Space != "" {
+		id, err := uuid.Parse(p.Space)
+		if err != nil {
+			s.fail(w, r, http.StatusBadRequest, "space is not a UUID")
+			return
+		}
+		params.KnowledgeSpaceID = &id
+	}
+	if params.After, err = ops.DecodeCursor(q.Get("after")); err != nil {
+		s.fail(w, r, http.StatusBadRequest, "bad page token")
+		return
+	}
+	page, err := s.repo.ListAttempts(r.Context(), s.cfg.DB, params)
+	if err != nil {
+		s.serverError(w, r, err)
+		return
+	}
+	for _, a := range page.Attempts {
+		p.Attempts = append(p.Attempts, ops.ViewOf(a, nil))
+	}
+	if page.Next != nil {
+		next := url.Values{"after": {ops.EncodeCursor(page.Next)}, "state": q["state"]}
+		if s.cfg.TenantID == "" {
+			next.Set("tenant", tenant)
+		}
+		if p.Space != "" {
+			next.Set("space", p.Space)
+		}
+		p.Next = "/attempts?" + next.Encode()
+	}
+	s.render(w, r, http.StatusOK, "attempts", "Attempts", p)
+}

@@ -1,0 +1,147 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
+	"github.com/knowledgefs/kfsdb/kfstype"
+)
+
+// TestConsoleInBrowser walks the console's pages in Chromium, one subtest
+// per thing a person does, on one workload and one browser.
+func TestConsoleInBrowser(t *testing.T) {
+	b := setup(t)
+	t.Run("OverviewNumbersEqualSQLCounts", b.overview)
+	t.Run("FiltersAndPages", b.filtersAndPages)
+	t.Run("CancelThroughButtonAndConfirmation", b.cancel)
+	t.Run("ReadOnlyShowsNoActionAndRefusesPosts", b.readOnly)
+	t.Run("TokenConsoleRefusesWithoutToken", b.token)
+}
+
+func css(s string) chromedp.CSS { return chromedp.CSS(s) }
+
+func (b *testBundle) overview(t *testing.T) {
+	base := b.start(t, console.Config{})
+	tab := b.tab(t)
+	do(t, tab, chromedp.Navigate(base+"/"), chromedp.WaitVisible(css("#states")))
+	for _, st := range kfstype.RunStates() {
+		want := b.sqlInt(t, `SELECT count(*) FROM document_compilation_attempts WHERE run_state = $1`, st)
+		require.Equal(t, fmt.Sprint(want), text(t, tab, fmt.Sprintf(`td[data-state="%s"]`, st)), "state %s", st)
+	}
+	require.Equal(t, fmt.Sprint(b.sqlInt(t, `SELECT count(*) FROM document_compilation_outbox WHERE status = 'pending' AND available_at <= now()`)),
+		text(t, tab, `td[data-status="pending"]`))
+	require.Equal(t, fmt.Sprint(b.sqlInt(t, `SELECT count(*) FROM document_compilation_attempts
+		WHERE completed_at >= date_trunc('minute', now()) - interval '14 minutes'`)), text(t, tab, `#ended-total`))
+	b.screenshot(t, tab, "overview")
+
+	confined := b.start(t, console.Config{TenantID: tenants[0]})
+	do(t, tab, chromedp.Navigate(confined+"/"), chromedp.WaitVisible(css("#states")))
+	require.Equal(t, fmt.Sprint(b.sqlInt(t, `SELECT count(*) FROM document_compilation_attempts WHERE run_state = 'running' AND tenant_id = $1`, tenants[0])),
+		text(t, tab, `td[data-state="running"]`))
+	b.screenshot(t, tab, "overview-confined")
+}
+
+// listedIDs reads the attempt ids of the list page shown.
+const listedIDs = `Array.from(document.querySelectorAll('#attempts a.mono')).map(a => a.textContent)`
+
+func (b *testBundle) filtersAndPages(t *testing.T) {
+	base := b.start(t, console.Config{PageSize: 4})
+	tab := b.tab(t)
+	tenant := tenants[1]
+	do(t, tab, chromedp.Navigate(base+"/attempts"),
+		chromedp.SendKeys(css(`input[name="tenant"]`), tenant),
+		chromedp.Click(css(`input[name="state"][value="succeeded"]`)),
+		chromedp.Click(css(`input[name="state"][value="failed"]`)),
+		chromedp.Click(css(`.filters button`)),
+		chromedp.WaitVisible(css(`#attempts`)))
+	b.screenshot(t, tab, "attempts")
+	var got []string
+	for page := 0; ; page++ {
+		require.Less(t, page, 20)
+		got = append(got, eval[[]string](t, tab, listedIDs)...)
+		if !eval[bool](t, tab, `document.querySelector('#next') !== null`) {
+			break
+		}
+		do(t, tab, chromedp.Click(css(`#next`)), chromedp.WaitVisible(css(`#attempts`)))
+	}
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT id::text FROM document_compilation_attempts
+		WHERE tenant_id = $1 AND run_state IN ('succeeded', 'failed') ORDER BY completed_at DESC, id DESC`, tenant)
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Greater(t, len(want), 8, "more than two pages")
+	require.Equal(t, want, got)
+	b.screenshot(t, tab, "attempts-last-page")
+}
+
+func (b *testBundle) cancel(t *testing.T) {
+	base := b.start(t, console.Config{})
+	tab := b.tab(t)
+	tenant := tenants[2]
+	a := b.first(t, tenant, kfstype.RunStateRunning)
+	do(t, tab, chromedp.Navigate(fmt.Sprintf("%s/attempts/%s?tenant=%s", base, a.ID, tenant)), chromedp.WaitVisible(css("#run-state")))
+	require.Equal(t, "running", text(t, tab, "#run-state"))
+	b.screenshot(t, tab, "attempt-running")
+	do(t, tab, chromedp.Click(css(`button.cancel`)), chromedp.WaitVisible(css(`#confirm`)),
+		chromedp.SendKeys(css(`input[name="reason"]`), "stuck on a bad document"))
+	b.screenshot(t, tab, "confirm-cancel")
+	do(t, tab, chromedp.Click(css(`#confirm`)), chromedp.WaitVisible(css(`h1`)))
+	require.Equal(t, "cancel applied: running → canceled", text(t, tab, ".flash"))
+	require.Equal(t, "canceled", text(t, tab, "#run-state"))
+	b.screenshot(t, tab, "attempt-canceled")
+	after, err := b.repo.GetAttempt(b.ctx, b.db.Pool, tenant, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateCanceled, after.RunState)
+	require.Zero(t, eval[int](t, tab, `document.querySelectorAll('.actions button').length`), "an ended attempt offers no cancel or supersede")
+}
+
+func (b *testBundle) readOnly(t *testing.T) {
+	base := b.start(t, console.Config{ReadOnly: true})
+	tab := b.tab(t)
+	a := b.first(t, tenants[0], kfstype.RunStateFailed)
+	do(t, tab, chromedp.Navigate(fmt.Sprintf("%s/attempts/%s?tenant=%s", base, a.ID, tenants[0])), chromedp.WaitVisible(css(`#run-state`)))
+	require.Zero(t, eval[int](t, tab, `document.querySelectorAll('form[action$="/confirm"], button.cancel, button.retry, button.supersede').length`))
+	require.Contains(t, text(t, tab, ".scope"), "read-only")
+	b.screenshot(t, tab, "attempt-read-only")
+	do(t, tab, chromedp.Navigate(fmt.Sprintf("%s/attempts/%s/confirm?action=retry&tenant=%s", base, a.ID, tenants[0])))
+	require.Equal(t, "403", text(t, tab, "h1"))
+	res, err := http.PostForm(base+"/attempts/"+a.ID.String()+"/act", url.Values{"action": {"retry"}, "tenant": {tenants[0]}, "version": {"0"}})
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+}
+
+// token: a console given a token (what a non-loopback --listen requires;
+// `kfsdb console` refuses one without, see cli's tests) answers nothing
+// without it, in the browser or not, and lets a person log in.
+func (b *testBundle) token(t *testing.T) {
+	const token = "correct-horse-battery-staple"
+	base := b.start(t, console.Config{AuthToken: token})
+	res, err := http.Get(base + "/attempts?tenant=" + tenants[0])
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+
+	tab := b.tab(t)
+	do(t, tab, chromedp.Navigate(base+"/"))
+	require.Equal(t, "401", text(t, tab, "h1"))
+	b.screenshot(t, tab, "token-refused")
+	do(t, tab, chromedp.Navigate(base+"/login"), chromedp.WaitVisible(css(`input[name="token"]`)),
+		chromedp.SendKeys(css(`input[name="token"]`), "wrong"), chromedp.Submit(css(`form.login`)),
+		chromedp.WaitVisible(css(`p.error`)))
+	b.screenshot(t, tab, "login-wrong")
+	do(t, tab, chromedp.SendKeys(css(`input[name="token"]`), token), chromedp.Submit(css(`form.login`)),
+		chromedp.WaitVisible(css(`#states`)))
+	require.Equal(t, "Overview", text(t, tab, "h1"))
+	location, err := chromedp.Run(tab, chromedp.Location())
+	require.NoError(t, err)
+	require.False(t, strings.Contains(location, token), "the token is not left in the address bar")
+}
