@@ -114,6 +114,32 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration, r
 	if err := client.Start(ctx); err != nil {
 		return err
 	}
+	// The same start as kfsdb's load driver: a checkpoint (best effort),
+	// then every pool connection open before the window.
+	_, _ = pool.Exec(ctx, "CHECKPOINT")
+	if err := warmPool(ctx, pool); err != nil {
+		return err
+	}
+	// Warm-up, as kfsdb's load driver does: two jobs per producer, done
+	// before the window and left out of every figure (created before it).
+	warm := 2 * producers
+	for i := range warm {
+		if _, err := client.Insert(ctx, noopArgs{Seq: -int64(i) - 1}, nil); err != nil {
+			return err
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&n); err != nil {
+			return err
+		}
+		if n >= warm {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("warm-up: %d of %d jobs completed", n, warm)
+		}
+	}
 	var dbBegin time.Time
 	var walBegin string
 	if err := pool.QueryRow(ctx, "SELECT clock_timestamp(), pg_current_wal_lsn()::text").Scan(&dbBegin, &walBegin); err != nil {
@@ -179,7 +205,7 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration, r
 	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE finalized_at <= $1), count(*),
 		coalesce(percentile_disc(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finalized_at - created_at)), 0),
 		coalesce(percentile_disc(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM finalized_at - created_at)), 0)
-		FROM river_job WHERE state = 'completed'`, dbEnd).Scan(&inWindow, &completed, &p50, &p99); err != nil {
+		FROM river_job WHERE state = 'completed' AND created_at >= $2`, dbEnd, dbBegin).Scan(&inWindow, &completed, &p50, &p99); err != nil {
 		return err
 	}
 	sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)).Round(time.Millisecond) }

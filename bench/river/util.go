@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // serverCPU reads the database server's CPU time so far, in ns, from the
@@ -47,4 +50,26 @@ func riverVersion() string {
 		}
 	}
 	return "unknown"
+}
+
+// warmPool opens every connection pool may hold, as the kfsdb load driver
+// does (loadgen.WarmPool), so neither side's window pays for connecting.
+func warmPool(ctx context.Context, pool *pgxpool.Pool) error {
+	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		if err := c.Ping(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }

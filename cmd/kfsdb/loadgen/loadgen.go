@@ -180,12 +180,22 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 		}
 		defer release()
 	}
+	if err := WarmPool(ctx, pool); err != nil {
+		return nil, err
+	}
+	l := newLoad(c, pool, sc, tr)
+	defer l.stop()
+	if err := l.startRuntime(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.warmUp(ctx); err != nil {
+		return nil, err
+	}
 	walBefore, err := walPosition(ctx, pool)
 	if err != nil {
 		return nil, err
 	}
 	cpuBefore := ServerCPUTime()
-	l := newLoad(c, pool, sc, tr)
 	m, err := l.drive(ctx)
 	if err != nil {
 		return nil, err
@@ -244,4 +254,29 @@ func walPosition(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 		return "", fmt.Errorf("loadgen: wal position: %w", err)
 	}
 	return lsn, nil
+}
+
+// WarmPool opens every connection pool may hold before a measured window,
+// as a service that has been running has them: otherwise the window's
+// first few hundred milliseconds pay for connecting and authenticating
+// them all at once, which on two cores dominates a p99. bench/river does
+// the same.
+func WarmPool(ctx context.Context, pool *pgxpool.Pool) error {
+	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range pool.Config().MaxConns {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("loadgen: warm the pool: %w", err)
+		}
+		conns = append(conns, c)
+		if err := c.Ping(ctx); err != nil {
+			return fmt.Errorf("loadgen: warm the pool: %w", err)
+		}
+	}
+	return nil
 }

@@ -48,7 +48,7 @@ func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter stri
 		l.sc.tenant).Scan(&succeeded); err != nil {
 		return nil, fmt.Errorf("loadgen: count: %w", err)
 	}
-	if succeeded != res.Completed {
+	if succeeded -= l.warmed; succeeded != res.Completed {
 		return nil, fmt.Errorf("loadgen: %d attempts acknowledged but %d succeeded", res.Completed, succeeded)
 	}
 	var wal float64
