@@ -31,6 +31,7 @@ var inputRules = apiwalk.Rules{
 		"FetchLeasesParams.MaxTenants": true, "FetchLeasesParams.PerTenant": true,
 		"ListAttemptsParams.KnowledgeSpaceID": true, "ListAttemptsParams.After": true, "AttemptCursor.CompletedAt": true,
 		"CountParams.Cap": true, "BacklogParams.Cap": true, "StuckParams.PendingOverdue": true,
+		"ThroughputParams.Minutes": true,
 	},
 	Sanitized: map[string]bool{
 		"CancelParams.Reason": true, "SupersedeParams.Reason": true, "FailParams.ErrorMessage": true,
@@ -172,6 +173,8 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.OutboxBacklog": {Fn: (*repo.Repo).OutboxBacklog, Args: []any{r, ctx, pool, &repo.BacklogParams{Cap: 10}}, Deep: []int{3}},
 		"Repo.ListStuck": {Fn: (*repo.Repo).ListStuck, Args: []any{r, ctx, pool, &repo.StuckParams{TenantID: "tenant",
 			PendingOverdue: time.Minute, Limit: 10}}, Deep: []int{3}},
+		"Repo.Throughput":         {Fn: (*repo.Repo).Throughput, Args: []any{r, ctx, pool, &repo.ThroughputParams{TenantID: "tenant", Minutes: 15}}, Deep: []int{3}},
+		"MinuteCount.Total":       {Fn: repo.MinuteCount.Total, Args: []any{repo.MinuteCount{Succeeded: 1}}},
 		"StuckReasons":            {Fn: repo.StuckReasons},
 		"StuckReason.Description": {Fn: repo.StuckReason.Description, Args: []any{repo.StuckLeaseExpired}},
 	}
