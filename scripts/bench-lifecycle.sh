@@ -104,13 +104,14 @@ run() {
 		cat "$log" >&2
 		exit 1
 	fi
-	local wal cpu
+	local wal cpu drain
+	drain=$(grep -E '^\| drain after the window' "$log" | grep -oE '[0-9.]+ (attempts|jobs)/s' | cut -d' ' -f1)
 	wal=$(grep -E '^\| WAL bytes per (attempt|job) \|' "$log" | grep -oE '[0-9.]+ \|$' | cut -d' ' -f1)
 	cpu=$(grep -E '^\| PostgreSQL CPU per (attempt|job) \|' "$log" | grep -oE '[0-9.]+ µs' | cut -d' ' -f1)
 	awk -v side="$side" -v rate="$rate" -v t="$tput" -v p50="$(ms "${p% *}")" -v p99="$(ms "${p#* }")" -v n="$done" \
-		-v cpu="${cpu:-0}" -v wal="${wal:-0}" -v st=$((s1 - s0)) 'BEGIN {
-		printf "%s rate=%s throughput=%s p50_ms=%s p99_ms=%s completed=%s cpu_us_per_item=%.0f wal_bytes_per_item=%.0f statements_per_item=%.2f\n",
-			side, rate, t, p50, p99, n, cpu, wal, st / n }'
+		-v cpu="${cpu:-0}" -v wal="${wal:-0}" -v st=$((s1 - s0)) -v drain="${drain:-0}" 'BEGIN {
+		printf "%s rate=%s throughput=%s p50_ms=%s p99_ms=%s completed=%s cpu_us_per_item=%.0f wal_bytes_per_item=%.0f statements_per_item=%.2f drain=%s\n",
+			side, rate, t, p50, p99, n, cpu, wal, st / n, drain }'
 }
 
 : >"$out"
@@ -134,12 +135,12 @@ function median(list,   n, a, i, j, t) {
 {
 	side = $2; rate = field("rate"); key = rate SUBSEP side
 	sides[side] = 1; rates[rate] = 1
-	for (m = 1; m <= 6; m++) { name = names[m]; v[key, name] = v[key, name] " " field(name) }
+	for (m = 1; m <= 7; m++) { name = names[m]; v[key, name] = v[key, name] " " field(name) }
 }
-BEGIN { split("throughput p99_ms p50_ms cpu_us_per_item wal_bytes_per_item statements_per_item", names, " ") }
+BEGIN { split("throughput p99_ms p50_ms cpu_us_per_item wal_bytes_per_item statements_per_item drain", names, " ") }
 END {
-	printf "| load | side | throughput /s | p50 ms | p99 ms | PG CPU µs / item | WAL bytes / item | statements / item | throughput vs River | p99 vs River |\n"
-	printf "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+	printf "| load | side | throughput /s | drain /s | p50 ms | p99 ms | PG CPU µs / item | WAL bytes / item | statements / item | throughput vs River | p99 vs River |\n"
+	printf "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 	n = 0
 	for (r in rates) rs[++n] = r
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (rs[j] + 0 < rs[i] + 0) { t = rs[i]; rs[i] = rs[j]; rs[j] = t }
@@ -148,8 +149,8 @@ END {
 		rt = median(v[rate, "river", "throughput"]); rp = median(v[rate, "river", "p99_ms"])
 		for (side in sides) {
 			t = median(v[rate, side, "throughput"]); p99 = median(v[rate, side, "p99_ms"])
-			printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %s | %s |\n", (rate == 0 ? "unpaced" : rate "/s"), side, t,
-				median(v[rate, side, "p50_ms"]), p99, median(v[rate, side, "cpu_us_per_item"]),
+			printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %s | %s |\n", (rate == 0 ? "unpaced" : rate "/s"), side, t,
+				median(v[rate, side, "drain"]), median(v[rate, side, "p50_ms"]), p99, median(v[rate, side, "cpu_us_per_item"]),
 				median(v[rate, side, "wal_bytes_per_item"]), median(v[rate, side, "statements_per_item"]),
 				(rt > 0 ? sprintf("%.2f×", t / rt) : "-"), (rp > 0 ? sprintf("%.2f×", p99 / rp) : "-")
 		}

@@ -212,6 +212,17 @@ func run(adminURL string, producers, workers int, dur, cooldown time.Duration, r
 	fmt.Printf("| River %s | producers %d | worker slots %d | %s | fetch cooldown %s | offered rate %s |\n", riverVersion(), producers, workers, dur, cooldownString(cooldown), rateString(rate))
 	fmt.Printf("| jobs inserted / completed (drained: %v) | %d / %d |\n", drained, started.Load(), completed)
 	fmt.Printf("| throughput (completed within the window) | %.0f jobs/s |\n", float64(inWindow)/dbEnd.Sub(dbBegin).Seconds())
+	// The jobs completed after the window over the time they took: the
+	// workers' rate with no producers competing, as kfsdb bench reports.
+	var drainedJobs int64
+	var drainSeconds float64
+	if err := pool.QueryRow(ctx, `SELECT count(*), coalesce(extract(epoch FROM max(finalized_at) - $1), 0)
+		FROM river_job WHERE state = 'completed' AND finalized_at > $1 AND created_at >= $2`, dbEnd, dbBegin).Scan(&drainedJobs, &drainSeconds); err != nil {
+		return err
+	}
+	if drainedJobs > 0 && drainSeconds > 0 {
+		fmt.Printf("| drain after the window (no producers) | %.0f jobs/s |\n", float64(drainedJobs)/drainSeconds)
+	}
 	fmt.Printf("| insert → completed p50 / p99 | %s / %s |\n", sec(p50), sec(p99))
 	if completed > 0 {
 		fmt.Printf("| WAL bytes per job | %.0f |\n", walBytes/float64(completed))

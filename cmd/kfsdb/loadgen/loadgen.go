@@ -125,6 +125,10 @@ type Result struct {
 	Started, Completed, CompletedInWindow int64
 	// Throughput is CompletedInWindow / Duration.
 	Throughput float64
+	// DrainRate is the attempts that succeeded after the window over the
+	// time they took (the producers stopped): the worker's rate without
+	// producers competing for the cores. 0 when nothing was left.
+	DrainRate float64
 	// StartToSucceeded are p50 and p99 over every completed attempt, from
 	// just before Start to the worker's acknowledgement (after Complete).
 	StartToSucceededP50, StartToSucceededP99 time.Duration

@@ -21,9 +21,16 @@ func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter stri
 		Started: l.started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
 	l.mu.Lock()
 	var lat, wait []time.Duration
+	var drained int64
+	var lastAck time.Time
 	for id, t1 := range l.acks {
 		if !t1.After(m.end) {
 			res.CompletedInWindow++
+		} else {
+			drained++
+			if t1.After(lastAck) {
+				lastAck = t1
+			}
 		}
 		if t0, ok := l.starts[id]; ok {
 			lat = append(lat, t1.Sub(t0))
@@ -35,6 +42,9 @@ func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter stri
 	l.mu.Unlock()
 	res.Completed = int64(len(lat))
 	res.Throughput = float64(res.CompletedInWindow) / c.Duration.Seconds()
+	if drained > 0 && lastAck.After(m.end) {
+		res.DrainRate = float64(drained) / lastAck.Sub(m.end).Seconds()
+	}
 	res.StartToSucceededP50, res.StartToSucceededP99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	res.StartToHandlerP50, res.StartToHandlerP99 = percentile(wait, 0.50), percentile(wait, 0.99)
 	if res.Completed > 0 {
@@ -128,6 +138,9 @@ func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| handler | %s |\n| progress commits | %s |\n| completions | %s |\n", handler, commits, completions)
 	fmt.Fprintf(w, "| attempts started / succeeded (drained: %v) | %d / %d |\n", r.Drained, r.Started, r.Completed)
 	fmt.Fprintf(w, "| lifecycle throughput (succeeded within the window) | %.0f attempts/s |\n", r.Throughput)
+	if r.DrainRate > 0 {
+		fmt.Fprintf(w, "| drain after the window (no producers) | %.0f attempts/s |\n", r.DrainRate)
+	}
 	fmt.Fprintf(w, "| start → succeeded p50 / p99 | %s / %s |\n", r.StartToSucceededP50.Round(time.Millisecond), r.StartToSucceededP99.Round(time.Millisecond))
 	fmt.Fprintf(w, "| start → handler called p50 / p99 | %s / %s |\n", r.StartToHandlerP50.Round(time.Millisecond), r.StartToHandlerP99.Round(time.Millisecond))
 	fmt.Fprintf(w, "| round trips per attempt | %.2f |\n", r.RoundTrips)
