@@ -42,6 +42,17 @@ const (
 	LeasesHandedBack Counter = "source_leases_handed_back"
 )
 
+// Counters returns every Counter the relay, the worker and the PostgreSQL
+// source report, in declaration order: what an adapter registers up front.
+func Counters() []Counter {
+	return []Counter{
+		Claimed, Published, PublishFailed, DeadLettered, MarkRefused,
+		LeasesAcquired, LeasesLost, Completed, Failed, Retried, Exhausted, Panicked,
+		StaleDeliveries, DeferredDelivery, PendingWaits,
+		Fetches, FetchedLeases, FetchExhausted, FetchFailed, LeasesHandedBack,
+	}
+}
+
 // Metrics receives counts. Implementations must be safe for concurrent use
 // and fast: Add is called on hot paths.
 type Metrics interface {
