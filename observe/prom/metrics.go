@@ -15,6 +15,7 @@ package prom
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,16 +34,24 @@ type Options struct {
 
 // Metrics is an observe.Metrics that adds each count to a Prometheus
 // counter named after it: observe.Completed ("worker_completed") becomes
-// kfsdb_worker_completed_total. Counters carry no labels. Safe for
-// concurrent use; Add is one map read and one atomic add.
+// kfsdb_worker_completed_total. It is also an observe.Durations, so the
+// worker reports durations to a histogram named after each: observe.
+// StartToSucceeded becomes kfsdb_attempt_start_to_succeeded_seconds.
+// Neither carries labels. Safe for concurrent use; Add and Observe are a
+// map read and atomic adds.
 type Metrics struct {
-	counters map[observe.Counter]prometheus.Counter
+	counters   map[observe.Counter]prometheus.Counter
+	histograms map[observe.Histogram]prometheus.Histogram
 }
 
-var _ observe.Metrics = (*Metrics)(nil)
+var (
+	_ observe.Metrics   = (*Metrics)(nil)
+	_ observe.Durations = (*Metrics)(nil)
+)
 
-// New registers one counter per observe.Counters() entry on reg and
-// returns the Metrics that feeds them. opts may be nil.
+// New registers one counter per observe.Counters() entry and one
+// histogram per observe.Histograms() entry on reg, and returns the Metrics
+// that feeds them. opts may be nil.
 //
 // Errors: reg is nil, or registration fails (a name already registered).
 func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
@@ -50,7 +59,7 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 		return nil, fmt.Errorf("prom.New: reg is nil")
 	}
 	ns := namespace(opts)
-	m := &Metrics{counters: make(map[observe.Counter]prometheus.Counter)}
+	m := &Metrics{counters: make(map[observe.Counter]prometheus.Counter), histograms: make(map[observe.Histogram]prometheus.Histogram)}
 	for _, c := range observe.Counters() {
 		pc := prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns,
@@ -61,6 +70,19 @@ func New(reg prometheus.Registerer, opts *Options) (*Metrics, error) {
 			return nil, fmt.Errorf("prom.New: register counter %s: %w", c, err)
 		}
 		m.counters[c] = pc
+	}
+	for _, h := range observe.Histograms() {
+		ph := prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns,
+			Name:      string(h) + "_seconds",
+			Help:      histogramHelps[h],
+			// 10 ms to an hour: a queued attempt may wait long.
+			Buckets: prometheus.ExponentialBucketsRange(0.01, 3600, 20),
+		})
+		if err := reg.Register(ph); err != nil {
+			return nil, fmt.Errorf("prom.New: register histogram %s: %w", h, err)
+		}
+		m.histograms[h] = ph
 	}
 	return m, nil
 }
@@ -73,6 +95,14 @@ func (m *Metrics) Add(c observe.Counter, n int64) {
 	}
 	if pc, ok := m.counters[c]; ok {
 		pc.Add(float64(n))
+	}
+}
+
+// Observe implements observe.Durations. A duration of an unknown
+// Histogram is dropped.
+func (m *Metrics) Observe(h observe.Histogram, d time.Duration) {
+	if ph, ok := m.histograms[h]; ok {
+		ph.Observe(d.Seconds())
 	}
 }
 
@@ -106,6 +136,10 @@ var helps = map[observe.Counter]string{
 	observe.FetchExhausted:   "Attempts FetchLeases failed as exhausted instead of leasing.",
 	observe.FetchFailed:      "FetchLeases calls that failed.",
 	observe.LeasesHandedBack: "Fetched leases handed back because their slot stopped first.",
+}
+
+var histogramHelps = map[observe.Histogram]string{
+	observe.StartToSucceeded: "Seconds from an attempt's Start to its completion as succeeded, by the database's clock.",
 }
 
 func counterHelp(c observe.Counter) string {

@@ -134,7 +134,13 @@ func TestWorkloadSeries(t *testing.T) {
 	require.NoError(t, err)
 	w, err := worker.New(pool, src, h, &worker.Config{Concurrency: 4, Logger: discardLog, Metrics: m})
 	require.NoError(t, err)
-	stop := testfactory.RunAll(ctx, t, w.Run)
+	// A second worker completes one by one, the first through its
+	// completer's batches: both paths report StartToSucceeded.
+	src2, err := pgsource.New(pool, &pgsource.Config{Logger: discardLog, Metrics: m})
+	require.NoError(t, err)
+	w2, err := worker.New(pool, src2, h, &worker.Config{Concurrency: 2, Logger: discardLog, Metrics: m, SingleCompletions: true})
+	require.NoError(t, err)
+	stop := testfactory.RunAll(ctx, t, w.Run, w2.Run)
 	require.Eventually(t, func() bool {
 		return sqlCount(ctx, t, pool, `SELECT count(*) FROM document_compilation_attempts WHERE completed_at IS NULL`) == 0
 	}, 60*time.Second, 10*time.Millisecond)
@@ -156,6 +162,14 @@ func TestWorkloadSeries(t *testing.T) {
 	require.Equal(t, succeeded, value(t, mfs, "kfsdb_source_fetched_leases_total"))
 	require.Equal(t, succeeded, value(t, mfs, "kfsdb_worker_leases_acquired_total"))
 	require.Zero(t, value(t, mfs, "kfsdb_worker_failed_total"))
+
+	took := series(t, mfs, "kfsdb_attempt_start_to_succeeded_seconds").GetHistogram()
+	require.Equal(t, succeeded, float64(took.GetSampleCount()))
+	var tookSum float64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT coalesce(sum(extract(epoch FROM completed_at - created_at)), 0)::float8
+		FROM document_compilation_attempts WHERE run_state = 'succeeded'`).Scan(&tookSum))
+	require.Positive(t, tookSum)
+	require.InEpsilon(t, tookSum, took.GetSampleSum(), 1e-6)
 
 	start := series(t, mfs, "kfsdb_statement_duration_seconds", "query", "StartAttempt").GetHistogram()
 	require.EqualValues(t, len(docs)+len(more), start.GetSampleCount())

@@ -73,11 +73,20 @@ func serveMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, addr string, out
 	}, nil
 }
 
-// teeMetrics adds each count to every Metrics it holds.
+// teeMetrics adds each count to every Metrics it holds, and each
+// duration to those that are observe.Durations.
 type teeMetrics []observe.Metrics
 
 func (t teeMetrics) Add(c observe.Counter, n int64) {
 	for _, m := range t {
 		m.Add(c, n)
+	}
+}
+
+func (t teeMetrics) Observe(h observe.Histogram, d time.Duration) {
+	for _, m := range t {
+		if o, ok := m.(observe.Durations); ok {
+			o.Observe(h, d)
+		}
 	}
 }

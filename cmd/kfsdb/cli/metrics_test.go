@@ -88,6 +88,11 @@ func TestWorkServesMetrics(t *testing.T) {
 		fetches = fetches || (m.Label[0].GetValue() == "FetchLeases" && m.GetHistogram().GetSampleCount() > 0)
 	}
 	require.True(t, fetches, "no FetchLeases statements observed")
+	// Work's Metrics (a tee of its summary counts and Prometheus) passes
+	// the worker's durations on.
+	took := mfs["kfsdb_attempt_start_to_succeeded_seconds"]
+	require.NotNil(t, took)
+	require.EqualValues(t, len(attempts), took.Metric[0].GetHistogram().GetSampleCount())
 	// The backlog is sampled at most every 15 s: the first scrape's sample
 	// may predate the completions, so only its presence is checked.
 	require.Len(t, mfs["kfsdb_attempts"].Metric, 8)
