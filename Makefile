@@ -1,7 +1,8 @@
 # kfsdb development tasks. Run `make help` for the list.
 #
-# Three modules: the library (.), the test harness, integration tests, demo
-# and bench-kfsdb programs (tests/), and the deploy command (cmd/kfsdb/). Every target runs each module with
+# Four modules: the library (.), the test harness, integration tests, demo
+# and bench-kfsdb programs (tests/), the deploy command (cmd/kfsdb/) and the
+# Prometheus adapter (observe/prom/). Every target runs each module with
 # GOWORK=off, so it checks that module's own go.mod exactly as CI and
 # importers see it; go.work is only a convenience for editors and ad-hoc runs.
 
@@ -9,7 +10,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . tests cmd/kfsdb
+MODULES := . tests cmd/kfsdb observe/prom
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 
@@ -60,7 +61,7 @@ define ensure-image
 endef
 
 .PHONY: test
-test: ## Run every test of the three modules (-race), building kfsdb-postgres:17 if needed.
+test: ## Run every test of the four modules (-race), building kfsdb-postgres:17 if needed.
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; failed=; \
 	for m in $(MODULES); do \

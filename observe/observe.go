@@ -6,6 +6,7 @@ package observe
 import (
 	"sort"
 	"sync"
+	"time"
 )
 
 // Counter names a count the runtime reports.
@@ -42,10 +43,45 @@ const (
 	LeasesHandedBack Counter = "source_leases_handed_back"
 )
 
+// Counters returns every Counter the relay, the worker and the PostgreSQL
+// source report, in declaration order: what an adapter registers up front.
+func Counters() []Counter {
+	return []Counter{
+		Claimed, Published, PublishFailed, DeadLettered, MarkRefused,
+		LeasesAcquired, LeasesLost, Completed, Failed, Retried, Exhausted, Panicked,
+		StaleDeliveries, DeferredDelivery, PendingWaits,
+		Fetches, FetchedLeases, FetchExhausted, FetchFailed, LeasesHandedBack,
+	}
+}
+
 // Metrics receives counts. Implementations must be safe for concurrent use
 // and fast: Add is called on hot paths.
 type Metrics interface {
 	Add(c Counter, n int64)
+}
+
+// Histogram names a duration the runtime reports.
+type Histogram string
+
+// Histograms the worker reports.
+const (
+	// StartToSucceeded is how long an attempt took from Start to its
+	// completion as succeeded, both read off the database's clock:
+	// queueing, dispatch, retries and handler runs included.
+	StartToSucceeded Histogram = "attempt_start_to_succeeded"
+)
+
+// Histograms returns every Histogram the runtime reports, in declaration
+// order: what an adapter registers up front.
+func Histograms() []Histogram {
+	return []Histogram{StartToSucceeded}
+}
+
+// Durations is an optional interface of a Metrics: when the Metrics given
+// to the worker implements it, the worker reports durations through it
+// too. Implementations must be safe for concurrent use and fast.
+type Durations interface {
+	Observe(h Histogram, d time.Duration)
 }
 
 // Discard is a Metrics that drops every count.

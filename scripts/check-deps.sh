@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Check that importers of the root module github.com/knowledgefs/kfsdb never
 # get the development-only dependencies (sqlc, goose, testcontainers, the
-# Docker client) in their package or module graph.
+# Docker client) nor Prometheus' client_golang (module observe/prom) in
+# their package or module graph.
 #
 #   (a) `go list -deps` over every package of the root module (GOWORK=off)
 #       must not contain a forbidden package path;
@@ -28,7 +29,8 @@ consumer_imports=(
 	github.com/knowledgefs/kfsdb/observe
 )
 
-forbidden='sqlc|goose|testcontainers|docker|moby'
+# client_golang belongs to the separate observe/prom module only.
+forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang'
 # What the kfsdb binary must not link: the harness, its Docker client and
 # the browser driver of tests/console.
 binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests'
@@ -106,4 +108,4 @@ if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers or docker for importers; no test harness in the kfsdb binary)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker or client_golang for importers; no test harness in the kfsdb binary)"

@@ -22,8 +22,17 @@ require (
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
+	github.com/knowledgefs/kfsdb/observe/prom v0.0.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pandatix/go-abnf v0.5.5 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.74.0 // indirect
+	github.com/prometheus/procfs v0.23.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 require (
@@ -85,3 +94,5 @@ require (
 replace github.com/knowledgefs/kfsdb => ../
 
 replace github.com/knowledgefs/kfsdb/cmd/kfsdb => ../cmd/kfsdb
+
+replace github.com/knowledgefs/kfsdb/observe/prom => ../observe/prom

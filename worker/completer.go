@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -83,6 +84,7 @@ func (c *completer) flush(batch []*pendingCompletion) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), w.cfg.WriteTimeout)
 	defer cancel()
 	errs := make([]error, len(batch))
+	attempts := make([]*kfstype.Attempt, len(batch))
 	var first, repeats []int
 	seen := make(map[uuid.UUID]bool, len(batch))
 	for i, p := range batch {
@@ -100,16 +102,16 @@ func (c *completer) flush(batch []*pendingCompletion) {
 		}
 		if res, err := w.cfg.Repo.CompleteMany(wctx, w.pool, entries); err == nil {
 			for j, i := range first {
-				errs[i] = res[j].Err
+				attempts[i], errs[i] = res[j].Attempt, res[j].Err
 			}
 			first = nil
 		}
 	}
 	for _, i := range append(first, repeats...) {
-		errs[i] = w.complete(wctx, batch[i].c)
+		attempts[i], errs[i] = w.complete(wctx, batch[i].c)
 	}
 	for i, p := range batch {
-		res := w.completed(c.ctx, wctx, p.log, p.msg, p.c.lease, errs[i], p.res)
+		res := w.completed(c.ctx, wctx, p.log, p.msg, p.c.lease, attempts[i], errs[i], p.res)
 		w.testSignals.Processed.Signal(res)
 	}
 }
@@ -139,13 +141,11 @@ func (c completion) entry() repo.CompleteManyEntry {
 }
 
 // complete records one completion in its own statement.
-func (w *Worker) complete(ctx context.Context, c completion) error {
+func (w *Worker) complete(ctx context.Context, c completion) (*kfstype.Attempt, error) {
 	if c.through == nil {
-		_, err := w.cfg.Repo.Complete(ctx, w.pool, c.lease)
-		return err
+		return w.cfg.Repo.Complete(ctx, w.pool, c.lease)
 	}
 	p := *c.through
 	p.Lease = c.lease
-	_, err := w.cfg.Repo.CompleteThrough(ctx, w.pool, &p)
-	return err
+	return w.cfg.Repo.CompleteThrough(ctx, w.pool, &p)
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // completed records the outcome of a handler that returned nil, given what
-// its completion returned, and settles the delivery.
-func (w *Worker) completed(ctx, wctx context.Context, log *slog.Logger, msg Message, lease *repo.Lease, werr error, res Result) Result {
+// its completion returned (the completed attempt, or werr), and settles
+// the delivery.
+func (w *Worker) completed(ctx, wctx context.Context, log *slog.Logger, msg Message, lease *repo.Lease, a *kfstype.Attempt, werr error, res Result) Result {
 	switch {
 	case errors.Is(werr, repo.ErrInvalidTransition) || errors.Is(werr, repo.ErrCandidateRejected) || errors.Is(werr, repo.ErrInvalidInput):
 		// The handler returned without reaching smoke_eval_passed, or
@@ -26,6 +27,9 @@ func (w *Worker) completed(ctx, wctx context.Context, log *slog.Logger, msg Mess
 	case werr == nil:
 		res.Outcome = OutcomeCompleted
 		w.cfg.Metrics.Add(observe.Completed, 1)
+		if w.durations != nil && a != nil && a.CompletedAt != nil {
+			w.durations.Observe(observe.StartToSucceeded, a.CompletedAt.Sub(a.CreatedAt))
+		}
 	}
 	return w.settle(ctx, wctx, log, msg, lease, werr, res)
 }

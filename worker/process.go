@@ -122,7 +122,8 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 			c.submit(&pendingCompletion{c: done, msg: msg, log: log, res: res})
 			return Result{AttemptID: d.AttemptID, Outcome: outcomeHandedOff}
 		}
-		return w.completed(ctx, wctx, log, msg, lease, w.complete(wctx, done), res)
+		a, err := w.complete(wctx, done)
+		return w.completed(ctx, wctx, log, msg, lease, a, err, res)
 	}
 	v := w.judge(herr, ctx.Err() != nil)
 	res.Err = v.err

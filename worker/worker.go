@@ -18,6 +18,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -81,6 +82,8 @@ type Worker struct {
 	src     Source
 	handler Handler
 	log     *slog.Logger
+	// durations is cfg.Metrics when it also takes durations, else nil.
+	durations observe.Durations
 	// testSignals are for tests (TestSignals); they do nothing until a
 	// test initializes them.
 	testSignals TestSignals
@@ -108,7 +111,9 @@ func New(pool *pgxpool.Pool, src Source, h Handler, cfg *Config) (*Worker, error
 			return nil, fmt.Errorf("worker: bind source: %w", err)
 		}
 	}
-	return &Worker{cfg: c, pool: pool, src: src, handler: h, log: c.Logger.With("worker", c.ID)}, nil
+	w := &Worker{cfg: c, pool: pool, src: src, handler: h, log: c.Logger.With("worker", c.ID)}
+	w.durations, _ = c.Metrics.(observe.Durations)
+	return w, nil
 }
 
 // ID returns the worker's id ("" for a nil Worker).

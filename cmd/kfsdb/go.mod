@@ -1,7 +1,8 @@
 // Module kfsdb is the kfsdb command (migrate, relay, purge, work, bench) and
 // the packages it shares with the test harness (migrate, redact, scratch,
 // loadgen). It is a separate module so that importers of the library never
-// get goose in their module graph. It requires the tests module for its
+// get goose (nor, through observe/prom, client_golang) in their module
+// graph. It requires the tests module for its
 // _test files only: the kfsdb binary links no testcontainers or Docker
 // client (make check-deps checks its `go version -m`).
 module github.com/knowledgefs/kfsdb/cmd/kfsdb
@@ -12,8 +13,12 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/knowledgefs/kfsdb v0.0.0
+	github.com/knowledgefs/kfsdb/observe/prom v0.0.0
 	github.com/knowledgefs/kfsdb/tests v0.0.0
 	github.com/pressly/goose/v3 v3.30.0
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.74.0
 	github.com/stretchr/testify v1.12.1
 )
 
@@ -21,6 +26,7 @@ require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20261006220739-8c912ac31dd4 // indirect
 	github.com/Microsoft/go-winio v0.6.4 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/containerd/errdefs v1.0.0 // indirect
@@ -52,9 +58,12 @@ require (
 	github.com/moby/sys/user v0.4.1 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/moby/term v0.5.2 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/pandatix/go-abnf v0.5.5 // indirect
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
+	github.com/prometheus/procfs v0.23.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
@@ -75,9 +84,11 @@ require (
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
 	github.com/knowledgefs/kfsdb => ../..
+	github.com/knowledgefs/kfsdb/observe/prom => ../../observe/prom
 	github.com/knowledgefs/kfsdb/tests => ../../tests
 )

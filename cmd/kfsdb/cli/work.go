@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
@@ -67,6 +69,11 @@ type WorkOpts struct {
 	// LeaseDuration is the workers' lease. Defaults to the worker's
 	// default (60 s).
 	LeaseDuration time.Duration
+	// MetricsListen is a host:port to serve Prometheus metrics on, at
+	// /metrics, while Work runs: the relay's and workers' counters, the
+	// statement latencies and the backlog gauges (module observe/prom).
+	// Defaults to empty: no server.
+	MetricsListen string
 	// Out receives the counters at the end, and the logs. Required.
 	Out io.Writer
 	// PollOnly disables LISTEN/NOTIFY (the relay's or the sources').
@@ -112,6 +119,11 @@ func (o *WorkOpts) Validate() error {
 		return errors.New("invalid options: LeaseDuration, StepDelay and VisibilityTimeout must not be negative")
 	case len(o.ID) > 200:
 		return errors.New("invalid options: ID must be at most 200 characters")
+	}
+	if o.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsListen); err != nil {
+			return fmt.Errorf("invalid options: MetricsListen must be host:port: %w", err)
+		}
 	}
 	return nil
 }
@@ -178,6 +190,16 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	// A connection per handler and per heartbeat, the relay's claims and
 	// its listener.
 	cfg.MaxConns = int32(2*opts.Workers*opts.Concurrency + 4)
+	var reg *prometheus.Registry
+	counts := &observe.Counts{}
+	var metrics observe.Metrics = counts
+	if opts.MetricsListen != "" {
+		reg = prometheus.NewRegistry()
+		cfg.MaxConns++ // the backlog sample
+		if metrics, err = promMetrics(reg, counts, cfg); err != nil {
+			return nil, err
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("could not connect: %w", err)
@@ -187,7 +209,13 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 		return nil, fmt.Errorf("could not connect: %w", err)
 	}
 
-	metrics := &observe.Counts{}
+	if reg != nil {
+		stop, err := serveMetrics(reg, pool, opts.MetricsListen, out, log)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
 	r := repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits})
 	h := &workHandler{pool: pool, stepDelay: opts.StepDelay, failRate: opts.FailRate}
 	var q *memqueue.Queue
@@ -235,7 +263,7 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	}
 	wg.Wait()
 
-	res := &WorkResult{Counts: metrics.Snapshot(), HandlerRuns: h.runs.Load(), InjectedFailures: h.injected.Load()}
+	res := &WorkResult{Counts: counts.Snapshot(), HandlerRuns: h.runs.Load(), InjectedFailures: h.injected.Load()}
 	if q != nil {
 		res.Published, res.Acked, res.Retried = q.Stats()
 	}
