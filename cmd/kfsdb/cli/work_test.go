@@ -67,7 +67,7 @@ func TestWorkCompletesAttempts(t *testing.T) {
 			attempts := testfactory.StartAll(ctx, t, repo.New(nil), db.Pool, docs, 0)
 
 			var out bytes.Buffer
-			res, err := Work(ctx, &WorkOpts{DatabaseURL: db.URL, Delivery: mode, Out: &out, Duration: 3 * time.Second, Workers: 2,
+			res, err := Work(ctx, &WorkOpts{DatabaseURL: db.URL, Delivery: mode, Out: &out, Duration: 6 * time.Second, Workers: 2,
 				StepDelay: time.Millisecond, ID: "work-test"})
 			require.NoError(t, err, out.String())
 			require.Contains(t, out.String(), "work work-test: "+mode.String()+" delivery, 2 workers x 2")
