@@ -129,6 +129,8 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 			"Counts.Add":      {Fn: (*observe.Counts).Add, Args: []any{&observe.Counts{}, observe.Claimed, int64(1)}},
 			"Counts.Get":      {Fn: (*observe.Counts).Get, Args: []any{&observe.Counts{}, observe.Claimed}},
 			"Counts.Snapshot": {Fn: (*observe.Counts).Snapshot, Args: []any{&observe.Counts{}}},
+			"Counters":        {Fn: observe.Counters},
+			"Histograms":      {Fn: observe.Histograms},
 		}, runtimeRules, refused, notRefused)
 	})
 
