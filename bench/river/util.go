@@ -53,7 +53,7 @@ func riverVersion() string {
 }
 
 // warmPool opens every connection pool may hold, as the kfsdb load driver
-// does (loadgen.WarmPool), so neither side's window pays for connecting.
+// does (loadgen's warmPool), so neither side's window pays for connecting.
 func warmPool(ctx context.Context, pool *pgxpool.Pool) error {
 	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
 	defer func() {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -297,7 +298,7 @@ func runAttempts(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		if err != nil {
 			return fmt.Errorf("%w: attempt id %q is not a UUID", ErrUsage, fs.Arg(0))
 		}
-		opts := &AttemptShowOpts{DatabaseURL: cmpOr(*url, getenv(EnvDatabaseURL)), TenantID: *tenant, ID: id, JSON: *asJSON, Out: stdout}
+		opts := &AttemptShowOpts{DatabaseURL: cmp.Or(*url, getenv(EnvDatabaseURL)), TenantID: *tenant, ID: id, JSON: *asJSON, Out: stdout}
 		if opts.TenantID == "" {
 			return fmt.Errorf("%w: --tenant is required", ErrUsage)
 		}
@@ -340,7 +341,7 @@ func runAttempts(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		}
 		opts.IDs = append(opts.IDs, id)
 	}
-	opts.DatabaseURL, opts.TenantID, opts.JSON = cmpOr(*url, getenv(EnvDatabaseURL)), *tenant, *asJSON
+	opts.DatabaseURL, opts.TenantID, opts.JSON = cmp.Or(*url, getenv(EnvDatabaseURL)), *tenant, *asJSON
 	if fs.NArg() == 0 && sel.states != "" {
 		// A bulk action on a selection: one page of it, read now; each
 		// attempt is then acted on at the version read.
@@ -376,11 +377,4 @@ func runAttempts(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	_, err = AttemptAction(ctx, opts)
 	return err
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

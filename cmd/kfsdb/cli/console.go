@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -43,7 +44,7 @@ func (o *ConsoleOpts) Validate() error {
 	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
-	listen := cmpOr(o.Listen, ConsoleListenDefault)
+	listen := cmp.Or(o.Listen, ConsoleListenDefault)
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return fmt.Errorf("invalid options: Listen %q is not host:port", listen)
 	}
@@ -73,7 +74,7 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cmpOr(opts.Listen, ConsoleListenDefault))
+	ln, err := net.Listen("tcp", cmp.Or(opts.Listen, ConsoleListenDefault))
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
@@ -101,8 +102,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		fs.Usage()
 		return fmt.Errorf("%w: console takes no arguments", ErrUsage)
 	}
-	opts.DatabaseURL = cmpOr(opts.DatabaseURL, getenv(EnvDatabaseURL))
-	opts.AuthToken = cmpOr(opts.AuthToken, getenv(EnvConsoleToken))
+	opts.DatabaseURL = cmp.Or(opts.DatabaseURL, getenv(EnvDatabaseURL))
+	opts.AuthToken = cmp.Or(opts.AuthToken, getenv(EnvConsoleToken))
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}

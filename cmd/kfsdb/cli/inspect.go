@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -81,7 +82,7 @@ func runAttemptsList(ctx context.Context, fs *flag.FlagSet, args []string, url, 
 	if err != nil {
 		return err
 	}
-	dsn := cmpOr(*url, getenv(EnvDatabaseURL))
+	dsn := cmp.Or(*url, getenv(EnvDatabaseURL))
 	if err := validateDatabaseURL(dsn); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -166,7 +167,7 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	if *capN < 1 || *capN > repo.MaxCountCap {
 		return fmt.Errorf("%w: --cap must be 1..%d", ErrUsage, repo.MaxCountCap)
 	}
-	dsn := cmpOr(*url, getenv(EnvDatabaseURL))
+	dsn := cmp.Or(*url, getenv(EnvDatabaseURL))
 	if err := validateDatabaseURL(dsn); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -250,7 +251,7 @@ func runStuck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	if *limit < 1 || *limit > repo.MaxListLimit || *overdue <= 0 {
 		return fmt.Errorf("%w: --limit must be 1..%d and --pending-overdue > 0", ErrUsage, repo.MaxListLimit)
 	}
-	dsn := cmpOr(*url, getenv(EnvDatabaseURL))
+	dsn := cmp.Or(*url, getenv(EnvDatabaseURL))
 	if err := validateDatabaseURL(dsn); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}

@@ -14,9 +14,9 @@ import (
 // both report CPU per item the same way.
 const EnvServerCPUFile = "KFS_BENCH_CPU_FILE"
 
-// ServerCPUTime is the server's CPU time so far from EnvServerCPUFile; -1
+// serverCPUTime is the server's CPU time so far from EnvServerCPUFile; -1
 // when it is unset or unreadable.
-func ServerCPUTime() time.Duration {
+func serverCPUTime() time.Duration {
 	path := os.Getenv(EnvServerCPUFile)
 	if path == "" {
 		return -1

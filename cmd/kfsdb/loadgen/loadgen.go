@@ -184,7 +184,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 		}
 		defer release()
 	}
-	if err := WarmPool(ctx, pool); err != nil {
+	if err := warmPool(ctx, pool); err != nil {
 		return nil, err
 	}
 	l := newLoad(c, pool, sc, tr)
@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cpuBefore := ServerCPUTime()
+	cpuBefore := serverCPUTime()
 	m, err := l.drive(ctx)
 	if err != nil {
 		return nil, err
@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 		return nil, err
 	}
 	m.cpu = -1
-	if cpuAfter := ServerCPUTime(); cpuBefore >= 0 && cpuAfter >= cpuBefore {
+	if cpuAfter := serverCPUTime(); cpuBefore >= 0 && cpuAfter >= cpuBefore {
 		m.cpu = cpuAfter - cpuBefore
 	}
 	l.stop()
@@ -260,12 +260,12 @@ func walPosition(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	return lsn, nil
 }
 
-// WarmPool opens every connection pool may hold before a measured window,
+// warmPool opens every connection pool may hold before a measured window,
 // as a service that has been running has them: otherwise the window's
 // first few hundred milliseconds pay for connecting and authenticating
 // them all at once, which on two cores dominates a p99. bench/river does
 // the same.
-func WarmPool(ctx context.Context, pool *pgxpool.Pool) error {
+func warmPool(ctx context.Context, pool *pgxpool.Pool) error {
 	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
 	defer func() {
 		for _, c := range conns {
