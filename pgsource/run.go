@@ -3,6 +3,7 @@ package pgsource
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
@@ -165,7 +166,14 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 	l.after = res.NextAfterTenant
 	s.cfg.Metrics.Add(observe.FetchedLeases, int64(len(res.Leased)))
 	s.cfg.Metrics.Add(observe.FetchExhausted, int64(len(res.Exhausted)))
+	for _, a := range res.Exhausted {
+		s.log.WarnContext(ctx, "attempt failed", "attempt_id", a.ID, "tenant_id", a.TenantID, "error_code", kfstype.ErrorCodeExecutionAttemptsExhausted)
+	}
+	debug := s.log.Enabled(ctx, slog.LevelDebug)
 	for i, a := range res.Leased {
+		if debug {
+			s.log.DebugContext(ctx, "attempt leased", "attempt_id", a.ID, "tenant_id", a.TenantID, "lease_expires_at", res.Leases[i].ExpiresAt)
+		}
 		pending = s.answer(ctx, pending, &message{attempt: a, lease: res.Leases[i]})
 	}
 	switch got := len(res.Leased) + len(res.Exhausted); {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/knowledgefs/kfsdb/internal/backoff"
@@ -125,6 +126,11 @@ func (r *Relay) markPublished(ctx context.Context, outcomes []outcome) error {
 		return fmt.Errorf("relay %s: mark %d published rows: %w", r.cfg.ID, len(ds), err)
 	}
 	r.cfg.Metrics.Add(observe.Published, int64(len(res.Marked)))
+	if r.log.Enabled(ctx, slog.LevelDebug) {
+		for _, m := range res.Marked {
+			r.log.DebugContext(ctx, "outbox row published", "outbox_id", m.ID, "attempt_id", m.AttemptID, "dispatch_attempts", m.DispatchAttempts, "queue_job_id", m.QueueJobID)
+		}
+	}
 	if len(res.Refused) > 0 {
 		r.cfg.Metrics.Add(observe.MarkRefused, int64(len(res.Refused)))
 		r.log.InfoContext(ctx, "published rows no longer ours to mark (claim expired or attempt ended)", "rows", len(res.Refused))
@@ -150,9 +156,9 @@ func (r *Relay) release(ctx context.Context, o outcome) error {
 		r.cfg.Metrics.Add(observe.DeadLettered, 1)
 		r.log.WarnContext(ctx, "outbox row dead-lettered", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "err", o.err)
 	case kfstype.OutboxStatusLeased:
-		r.log.InfoContext(ctx, "publish failed; the attempt's lease is live, the row follows it again", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "due_at", row.AvailableAt, "err", o.err)
+		r.log.WarnContext(ctx, "publish failed; the attempt's lease is live, the row follows it again", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "due_at", row.AvailableAt, "err", o.err)
 	default:
-		r.log.InfoContext(ctx, "publish failed; backing off", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "retry_in", delay, "err", o.err)
+		r.log.WarnContext(ctx, "publish failed; backing off", "outbox_id", row.ID, "attempt_id", row.AttemptID, "dispatch_attempts", row.DispatchAttempts, "retry_in", delay, "err", o.err)
 	}
 	return nil
 }

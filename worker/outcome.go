@@ -52,8 +52,25 @@ func (w *Worker) settle(ctx, wctx context.Context, log *slog.Logger, msg Message
 		w.retryDelivery(wctx, log, msg, lease.ExpiresAt)
 		return res
 	}
+	logOutcome(ctx, log, res)
 	w.ack(wctx, log, msg)
 	return res
+}
+
+// logOutcome writes the one line of a recorded outcome: DEBUG for a
+// success or an attempt handed back by a stopping worker, WARN for a
+// failure (retried or final). The error is the handler's, as recorded.
+func logOutcome(ctx context.Context, log *slog.Logger, res Result) {
+	switch res.Outcome {
+	case OutcomeCompleted:
+		log.DebugContext(ctx, "attempt succeeded")
+	case OutcomeReleased:
+		log.DebugContext(ctx, "attempt handed back", "outcome", res.Outcome)
+	case OutcomeRetried:
+		log.WarnContext(ctx, "attempt failed; retry scheduled", "outcome", res.Outcome, "err", res.Err)
+	case OutcomeFailed, OutcomeExhausted:
+		log.WarnContext(ctx, "attempt failed", "outcome", res.Outcome, "err", res.Err)
+	}
 }
 
 func (w *Worker) retry(ctx context.Context, lease *repo.Lease, a *kfstype.Attempt, v verdict, delay time.Duration, res *Result) error {

@@ -94,6 +94,8 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 	}
 	w.cfg.Metrics.Add(observe.LeasesAcquired, 1)
 	res.Lease = lease
+	log = log.With("tenant_id", attempt.TenantID)
+	log.DebugContext(ctx, "attempt running", "execution_attempt", attempt.ExecutionAttempts, "lease_expires_at", lease.ExpiresAt)
 
 	job := &Job{Attempt: attempt, repo: w.cfg.Repo, pool: w.pool}
 	job.lease.Store(lease)
@@ -215,9 +217,12 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 		w.retryDelivery(wctx, log, msg, time.Now().Add(time.Second))
 		return res
 	}
-	if res.Outcome == OutcomeStale {
+	switch res.Outcome {
+	case OutcomeStale:
 		w.cfg.Metrics.Add(observe.StaleDeliveries, 1)
 		log.DebugContext(ctx, "stale delivery acknowledged", "reason", err)
+	case OutcomeExhausted:
+		log.WarnContext(ctx, "attempt failed", "outcome", res.Outcome, "error_code", kfstype.ErrorCodeExecutionAttemptsExhausted)
 	}
 	w.ack(wctx, log, msg)
 	return res
