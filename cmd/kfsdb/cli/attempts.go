@@ -191,6 +191,12 @@ func connectOperator(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("could not parse database URL: %w", err)
 	}
 	cfg.MaxConns = 4
+	return openPool(ctx, cfg)
+}
+
+// openPool opens a pool on cfg and pings it, so that a wrong URL or a
+// server that is down fails the command at once.
+func openPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("could not connect: %w", err)

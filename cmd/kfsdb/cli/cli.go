@@ -156,8 +156,9 @@ func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--poll-only] [--async-progress] [--verbose]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := ParseFlags(fs, args); err != nil {
@@ -230,7 +231,7 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
-	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9090 (default: off)")
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--delivery postgres|relay] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]")
 		fs.PrintDefaults()

@@ -10,6 +10,9 @@ import (
 	"log/slog"
 	"net"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -37,6 +40,10 @@ type ConsoleOpts struct {
 	ReadOnly bool
 	// TenantID is console.Config.TenantID: "" shows every tenant.
 	TenantID string
+	// MetricsListen is a host:port to serve Prometheus metrics on, at
+	// /metrics, apart from the console: the console's statement latencies
+	// and the backlog gauges. Defaults to "": off.
+	MetricsListen string
 }
 
 // Validate reports the first missing or invalid field.
@@ -47,6 +54,9 @@ func (o *ConsoleOpts) Validate() error {
 	listen := cmp.Or(o.Listen, ConsoleListenDefault)
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return fmt.Errorf("invalid options: Listen %q is not host:port", listen)
+	}
+	if err := validateMetricsListen(o.MetricsListen); err != nil {
+		return err
 	}
 	switch {
 	case o.Out == nil:
@@ -64,13 +74,39 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	pool, err := connectOperator(ctx, opts.DatabaseURL)
-	if err != nil {
+	if err := serveConsole(ctx, opts); err != nil {
 		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
+	return nil
+}
+
+func serveConsole(ctx context.Context, opts *ConsoleOpts) error {
+	out := &syncWriter{w: opts.Out}
+	log := slog.New(slog.NewTextHandler(out, nil))
+	cfg, err := pgxpool.ParseConfig(opts.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("could not parse database URL: %w", err)
+	}
+	cfg.MaxConns = 4
+	var reg *prometheus.Registry
+	if opts.MetricsListen != "" {
+		if reg, err = newMetricsRegistry(cfg); err != nil {
+			return err
+		}
+	}
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	defer pool.Close()
-	srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID,
-		Logger: slog.New(slog.NewTextHandler(opts.Out, nil))})
+	if reg != nil {
+		stop, err := serveMetrics(reg, pool, opts.MetricsListen, out, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -78,7 +114,7 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	fmt.Fprintf(opts.Out, "kfsdb console on http://%s/ (Ctrl-C stops)\n", ln.Addr())
+	fmt.Fprintf(out, "kfsdb console on http://%s/ (Ctrl-C stops)\n", ln.Addr())
 	return console.Serve(ctx, ln, srv.Handler())
 }
 
@@ -91,8 +127,9 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	fs.StringVar(&opts.TenantID, "tenant", "", "confine the console to this tenant (default: every tenant)")
 	fs.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
 	fs.StringVar(&opts.AuthToken, "auth-token", "", "token every request must carry (Bearer or /login cookie); defaults to $"+EnvConsoleToken)
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb console [--listen 127.0.0.1:8080] [--database-url URL] [--tenant T] [--read-only] [--auth-token TOKEN]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb console [--listen 127.0.0.1:8080] [--database-url URL] [--tenant T] [--read-only] [--auth-token TOKEN] [--metrics-listen ADDR]")
 		fs.PrintDefaults()
 	}
 	if err := ParseFlags(fs, args); err != nil {

@@ -23,20 +23,46 @@ import (
 // has its own, shorter, timeout (prom.SampleTimeoutDefault).
 const metricsScrapeTimeout = 10 * time.Second
 
-// promMetrics registers the runtime counters and the Go and process
-// collectors on reg, sets the statement tracer on cfg, and returns a
-// Metrics that feeds both counts (for the summary Work prints) and reg.
-func promMetrics(reg *prometheus.Registry, counts *observe.Counts, cfg *pgxpool.Config) (observe.Metrics, error) {
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := prom.New(reg, nil)
-	if err != nil {
-		return nil, err
+// metricsListenUsage is the --metrics-listen flag's usage.
+const metricsListenUsage = "serve Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9090 (default: off)"
+
+// validateMetricsListen accepts "" (off) or host:port.
+func validateMetricsListen(addr string) error {
+	if addr == "" {
+		return nil
 	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("invalid options: MetricsListen must be host:port: %w", err)
+	}
+	return nil
+}
+
+// newMetricsRegistry returns a registry with the Go and process
+// collectors and the statement tracer, which it sets on cfg; it makes room
+// in cfg's pool for the backlog collector's sample (serveMetrics).
+func newMetricsRegistry(cfg *pgxpool.Config) (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tr, err := prom.NewTracer(reg, nil)
 	if err != nil {
 		return nil, err
 	}
 	cfg.ConnConfig.Tracer = tr
+	cfg.MaxConns++
+	return reg, nil
+}
+
+// runtimeMetrics registers the runtime counters on reg and returns a
+// Metrics that feeds reg and, when counts is not nil, counts too (for the
+// summary Work prints).
+func runtimeMetrics(reg *prometheus.Registry, counts *observe.Counts) (observe.Metrics, error) {
+	m, err := prom.New(reg, nil)
+	if err != nil {
+		return nil, err
+	}
+	if counts == nil {
+		return m, nil
+	}
 	return teeMetrics{counts, m}, nil
 }
 

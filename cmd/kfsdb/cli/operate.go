@@ -10,8 +10,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -34,11 +36,18 @@ type RelayOpts struct {
 	// and marks commit without waiting for the WAL flush. Defaults to
 	// false.
 	AsyncProgressCommits bool
+	// MetricsListen is a host:port to serve Prometheus metrics on, at
+	// /metrics, while the relay runs: its counters, statement latencies
+	// and the backlog gauges. Defaults to "": off.
+	MetricsListen string
 }
 
 // Validate reports the first missing or invalid field.
 func (o *RelayOpts) Validate() error {
 	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
+		return err
+	}
+	if err := validateMetricsListen(o.MetricsListen); err != nil {
 		return err
 	}
 	if o.Out == nil {
@@ -73,16 +82,35 @@ func Relay(ctx context.Context, opts *RelayOpts) error {
 
 func runRelay(ctx context.Context, opts *RelayOpts) error {
 	out := &syncWriter{w: opts.Out}
-	pool, err := pgxpool.New(ctx, opts.DatabaseURL)
+	log := NewLogger(out, opts.Verbose)
+	cfg, err := pgxpool.ParseConfig(opts.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("could not connect: %w", err)
+		return fmt.Errorf("could not parse database URL: %w", err)
+	}
+	var reg *prometheus.Registry
+	var metrics observe.Metrics
+	if opts.MetricsListen != "" {
+		if reg, err = newMetricsRegistry(cfg); err != nil {
+			return err
+		}
+		if metrics, err = runtimeMetrics(reg, nil); err != nil {
+			return err
+		}
+	}
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return err
 	}
 	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return fmt.Errorf("could not connect: %w", err)
+	if reg != nil {
+		stop, err := serveMetrics(reg, pool, opts.MetricsListen, out, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	rl, err := relay.New(pool, &printingPublisher{out: out}, &relay.Config{
-		Logger: NewLogger(out, opts.Verbose), PollOnly: opts.PollOnly,
+		Logger: log, Metrics: metrics, PollOnly: opts.PollOnly,
 		Repo: repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits}),
 	})
 	if err != nil {

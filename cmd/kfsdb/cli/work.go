@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -120,10 +119,8 @@ func (o *WorkOpts) Validate() error {
 	case len(o.ID) > 200:
 		return errors.New("invalid options: ID must be at most 200 characters")
 	}
-	if o.MetricsListen != "" {
-		if _, _, err := net.SplitHostPort(o.MetricsListen); err != nil {
-			return fmt.Errorf("invalid options: MetricsListen must be host:port: %w", err)
-		}
+	if err := validateMetricsListen(o.MetricsListen); err != nil {
+		return err
 	}
 	return nil
 }
@@ -194,20 +191,18 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	counts := &observe.Counts{}
 	var metrics observe.Metrics = counts
 	if opts.MetricsListen != "" {
-		reg = prometheus.NewRegistry()
-		cfg.MaxConns++ // the backlog sample
-		if metrics, err = promMetrics(reg, counts, cfg); err != nil {
+		if reg, err = newMetricsRegistry(cfg); err != nil {
+			return nil, err
+		}
+		if metrics, err = runtimeMetrics(reg, counts); err != nil {
 			return nil, err
 		}
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := openPool(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("could not connect: %w", err)
+		return nil, err
 	}
 	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("could not connect: %w", err)
-	}
 
 	if reg != nil {
 		stop, err := serveMetrics(reg, pool, opts.MetricsListen, out, log)
