@@ -293,3 +293,19 @@ type OutboxMessage struct {
 type Payload struct {
 	AttemptID uuid.UUID `json:"attemptId"`
 }
+
+// TraceContext is a W3C Trace Context in its text form, as carried from
+// an attempt's Start to the worker that runs it (observe/otel writes and
+// reads it): the outbox payload is fixed, so it travels beside it. The
+// zero value is "no trace context".
+type TraceContext struct {
+	// TraceParent is "version-traceid-parentid-flags" in lowercase hex
+	// (55 characters for version 00).
+	TraceParent string
+	// TraceState is the vendor list, "" when there is none; at most 512
+	// characters.
+	TraceState string
+}
+
+// IsZero reports whether tc carries no trace context.
+func (tc TraceContext) IsZero() bool { return tc.TraceParent == "" }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/worker"
@@ -95,7 +96,9 @@ func (q *Queue) Publish(ctx context.Context, msg *relay.Message) (*relay.Publica
 		return nil, ErrOutage
 	}
 	id := fmt.Sprintf("mem-%d", q.seq.Add(1))
-	q.push(&message{q: q, delivery: repo.Delivery{AttemptID: msg.AttemptID, QueueJobID: id}, visibleAt: time.Now()})
+	// The trace context rides beside the payload, as a broker's message
+	// headers would carry it.
+	q.push(&message{q: q, delivery: repo.Delivery{AttemptID: msg.AttemptID, QueueJobID: id}, trace: msg.TraceContext, visibleAt: time.Now()})
 	q.pubs.Add(1)
 	return &relay.Publication{QueueJobID: id}, nil
 }
@@ -166,11 +169,16 @@ func (q *Queue) Receive(ctx context.Context) (worker.Message, error) {
 type message struct {
 	q         *Queue
 	delivery  repo.Delivery
+	trace     kfstype.TraceContext
 	visibleAt time.Time
 	done      atomic.Bool
 }
 
 func (m *message) Delivery() repo.Delivery { return m.delivery }
+
+// TraceContext implements worker.TracedMessage: what the publisher put in
+// relay.Message.TraceContext.
+func (m *message) TraceContext() kfstype.TraceContext { return m.trace }
 
 func (m *message) Ack(context.Context) error {
 	if !m.done.CompareAndSwap(false, true) {
@@ -185,7 +193,7 @@ func (m *message) Retry(_ context.Context, notBefore time.Time) error {
 		return errors.New("memqueue: message already settled")
 	}
 	m.q.retries.Add(1)
-	m.q.push(&message{q: m.q, delivery: m.delivery, visibleAt: notBefore})
+	m.q.push(&message{q: m.q, delivery: m.delivery, trace: m.trace, visibleAt: notBefore})
 	return nil
 }
 

@@ -73,6 +73,11 @@ type Config struct {
 	PollOnly bool
 	// Repo runs FetchLeases. Defaults to repo.New(nil).
 	Repo *repo.Repo
+	// TraceContexts makes the source read the leased attempts' Start trace
+	// contexts (one more statement per fetch that leased any) and carry
+	// them in its messages (worker.TracedMessage), for a worker with a
+	// Tracer. Defaults to false.
+	TraceContexts bool
 	// WriteTimeout bounds the hand-back of leases no slot took when the
 	// source stops. Defaults to 10 s.
 	WriteTimeout time.Duration
@@ -219,6 +224,7 @@ func (s *Source) Receive(ctx context.Context) (worker.Message, error) {
 type message struct {
 	attempt *kfstype.Attempt
 	lease   *repo.Lease
+	trace   kfstype.TraceContext
 }
 
 // Delivery names the attempt and the queue job id the fetch gave it.
@@ -229,6 +235,10 @@ func (m *message) Delivery() repo.Delivery {
 	}
 	return d
 }
+
+// TraceContext implements worker.TracedMessage: the Start's trace context
+// when Config.TraceContexts is set and Start stored one.
+func (m *message) TraceContext() kfstype.TraceContext { return m.trace }
 
 // Leased implements worker.LeasedMessage.
 func (m *message) Leased() (*kfstype.Attempt, *repo.Lease) { return m.attempt, m.lease }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/google/uuid"
+
 	"github.com/knowledgefs/kfsdb/internal/backoff"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
@@ -36,6 +38,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	r.cfg.Metrics.Add(observe.Claimed, int64(len(msgs)))
+	traces := r.traceContexts(ctx, msgs)
 
 	outcomes := make([]outcome, len(msgs))
 	sem := make(chan struct{}, r.cfg.Concurrency)
@@ -50,7 +53,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			outcomes[i].pub, outcomes[i].err = r.publish(ctx, m)
+			outcomes[i].pub, outcomes[i].err = r.publish(ctx, m, traces[m.AttemptID])
 		}()
 	}
 	wg.Wait()
@@ -75,7 +78,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	return len(msgs), errors.Join(errs...)
 }
 
-func (r *Relay) publish(ctx context.Context, m *kfstype.OutboxMessage) (*Publication, error) {
+func (r *Relay) publish(ctx context.Context, m *kfstype.OutboxMessage, tc kfstype.TraceContext) (*Publication, error) {
 	payload, err := repo.DecodePayload(m.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("corrupt payload: %w", err)
@@ -88,6 +91,7 @@ func (r *Relay) publish(ctx context.Context, m *kfstype.OutboxMessage) (*Publica
 	pub, err := r.pub.Publish(pctx, &Message{
 		ID: m.ID, AttemptID: m.AttemptID, IdempotencyKey: m.IdempotencyKey, EventType: m.EventType,
 		SchemaVersion: m.SchemaVersion, Payload: m.Payload, DispatchAttempts: m.DispatchAttempts,
+		TraceContext: tc,
 	})
 	if err != nil {
 		return nil, err
@@ -107,6 +111,24 @@ func (r *Relay) publish(ctx context.Context, m *kfstype.OutboxMessage) (*Publica
 		}
 	}
 	return pub, nil
+}
+
+// traceContexts reads the batch's Start trace contexts when the relay
+// carries them. A failed read is logged and the batch goes out untraced:
+// tracing never holds up a publication.
+func (r *Relay) traceContexts(ctx context.Context, msgs []*kfstype.OutboxMessage) map[uuid.UUID]kfstype.TraceContext {
+	if !r.cfg.TraceContexts {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.AttemptID
+	}
+	tcs, err := r.cfg.Repo.TraceContexts(ctx, r.pool, ids)
+	if err != nil {
+		r.log.WarnContext(ctx, "read trace contexts; publishing without them", "rows", len(msgs), "err", err)
+	}
+	return tcs
 }
 
 func (r *Relay) markPublished(ctx context.Context, outcomes []outcome) error {

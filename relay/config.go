@@ -70,6 +70,11 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Repo runs the transitions. Defaults to repo.New(nil).
 	Repo *repo.Repo
+	// TraceContexts makes the relay read the claimed attempts' Start trace
+	// contexts (one more statement per claimed batch) and pass each in
+	// Message.TraceContext, for a tracing Publisher such as observe/otel's
+	// WrapPublisher. Defaults to false: messages carry none.
+	TraceContexts bool
 	// VisibilityTimeout is how long a published message may wait for a
 	// worker before it is republished. Defaults to
 	// repo.VisibilityTimeoutDefault (60 s).

@@ -22,6 +22,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
+	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
 // NotifyChannel is the channel on which a commit that made an outbox row
@@ -42,6 +43,12 @@ type Message struct {
 	Payload json.RawMessage
 	// DispatchAttempts counts publications of this row, this one included.
 	DispatchAttempts int32
+	// TraceContext is the attempt's Start trace context when
+	// Config.TraceContexts is set and Start stored one; a tracing
+	// Publisher replaces it with its own span's, and the broker carries it
+	// beside the payload (message headers) for the worker
+	// (worker.TracedMessage). Zero otherwise.
+	TraceContext kfstype.TraceContext
 }
 
 // Publication is what the queue returned for a published message.

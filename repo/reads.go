@@ -126,3 +126,31 @@ func decodePayload(raw []byte) (*kfstype.Payload, error) {
 	}
 	return &kfstype.Payload{AttemptID: id}, nil
 }
+
+// TraceContexts reads the trace contexts that Start stored with up to
+// MaxBatchSize attempts, of any tenant: the relay and the PostgreSQL
+// source read them for a batch they claimed or fetched, when configured
+// to carry them. Attempts started without one are absent from the map.
+//
+// Errors: *InputError (no ids, more than MaxBatchSize, a zero id).
+func (r *Repo) TraceContexts(ctx context.Context, db DBTX, attemptIDs []uuid.UUID) (map[uuid.UUID]kfstype.TraceContext, error) {
+	v := r.call(ctx, db)
+	if len(attemptIDs) == 0 || len(attemptIDs) > MaxBatchSize {
+		v.fail("AttemptIDs", fmt.Sprintf("must hold 1..%d ids", MaxBatchSize))
+	}
+	for i, id := range attemptIDs {
+		v.uuid(fmt.Sprintf("AttemptIDs[%d]", i), id)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	rows, err := r.q.TraceContextGetMany(ctx, db, attemptIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read trace contexts of %d attempts: %w", len(attemptIDs), mapError(err))
+	}
+	out := make(map[uuid.UUID]kfstype.TraceContext, len(rows))
+	for _, row := range rows {
+		out[row.AttemptID] = kfstype.TraceContext{TraceParent: row.Traceparent, TraceState: row.Tracestate}
+	}
+	return out, nil
+}

@@ -37,6 +37,12 @@ type StartParams struct {
 	// AvailableAt delays the first publication. Defaults to now; not
 	// allowed with Deferred.
 	AvailableAt *time.Time
+	// TraceContext is the caller's trace context (observe/otel's
+	// TraceContext(ctx) gives it), stored with a created attempt in the
+	// same statement so that the worker's span joins the Start's trace. A
+	// Start that finds a live attempt stores nothing. Defaults to none:
+	// nothing is stored.
+	TraceContext kfstype.TraceContext
 }
 
 func (p *StartParams) validate(v *validator) {
@@ -60,6 +66,7 @@ func (p *StartParams) validate(v *validator) {
 	if p.AvailableAt != nil {
 		v.timestamp("AvailableAt", *p.AvailableAt)
 	}
+	v.traceContext("TraceContext", p.TraceContext)
 }
 
 // StartResult is Start's outcome.
@@ -93,6 +100,10 @@ func (r *Repo) Start(ctx context.Context, db DBTX, p *StartParams) (*StartResult
 	if maxAttempts == 0 {
 		maxAttempts = MaxExecutionAttemptsDefault
 	}
+	var traceParent, traceState *string
+	if !p.TraceContext.IsZero() {
+		traceParent, traceState = &p.TraceContext.TraceParent, &p.TraceContext.TraceState
+	}
 	for range startRaceRetries {
 		id, err := uuid.NewV7()
 		if err != nil {
@@ -115,6 +126,8 @@ func (r *Repo) Start(ctx context.Context, db DBTX, p *StartParams) (*StartResult
 			OutboxID:                outboxID,
 			Deferred:                p.Deferred,
 			AvailableAt:             p.AvailableAt,
+			Traceparent:             traceParent,
+			Tracestate:              traceState,
 		})
 		if err == nil {
 			return &StartResult{Attempt: attemptFromStartRow(row), Created: row.ID == id}, nil
@@ -207,8 +220,8 @@ type StartManyResult struct {
 // precondition) then goes through Start alone, which runs its statement
 // and the read that explains the refusal: two more statements per refused
 // entry (three if a concurrent Start raced it), reported in its Err, or
-// its attempt if it could start after all. Deferred and AvailableAt are
-// not supported in a batch.
+// its attempt if it could start after all. Deferred, AvailableAt and
+// TraceContext are not supported in a batch.
 //
 // Errors: *InputError for the batch (it names the entry); a database error
 // fails the whole batch.
@@ -241,6 +254,9 @@ func (r *Repo) StartMany(ctx context.Context, db DBTX, ps []*StartParams) ([]Sta
 		}
 		if p.Deferred || p.AvailableAt != nil {
 			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d].Deferred", i), Reason: "deferred or delayed starts are not supported in a batch"}
+		}
+		if !p.TraceContext.IsZero() {
+			return nil, &InputError{Field: fmt.Sprintf("StartParams[%d].TraceContext", i), Reason: "trace contexts are not supported in a batch (use Start)"}
 		}
 		k := versionKey{p.TenantID, p.KnowledgeSpaceID, p.DocumentAssetID, p.DocumentVersion}
 		if _, dup := index[k]; dup {

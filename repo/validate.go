@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
 // Limits enforced before any round trip; they mirror the schema's column
@@ -182,5 +183,45 @@ func set[T any](v *validator, field string, p *T) bool {
 func (v *validator) timestamp(field string, t time.Time) {
 	if y := t.Year(); y < -4712 || y > 294275 {
 		v.fail(field, "is outside PostgreSQL's timestamp range")
+	}
+}
+
+// MaxTraceStateLength bounds kfstype.TraceContext.TraceState, as W3C Trace
+// Context lets a carrier do (and migration 0009's check does).
+const MaxTraceStateLength = 512
+
+// traceContext checks a W3C traceparent (version 00 form, not version ff,
+// non-zero trace and parent ids) and tracestate; the zero TraceContext is
+// valid (no trace context).
+func (v *validator) traceContext(field string, tc kfstype.TraceContext) {
+	if tc.IsZero() {
+		if tc.TraceState != "" {
+			v.fail(field+".TraceState", "must be empty without a TraceParent")
+		}
+		return
+	}
+	const form = "must be a W3C traceparent: 2-32-16-2 lowercase hex digits joined by '-', not version ff, non-zero ids"
+	p := tc.TraceParent
+	if len(p) != 55 || p[2] != '-' || p[35] != '-' || p[52] != '-' || p[:2] == "ff" ||
+		p[3:35] == strings.Repeat("0", 32) || p[36:52] == strings.Repeat("0", 16) {
+		v.fail(field+".TraceParent", form)
+		return
+	}
+	for i, c := range p {
+		if (i == 2 || i == 35 || i == 52) || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') {
+			continue
+		}
+		v.fail(field+".TraceParent", form)
+		return
+	}
+	if len(tc.TraceState) > MaxTraceStateLength {
+		v.fail(field+".TraceState", "must be at most "+strconv.Itoa(MaxTraceStateLength)+" characters")
+		return
+	}
+	for _, c := range []byte(tc.TraceState) {
+		if c < 0x20 || c > 0x7e {
+			v.fail(field+".TraceState", "must be printable ASCII")
+			return
+		}
 	}
 }

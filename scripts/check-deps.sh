@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Check that importers of the root module github.com/knowledgefs/kfsdb never
 # get the development-only dependencies (sqlc, goose, testcontainers, the
-# Docker client) nor Prometheus' client_golang (module observe/prom) in
-# their package or module graph.
+# Docker client) nor Prometheus' client_golang (module observe/prom) nor
+# the OpenTelemetry SDK (module observe/otel) in their package or module
+# graph.
 #
 #   (a) `go list -deps` over every package of the root module (GOWORK=off)
 #       must not contain a forbidden package path;
@@ -25,12 +26,14 @@ consumer_imports=(
 	github.com/knowledgefs/kfsdb/repo
 	github.com/knowledgefs/kfsdb/relay
 	github.com/knowledgefs/kfsdb/worker
+	github.com/knowledgefs/kfsdb/pgsource
 	github.com/knowledgefs/kfsdb/memqueue
 	github.com/knowledgefs/kfsdb/observe
 )
 
-# client_golang belongs to the separate observe/prom module only.
-forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang'
+# client_golang belongs to the separate observe/prom module only, the
+# OpenTelemetry SDK to observe/otel (for its tests).
+forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk'
 # What the kfsdb binary must not link: the harness, its Docker client and
 # the browser driver of tests/console.
 binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests'
@@ -108,4 +111,4 @@ if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker or client_golang for importers; no test harness in the kfsdb binary)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang or OpenTelemetry SDK for importers; no test harness in the kfsdb binary)"

@@ -22,6 +22,8 @@ type pendingCompletion struct {
 	msg Message
 	log *slog.Logger
 	res Result
+	// end ends the delivery's trace span (see Tracer), nil without one.
+	end func(Result)
 }
 
 // completer records the completions Run's slots hand it, those that
@@ -112,6 +114,9 @@ func (c *completer) flush(batch []*pendingCompletion) {
 	}
 	for i, p := range batch {
 		res := w.completed(c.ctx, wctx, p.log, p.msg, p.c.lease, attempts[i], errs[i], p.res)
+		if p.end != nil {
+			p.end(res)
+		}
 		w.testSignals.Processed.Signal(res)
 	}
 }

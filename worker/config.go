@@ -68,6 +68,9 @@ type Config struct {
 	// delivery back to be tried again 25 ms later. Defaults to 20 ms;
 	// negative hands it back at once.
 	PendingDeliveryWait time.Duration
+	// Tracer, when set, traces each delivery's handling (observe/otel's
+	// NewWorkerTracer is one). Defaults to none.
+	Tracer Tracer
 	// SingleCompletions makes Run complete each attempt in its own
 	// statement, in its slot, as Process does. By default Run hands the
 	// completions to a completer that records those its slots finish
@@ -115,6 +118,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("worker: ID: %w", repo.ValidateWorkerID(c.ID))
 	case nilvalue.Is(c.Metrics):
 		return fmt.Errorf("worker: Metrics is a nil %T", c.Metrics)
+	case c.Tracer != nil && nilvalue.Is(c.Tracer):
+		return fmt.Errorf("worker: Tracer is a nil %T", c.Tracer)
 	}
 	return nil
 }

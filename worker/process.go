@@ -39,6 +39,8 @@ type Result struct {
 	Outcome   Outcome
 	// Lease is the lease held while the handler ran, if it ran.
 	Lease *repo.Lease
+	// TenantID is the attempt's tenant once it was leased, else "".
+	TenantID string
 	// Err is the handler's error or the error that decided the outcome.
 	Err error
 }
@@ -57,7 +59,30 @@ func (w *Worker) Process(ctx context.Context, msg Message) Result {
 	return res
 }
 
+// process handles one delivery inside the Tracer's span, when there is a
+// Tracer. A completion handed to the completer ends its span there, after
+// its commit.
 func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result {
+	if w.cfg.Tracer == nil {
+		return w.handle(ctx, msg, c, nil)
+	}
+	sctx, end := w.cfg.Tracer.StartProcess(ctx, msg)
+	if sctx == nil {
+		sctx = ctx
+	}
+	if end == nil {
+		end = func(Result) {}
+	}
+	res := w.handle(sctx, msg, c, end)
+	if res.Outcome != outcomeHandedOff {
+		end(res)
+	}
+	return res
+}
+
+// handle is process without the span; end goes with a completion handed
+// to the completer.
+func (w *Worker) handle(ctx context.Context, msg Message, c *completer, end func(Result)) Result {
 	d := msg.Delivery()
 	res := Result{AttemptID: d.AttemptID}
 	log := w.log.With("attempt_id", d.AttemptID, "queue_job_id", d.QueueJobID)
@@ -70,7 +95,7 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 		// Stopping with a lease the source took for this slot: hand the
 		// attempt back for another run at once rather than at the lease's
 		// expiry.
-		res.Lease = lease
+		res.Lease, res.TenantID = lease, attempt.TenantID
 		v := verdict{shutdown: true, retry: true, code: ErrorCodeWorkerShutdown,
 			message: ErrorCodeWorkerShutdown + ": the worker stopped before running the attempt", err: ctx.Err()}
 		werr := w.retry(wctx, lease, attempt, v, time.Second, &res)
@@ -93,7 +118,7 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 		}
 	}
 	w.cfg.Metrics.Add(observe.LeasesAcquired, 1)
-	res.Lease = lease
+	res.Lease, res.TenantID = lease, attempt.TenantID
 	log = log.With("tenant_id", attempt.TenantID)
 	log.DebugContext(ctx, "attempt running", "execution_attempt", attempt.ExecutionAttempts, "lease_expires_at", lease.ExpiresAt)
 
@@ -121,7 +146,7 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 		if c != nil {
 			// The completer records it with others in one statement and
 			// acknowledges after the commit; this slot moves on.
-			c.submit(&pendingCompletion{c: done, msg: msg, log: log, res: res})
+			c.submit(&pendingCompletion{c: done, msg: msg, log: log, res: res, end: end})
 			return Result{AttemptID: d.AttemptID, Outcome: outcomeHandedOff}
 		}
 		a, err := w.complete(wctx, done)

@@ -40,6 +40,30 @@ type Source interface {
 	Receive(ctx context.Context) (Message, error)
 }
 
+// TracedMessage is a Message that carries its attempt's trace context
+// beside the payload: memqueue's messages (relay.Message.TraceContext)
+// and pgsource's (with its Config.TraceContexts) are; a broker adapter
+// reads it from the message's headers. A Tracer continues that trace.
+type TracedMessage interface {
+	Message
+	// TraceContext is the trace context the message was published (or
+	// started) under; zero when it has none.
+	TraceContext() kfstype.TraceContext
+}
+
+// Tracer traces each delivery's handling; observe/otel's NewWorkerTracer
+// implements it with OpenTelemetry, so that this module needs no tracing
+// library. Implementations must be safe for concurrent use.
+type Tracer interface {
+	// StartProcess is called as a slot takes msg, before the lease. The
+	// context it returns carries the whole handling: the lease, the
+	// handler, the outcome's write and the acknowledgement. end is called
+	// once with the Result when the outcome is recorded (for a completion
+	// Run's completer batches, after that statement's commit). A nil
+	// context or end is ignored.
+	StartProcess(ctx context.Context, msg Message) (_ context.Context, end func(Result))
+}
+
 // LeasedMessage is a Message whose attempt the Source already leased to
 // this worker as it fetched it (PostgreSQL direct delivery: pgsource). The
 // worker runs it under that lease, with no AcquireLease; Ack and Retry

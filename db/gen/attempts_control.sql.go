@@ -403,6 +403,13 @@ outbox AS (
   -- migration 0007's deferred trigger decides then whether an idle relay
   -- must be woken. A deferred row (at infinity) wakes nobody.
   RETURNING id
+),
+trace AS (
+  INSERT INTO document_compilation_trace_contexts (attempt_id, traceparent, tracestate)
+  SELECT i.id, $13::text, coalesce($14::text, '')
+    FROM inserted i
+   WHERE $13::text IS NOT NULL
+  RETURNING attempt_id
 )
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
 UNION ALL
@@ -429,6 +436,8 @@ type StartAttemptParams struct {
 	OutboxID                uuid.UUID
 	Deferred                bool
 	AvailableAt             *time.Time
+	Traceparent             *string
+	Tracestate              *string
 }
 
 type StartAttemptRow struct {
@@ -479,6 +488,8 @@ type StartAttemptRow struct {
 // with a live attempt inserts nothing, and only then does the last branch
 // read that attempt. A Start that creates its attempt reads no attempt row
 // at all.
+// The caller's trace context, only when given (migration 0009). Without
+// one the filter is a one-time false: the insert reads and writes no row.
 // Nothing inserted (a one-time filter: skipped when a row was): the live
 // attempt, if this statement's snapshot sees it (a space or asset that
 // does not exist, or a stale head, has none to see).
@@ -496,6 +507,8 @@ func (q *Queries) StartAttempt(ctx context.Context, db DBTX, arg *StartAttemptPa
 		arg.OutboxID,
 		arg.Deferred,
 		arg.AvailableAt,
+		arg.Traceparent,
+		arg.Tracestate,
 	)
 	var i StartAttemptRow
 	err := row.Scan(

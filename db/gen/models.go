@@ -91,6 +91,12 @@ type DocumentCompilationTenantLimit struct {
 	UpdatedAt   time.Time
 }
 
+type DocumentCompilationTraceContext struct {
+	AttemptID   uuid.UUID
+	Traceparent string
+	Tracestate  string
+}
+
 type KnowledgeSpace struct {
 	ID          uuid.UUID
 	TenantID    string

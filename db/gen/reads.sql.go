@@ -282,3 +282,31 @@ func (q *Queries) OutboxGetByAttemptID(ctx context.Context, db DBTX, attemptID u
 	)
 	return &i, err
 }
+
+const traceContextGetMany = `-- name: TraceContextGetMany :many
+SELECT t.attempt_id, t.traceparent, t.tracestate
+  FROM document_compilation_trace_contexts t
+ WHERE t.attempt_id = ANY($1::uuid[])
+`
+
+// The Start trace contexts of up to a batch of attempts (migration 0009);
+// attempts started without one have no row.
+func (q *Queries) TraceContextGetMany(ctx context.Context, db DBTX, attemptIds []uuid.UUID) ([]*DocumentCompilationTraceContext, error) {
+	rows, err := db.Query(ctx, traceContextGetMany, attemptIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*DocumentCompilationTraceContext
+	for rows.Next() {
+		var i DocumentCompilationTraceContext
+		if err := rows.Scan(&i.AttemptID, &i.Traceparent, &i.Tracestate); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

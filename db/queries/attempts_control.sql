@@ -72,6 +72,15 @@ outbox AS (
   -- migration 0007's deferred trigger decides then whether an idle relay
   -- must be woken. A deferred row (at infinity) wakes nobody.
   RETURNING id
+),
+-- The caller's trace context, only when given (migration 0009). Without
+-- one the filter is a one-time false: the insert reads and writes no row.
+trace AS (
+  INSERT INTO document_compilation_trace_contexts (attempt_id, traceparent, tracestate)
+  SELECT i.id, sqlc.narg('traceparent')::text, coalesce(sqlc.narg('tracestate')::text, '')
+    FROM inserted i
+   WHERE sqlc.narg('traceparent')::text IS NOT NULL
+  RETURNING attempt_id
 )
 SELECT * FROM inserted
 UNION ALL

@@ -42,3 +42,10 @@ SELECT a.run_state, count(*) AS attempts
 SELECT *
   FROM document_compilation_outbox o
  WHERE o.attempt_id = @attempt_id;
+
+-- name: TraceContextGetMany :many
+-- The Start trace contexts of up to a batch of attempts (migration 0009);
+-- attempts started without one have no row.
+SELECT t.attempt_id, t.traceparent, t.tracestate
+  FROM document_compilation_trace_contexts t
+ WHERE t.attempt_id = ANY(@attempt_ids::uuid[]);

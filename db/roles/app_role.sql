@@ -46,6 +46,14 @@ GRANT SELECT, INSERT, UPDATE, DELETE
   ON TABLE document_compilation_tenant_limits
   TO kfsdb_app;
 
+-- Start trace contexts (migration 0009): every Start's statement names the
+-- table (PostgreSQL checks the grant even when an untraced Start writes no
+-- row), and traced relays and sources read it. Rows go with their attempt
+-- (ON DELETE CASCADE runs with the table owner's rights): no DELETE.
+GRANT SELECT, INSERT
+  ON TABLE document_compilation_trace_contexts
+  TO kfsdb_app;
+
 -- Tables kfsdb reads but never writes (Start checks the space, asset
 -- version and publication head; Advance checks the candidate publication).
 -- The platform's own role writes them.

@@ -4,18 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/knowledgefs/kfsdb/observe"
 )
 
 // OtherQuery is the query label of SQL without a valid sqlc header.
-const OtherQuery = "other"
-
-// maxQueryNameLength bounds a query label taken from SQL text.
-const maxQueryNameLength = 64
+const OtherQuery = observe.OtherQuery
 
 // TracerOptions tunes NewTracer.
 type TracerOptions struct {
@@ -103,26 +101,6 @@ func (t *Tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQ
 	}
 }
 
-// QueryName returns X of SQL that starts with the sqlc header
-// "-- name: X :kind", or OtherQuery: for SQL without it, and for a name
-// that is not an identifier of at most 64 characters, so the label's
-// values stay bounded by the program's queries.
-func QueryName(sql string) string {
-	rest, ok := strings.CutPrefix(strings.TrimLeft(sql, " \t\r\n"), "-- name: ")
-	if !ok {
-		return OtherQuery
-	}
-	name, _, _ := strings.Cut(rest, " ")
-	if name == "" || len(name) > maxQueryNameLength {
-		return OtherQuery
-	}
-	for i, r := range name {
-		switch {
-		case r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z', r == '_':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return OtherQuery
-		}
-	}
-	return name
-}
+// QueryName is observe.QueryName: X of SQL that starts with the sqlc
+// header "-- name: X :kind", or OtherQuery.
+func QueryName(sql string) string { return observe.QueryName(sql) }

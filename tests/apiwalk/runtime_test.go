@@ -131,6 +131,7 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 			"Counts.Snapshot": {Fn: (*observe.Counts).Snapshot, Args: []any{&observe.Counts{}}},
 			"Counters":        {Fn: observe.Counters},
 			"Histograms":      {Fn: observe.Histograms},
+			"QueryName":       {Fn: observe.QueryName, Args: []any{"-- name: StartAttempt :one"}},
 		}, runtimeRules, refused, notRefused)
 	})
 

@@ -110,6 +110,7 @@ func TestLeastPrivilege(t *testing.T) {
 			"document_compilation_outbox_idle_listeners:SELECT", "document_compilation_outbox_idle_listeners:UPDATE",
 			"document_compilation_tenant_limits:DELETE", "document_compilation_tenant_limits:INSERT",
 			"document_compilation_tenant_limits:SELECT", "document_compilation_tenant_limits:UPDATE",
+			"document_compilation_trace_contexts:INSERT", "document_compilation_trace_contexts:SELECT",
 			"knowledge_spaces:SELECT",
 			"projection_set_publication_heads:SELECT",
 			"projection_set_publications:SELECT",

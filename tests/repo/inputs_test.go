@@ -165,6 +165,7 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.SetTenantLimit":    {Fn: (*repo.Repo).SetTenantLimit, Args: []any{r, ctx, pool, &repo.TenantLimit{TenantID: "tenant", MaxRunning: 2}}, Deep: []int{3}},
 		"Repo.RemoveTenantLimit": {Fn: (*repo.Repo).RemoveTenantLimit, Args: []any{r, ctx, pool, "tenant"}, Deep: []int{3}},
 		"Repo.TenantLimits":      {Fn: (*repo.Repo).TenantLimits, Args: []any{r, ctx, pool}},
+		"Repo.TraceContexts":     {Fn: (*repo.Repo).TraceContexts, Args: []any{r, ctx, pool, []uuid.UUID{id()}}, Deep: []int{3}},
 		"Repo.CountLiveAttempts": {Fn: (*repo.Repo).CountLiveAttempts, Args: []any{r, ctx, pool, "tenant"}, Deep: []int{3}},
 		"Repo.ListAttempts": {Fn: (*repo.Repo).ListAttempts, Args: []any{r, ctx, pool, &repo.ListAttemptsParams{TenantID: "tenant",
 			States: []kfstype.RunState{kfstype.RunStateFailed}, KnowledgeSpaceID: new(id()),
