@@ -11,7 +11,6 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
@@ -30,10 +29,9 @@ func (f publisherFunc) Publish(ctx context.Context, msg *relay.Message) (*relay.
 // claims expire).
 func TestRelayUnusableJobIDFailsOnlyItsPublication(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	docs := testfactory.SeedDocuments(ctx, t, db.Pool, 1, 5)
-	attempts := testfactory.StartAll(ctx, t, repo.New(nil), db.Pool, docs, 0)
+	e := newEnv(t, 4)
+	ctx := e.ctx
+	_, attempts := e.start(t, 1, 5, 0)
 	empty := ""
 	bad := map[uuid.UUID]*relay.Publication{
 		attempts[0].ID: {QueueJobID: "job-\xff"},
@@ -47,12 +45,12 @@ func TestRelayUnusableJobIDFailsOnlyItsPublication(t *testing.T) {
 		}
 		return &relay.Publication{QueueJobID: "job-" + msg.AttemptID.String()}, nil
 	})
-	rl := newRelay(t, db.Pool, pub, relay.Config{PollOnly: true})
+	rl := newRelay(t, e.pool, pub, relay.Config{PollOnly: true})
 	n, err := rl.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, len(attempts), n)
 	for _, a := range attempts {
-		rows := testfactory.RequireInvariants(ctx, t, db.Pool, a.ID)
+		rows := testfactory.RequireInvariants(ctx, t, e.pool, a.ID)
 		if _, isBad := bad[a.ID]; isBad {
 			require.Equal(t, kfstype.OutboxStatusPending, rows.Outbox.Status, "backed off")
 			require.Contains(t, *rows.Outbox.LastError, "unusable")

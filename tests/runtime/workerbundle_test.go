@@ -8,14 +8,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -23,21 +20,17 @@ import (
 // workerBundle drives a worker one delivery at a time: the relay's RunOnce
 // publishes to the queue, the test receives the message and calls Process.
 type workerBundle struct {
-	ctx   context.Context
-	pool  *pgxpool.Pool
-	repo  *repo.Repo
-	q     *memqueue.Queue
-	relay *relay.Relay
+	*env
+	rl    *relay.Relay
 	doc   testfactory.Document
 	calls atomic.Int32
 }
 
 func setupWorker(t *testing.T) *workerBundle {
 	t.Helper()
-	db := pgtest.NewDB(t)
-	b := &workerBundle{ctx: context.Background(), pool: newPool(t, db, 8), repo: repo.New(nil), q: memqueue.New()}
+	b := &workerBundle{env: newEnv(t, 8)}
 	b.doc = testfactory.SeedDocuments(b.ctx, t, b.pool, 1, 1)[0]
-	b.relay = newRelay(t, b.pool, b.q, relay.Config{PollOnly: true})
+	b.rl = b.relay(t, relay.Config{PollOnly: true})
 	return b
 }
 
@@ -83,7 +76,7 @@ func (b *workerBundle) startWithMarkOpen(t *testing.T, jobID string) (repo.Deliv
 // publish runs the relay once and requires it published want rows.
 func (b *workerBundle) publish(t *testing.T, want int) {
 	t.Helper()
-	n, err := b.relay.RunOnce(b.ctx)
+	n, err := b.rl.RunOnce(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, want, n)
 }
