@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -88,19 +86,10 @@ func (c *Config) withDefaults() *Config {
 	out.RetryBackoffCap = cmp.Or(c.RetryBackoffCap, RetryBackoffCapDefault)
 	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
 	out.PendingDeliveryWait = cmp.Or(c.PendingDeliveryWait, PendingDeliveryWaitDefault)
-	if out.ID == "" {
-		host, _ := os.Hostname()
-		out.ID = fmt.Sprintf("worker-%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
-	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
-	if out.Metrics == nil {
-		out.Metrics = observe.Discard{}
-	}
-	if out.Repo == nil {
-		out.Repo = repo.New(nil)
-	}
+	out.ID = runcfg.ID(c.ID, "worker")
+	out.Logger = runcfg.Logger(c.Logger)
+	out.Metrics = runcfg.Metrics(c.Metrics)
+	out.Repo = runcfg.Repo(c.Repo)
 	return &out
 }
 

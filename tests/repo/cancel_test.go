@@ -35,6 +35,78 @@ var ctlSupersede = ctlEndOp{
 	},
 }
 
+// ctlRefOp is a control-plane call that names its attempt by an AttemptRef
+// (Cancel, Supersede, ReleaseDeferred, RetryFailed). They refuse a stale
+// row version, an unknown attempt and a malformed ref alike, whatever the
+// attempt's state, so ctlRefRefusals checks that once for all of them.
+type ctlRefOp struct {
+	// ready builds an attempt the call would otherwise change.
+	ready func(t *testing.T, b *testBundle, s *testfactory.Scope) *kfstype.Attempt
+	call  func(b *testBundle, ref repo.AttemptRef) error
+	// still, if set, checks more of what a refusal must leave as it was.
+	still func(t *testing.T, b *testBundle, a *kfstype.Attempt)
+}
+
+// ctlRefRefusals runs op's refusals as subtests of t; none may change
+// anything anywhere.
+func ctlRefRefusals(t *testing.T, op ctlRefOp) {
+	// ready builds the attempt and returns the check that a refusal left
+	// everything as it was.
+	ready := func(t *testing.T) (*testBundle, *testfactory.Scope, *kfstype.Attempt, func()) {
+		b := setup(t)
+		s := b.scope(t)
+		a := op.ready(t, b, s)
+		snap := b.snapshot(t, a.ID)
+		b.clock.Advance(time.Minute)
+		return b, s, a, func() {
+			snap.requireUnchanged(t, b)
+			if op.still != nil {
+				op.still(t, b, a)
+			}
+		}
+	}
+
+	t.Run("RefusesStaleRowVersion", func(t *testing.T) {
+		b, s, a, unchanged := ready(t)
+		// One version behind (when there is one) and one ahead.
+		for _, v := range []int32{a.RowVersion - 1, a.RowVersion + 1} {
+			if v < 0 {
+				continue
+			}
+			ref := s.Ref(a.ID)
+			ref.ExpectedRowVersion = new(v)
+			require.ErrorIs(t, op.call(b, ref), repo.ErrStaleRowVersion, "expected row version %d", v)
+			unchanged()
+		}
+	})
+
+	t.Run("RefusesUnknownAttempt", func(t *testing.T) {
+		b, s, _, unchanged := ready(t)
+		require.ErrorIs(t, op.call(b, s.Ref(uuid.New())), repo.ErrNotFound)
+		unchanged()
+	})
+
+	t.Run("ValidatesInput", func(t *testing.T) {
+		b, s, a, unchanged := ready(t)
+		for _, tc := range []struct {
+			field string
+			edit  func(*repo.AttemptRef)
+		}{
+			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = "" }},
+			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = strings.Repeat("t", 256) }},
+			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = "a\x00b" }},
+			{"KnowledgeSpaceID", func(r *repo.AttemptRef) { r.KnowledgeSpaceID = uuid.Nil }},
+			{"AttemptID", func(r *repo.AttemptRef) { r.AttemptID = uuid.Nil }},
+			{"ExpectedRowVersion", func(r *repo.AttemptRef) { r.ExpectedRowVersion = new(int32(-1)) }},
+		} {
+			ref := s.Ref(a.ID)
+			tc.edit(&ref)
+			requireInputError(t, op.call(b, ref), tc.field)
+			unchanged()
+		}
+	})
+}
+
 func TestCancel(t *testing.T)    { testEndOp(t, ctlCancel) }
 func TestSupersede(t *testing.T) { testEndOp(t, ctlSupersede) }
 
@@ -107,21 +179,6 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 		require.Equal(t, after.Attempt, *got)
 	})
 
-	t.Run("RefusesStaleRowVersion", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateQueued)
-		snap := b.snapshot(t, a.ID)
-		b.clock.Advance(time.Minute)
-		for _, v := range []int32{0, 2} {
-			ref := s.Ref(a.ID)
-			ref.ExpectedRowVersion = new(v)
-			_, err := op.call(b, ref, new("late"))
-			require.ErrorIs(t, err, repo.ErrStaleRowVersion)
-			snap.requireUnchanged(t, b)
-		}
-	})
-
 	for _, state := range ctlTerminalStates {
 		t.Run("Refuses"+ctlStateName(state)+"Attempt", func(t *testing.T) {
 			b := setup(t)
@@ -136,16 +193,6 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 			snap.requireUnchanged(t, b)
 		})
 	}
-
-	t.Run("RefusesUnknownAttempt", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
-		snap := b.snapshot(t, a.ID)
-		_, err := op.call(b, s.Ref(uuid.New()), nil)
-		require.ErrorIs(t, err, repo.ErrNotFound)
-		snap.requireUnchanged(t, b)
-	})
 
 	t.Run("KillsTheWorkersLease", func(t *testing.T) {
 		b := setup(t)
@@ -213,27 +260,13 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 		})
 	}
 
-	t.Run("ValidatesInput", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
-		snap := b.snapshot(t, a.ID)
-		for _, tc := range []struct {
-			field string
-			edit  func(*repo.AttemptRef)
-		}{
-			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = "" }},
-			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = strings.Repeat("t", 256) }},
-			{"TenantID", func(r *repo.AttemptRef) { r.TenantID = "a\x00b" }},
-			{"KnowledgeSpaceID", func(r *repo.AttemptRef) { r.KnowledgeSpaceID = uuid.Nil }},
-			{"AttemptID", func(r *repo.AttemptRef) { r.AttemptID = uuid.Nil }},
-			{"ExpectedRowVersion", func(r *repo.AttemptRef) { r.ExpectedRowVersion = new(int32(-1)) }},
-		} {
-			ref := s.Ref(a.ID)
-			tc.edit(&ref)
+	ctlRefRefusals(t, ctlRefOp{
+		ready: func(t *testing.T, b *testBundle, s *testfactory.Scope) *kfstype.Attempt {
+			return b.drv.InState(b.ctx, t, s, kfstype.RunStateQueued)
+		},
+		call: func(b *testBundle, ref repo.AttemptRef) error {
 			_, err := op.call(b, ref, nil)
-			requireInputError(t, err, tc.field)
-			snap.requireUnchanged(t, b)
-		}
+			return err
+		},
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -73,20 +72,6 @@ func TestReleaseDeferred(t *testing.T) {
 		require.Equal(t, released(before, now), *testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID))
 	})
 
-	t.Run("RefusesStaleRowVersion", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := startDeferred(t, b, s)
-		snap := b.snapshot(t, a.ID)
-		b.clock.Advance(time.Hour)
-		ref := s.Ref(a.ID)
-		ref.ExpectedRowVersion = new(int32(1))
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &ref)
-		require.ErrorIs(t, err, repo.ErrStaleRowVersion)
-		snap.requireUnchanged(t, b)
-		require.False(t, ctlClaimable(t, b, a.ID))
-	})
-
 	t.Run("RefusesStartThatWasNotDeferred", func(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
@@ -137,25 +122,13 @@ func TestReleaseDeferred(t *testing.T) {
 		})
 	}
 
-	t.Run("RefusesUnknownAttempt", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := startDeferred(t, b, s)
-		snap := b.snapshot(t, a.ID)
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(uuid.New())))
-		require.ErrorIs(t, err, repo.ErrNotFound)
-		snap.requireUnchanged(t, b)
-	})
-
-	t.Run("ValidatesInput", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := startDeferred(t, b, s)
-		snap := b.snapshot(t, a.ID)
-		ref := s.Ref(a.ID)
-		ref.KnowledgeSpaceID = uuid.Nil
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &ref)
-		requireInputError(t, err, "KnowledgeSpaceID")
-		snap.requireUnchanged(t, b)
+	ctlRefRefusals(t, ctlRefOp{
+		ready: startDeferred,
+		call: func(b *testBundle, ref repo.AttemptRef) error {
+			_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &ref)
+			return err
+		},
+		// A refused release leaves the start deferred.
+		still: func(t *testing.T, b *testBundle, a *kfstype.Attempt) { require.False(t, ctlClaimable(t, b, a.ID)) },
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -97,19 +96,6 @@ func TestRetryFailed(t *testing.T) {
 		require.Equal(t, after.Attempt, *got)
 	})
 
-	t.Run("RefusesStaleRowVersion", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := failedAt(t, b, s)
-		snap := b.snapshot(t, a.ID)
-		b.clock.Advance(time.Minute)
-		ref := s.Ref(a.ID)
-		ref.ExpectedRowVersion = new(a.RowVersion - 1)
-		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
-		require.ErrorIs(t, err, repo.ErrStaleRowVersion)
-		snap.requireUnchanged(t, b)
-	})
-
 	for _, state := range []kfstype.RunState{
 		kfstype.RunStateDispatchPending, kfstype.RunStateQueued, kfstype.RunStateRunning, kfstype.RunStateRetryWait,
 		kfstype.RunStateSucceeded, kfstype.RunStateCanceled, kfstype.RunStateSuperseded,
@@ -151,29 +137,11 @@ func TestRetryFailed(t *testing.T) {
 		require.Equal(t, retried(before, now), *after)
 	})
 
-	t.Run("RefusesUnknownAttempt", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := failedAt(t, b, s)
-		snap := b.snapshot(t, a.ID)
-		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(uuid.New())))
-		require.ErrorIs(t, err, repo.ErrNotFound)
-		snap.requireUnchanged(t, b)
-	})
-
-	t.Run("ValidatesInput", func(t *testing.T) {
-		b := setup(t)
-		s := b.scope(t)
-		a := failedAt(t, b, s)
-		snap := b.snapshot(t, a.ID)
-		ref := s.Ref(a.ID)
-		ref.AttemptID = uuid.Nil
-		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
-		requireInputError(t, err, "AttemptID")
-		ref = s.Ref(a.ID)
-		ref.TenantID = ""
-		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
-		requireInputError(t, err, "TenantID")
-		snap.requireUnchanged(t, b)
+	ctlRefRefusals(t, ctlRefOp{
+		ready: failedAt,
+		call: func(b *testBundle, ref repo.AttemptRef) error {
+			_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
+			return err
+		},
 	})
 }

@@ -8,14 +8,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -79,8 +76,7 @@ func (s *settleSource) requireSettledOnce(t *testing.T) map[uuid.UUID]int {
 // completerRun is a relay and one worker (Concurrency 8, the completer on)
 // over memqueue, the worker's statements traced.
 type completerRun struct {
-	ctx      context.Context
-	pool     *pgxpool.Pool
+	*env
 	docs     []testfactory.Document
 	attempts []*kfstype.Attempt
 	ids      []uuid.UUID
@@ -93,28 +89,19 @@ type completerRun struct {
 
 func setupCompleterRun(t *testing.T, n int, cfg worker.Config) *completerRun {
 	t.Helper()
-	db := pgtest.NewDB(t)
-	ctx := context.Background()
-	pool := newPool(t, db, 16)
-	docs := testfactory.SeedDocuments(ctx, t, pool, 4, n/4)
-	attempts := testfactory.StartAll(ctx, t, repo.New(nil), pool, docs, 0)
+	e := newEnv(t, 16)
+	docs, attempts := e.start(t, 4, n/4, 0)
 	cfg.Concurrency = 8
-	return &completerRun{ctx: ctx, pool: pool, docs: docs, attempts: attempts, ids: attemptIDs(attempts),
-		src: &settleSource{src: memqueue.New()}, log: &queryLog{}, cfg: cfg}
+	return &completerRun{env: e, docs: docs, attempts: attempts, ids: attemptIDs(attempts),
+		src: &settleSource{src: e.q}, log: &queryLog{}, cfg: cfg}
 }
 
 // run starts the relay and the worker (on a traced pool of its own) with
 // handler h.
 func (c *completerRun) run(t *testing.T, h worker.HandlerFunc) (stop func()) {
 	t.Helper()
-	pc := c.pool.Config()
-	pc.ConnConfig.Tracer = c.log
-	wpool, err := pgxpool.NewWithConfig(c.ctx, pc)
-	require.NoError(t, err)
-	t.Cleanup(wpool.Close)
-	q := c.src.src.(*memqueue.Queue)
-	rl := newRelay(t, c.pool, q, relay.Config{PollInterval: 50 * time.Millisecond})
-	w := newWorker(t, wpool, c.src, h, c.cfg)
+	rl := c.relay(t, relay.Config{PollInterval: 50 * time.Millisecond})
+	w := newWorker(t, c.tracedPool(t, c.log), c.src, h, c.cfg)
 	c.signals = w.TestSignals()
 	c.signals.Processed.Init()
 	return testfactory.RunAll(c.ctx, t, rl.Run, w.Run)

@@ -9,14 +9,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -47,16 +44,11 @@ func (l *queryLog) sent() []string {
 	return append([]string(nil), l.names...)
 }
 
-// tracedWorker returns a worker on a pool of its own (a copy of b's
-// configuration) whose statements log records.
+// tracedWorker returns a worker on a pool of its own whose statements log
+// records.
 func (b *workerBundle) tracedWorker(t *testing.T, log *queryLog, h worker.HandlerFunc, cfg worker.Config) *worker.Worker {
 	t.Helper()
-	pc := b.pool.Config()
-	pc.ConnConfig.Tracer = log
-	pool, err := pgxpool.NewWithConfig(b.ctx, pc)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return newWorker(t, pool, b.q, h, cfg)
+	return newWorker(t, b.tracedPool(t, log), b.q, h, cfg)
 }
 
 // ctLease is the lease the CompleteThrough tests take: long enough that no
@@ -279,24 +271,20 @@ func TestWorkerCompleteThrough(t *testing.T) {
 func TestRunCompleteThrough(t *testing.T) {
 	t.Parallel()
 	const n = 40
-	db := pgtest.NewDB(t)
-	pool := newPool(t, db, 16)
-	ctx := context.Background()
-	r := repo.New(nil)
+	e := newEnv(t, 16)
+	ctx, pool := e.ctx, e.pool
 	testfactory.InstallLeaseAudit(ctx, t, pool)
-	docs := testfactory.SeedDocuments(ctx, t, pool, 4, n/4)
+	docs, attempts := e.start(t, 4, n/4, 0)
 	cands := testfactory.Candidates(docs)
-	attempts := testfactory.StartAll(ctx, t, r, pool, docs, 0)
 	ids := attemptIDs(attempts)
 
-	q := memqueue.New()
 	h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
 		c := cands[job.Attempt.KnowledgeSpaceID]
 		job.CompleteThrough(c.ID, c.Fingerprint)
 		return nil
 	})
-	rl := newRelay(t, pool, q, relay.Config{PollInterval: 50 * time.Millisecond})
-	w := newWorker(t, pool, q, h, worker.Config{Concurrency: 4, LeaseDuration: ctLease})
+	rl := e.relay(t, relay.Config{PollInterval: 50 * time.Millisecond})
+	w := e.worker(t, h, worker.Config{Concurrency: 4, LeaseDuration: ctLease})
 	stop := testfactory.RunAll(ctx, t, rl.Run, w.Run)
 	require.Eventually(t, func() bool { return liveCount(ctx, t, pool, ids) == 0 }, 60*time.Second, 20*time.Millisecond, "attempts still live")
 	stop()

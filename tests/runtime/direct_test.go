@@ -15,20 +15,19 @@ import (
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
 
-// newDirectWorker builds a worker on a PostgreSQL source.
-func newDirectWorker(t testing.TB, pool *pgxpool.Pool, h worker.Handler, scfg pgsource.Config, wcfg worker.Config) (*worker.Worker, *pgsource.Source) {
+// directWorker builds a worker on a PostgreSQL source.
+func (e *env) directWorker(t testing.TB, h worker.Handler, scfg pgsource.Config, wcfg worker.Config) *worker.Worker {
 	t.Helper()
 	if scfg.Logger == nil {
 		scfg.Logger = discardLog
 	}
-	src, err := pgsource.New(pool, &scfg)
+	src, err := pgsource.New(e.pool, &scfg)
 	require.NoError(t, err)
-	return newWorker(t, pool, src, h, wcfg), src
+	return newWorker(t, e.pool, src, h, wcfg)
 }
 
 // compileHandler compiles every attempt to smoke_eval_passed (the worker
@@ -57,18 +56,16 @@ func TestDirectDelivery(t *testing.T) {
 
 	t.Run("TwoWorkersCompleteEveryAttemptOnce", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewDB(t)
-		pool := newPool(t, db, 24)
-		ctx := context.Background()
-		r := repo.New(nil)
+		e := newEnv(t, 24)
+		ctx, pool := e.ctx, e.pool
 		testfactory.InstallLeaseAudit(ctx, t, pool)
-		docs := testfactory.SeedDocuments(ctx, t, pool, 6, 50)
-		ids := attemptIDs(testfactory.StartAll(ctx, t, r, pool, docs, 0))
+		docs, attempts := e.start(t, 6, 50, 0)
+		ids := attemptIDs(attempts)
 		var runs sync.Map
 		h := compileHandler(testfactory.Candidates(docs), &runs)
 		var counts observe.Counts
-		w1, _ := newDirectWorker(t, pool, h, pgsource.Config{Metrics: &counts}, worker.Config{Concurrency: 4})
-		w2, _ := newDirectWorker(t, pool, h, pgsource.Config{Metrics: &counts}, worker.Config{Concurrency: 4, SingleCompletions: true})
+		w1 := e.directWorker(t, h, pgsource.Config{Metrics: &counts}, worker.Config{Concurrency: 4})
+		w2 := e.directWorker(t, h, pgsource.Config{Metrics: &counts}, worker.Config{Concurrency: 4, SingleCompletions: true})
 		stop := testfactory.RunAll(ctx, t, w1.Run, w2.Run)
 		waitAllEnded(ctx, t, pool, ids, 60*time.Second)
 		stop()
@@ -90,9 +87,8 @@ func TestDirectDelivery(t *testing.T) {
 
 	t.Run("ACommitWakesAnIdleSource", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewDB(t)
-		pool := newPool(t, db, 8)
-		ctx := context.Background()
+		e := newEnv(t, 8)
+		ctx, pool := e.ctx, e.pool
 		docs := testfactory.SeedDocuments(ctx, t, pool, 1, 1)
 		ran := make(chan time.Time, 1)
 		h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
@@ -100,7 +96,7 @@ func TestDirectDelivery(t *testing.T) {
 			return testfactory.CompileJob(ctx, job, docs[0].Candidate, nil)
 		})
 		// A 30 s poll: only the notification can make this quick.
-		w, _ := newDirectWorker(t, pool, h, pgsource.Config{PollInterval: 30 * time.Second}, worker.Config{Concurrency: 2})
+		w := e.directWorker(t, h, pgsource.Config{PollInterval: 30 * time.Second}, worker.Config{Concurrency: 2})
 		testfactory.RunAll(ctx, t, w.Run)
 		// Idle and registered: the source's registration row is there.
 		require.Eventually(t, func() bool {
@@ -110,7 +106,7 @@ func TestDirectDelivery(t *testing.T) {
 		}, 10*time.Second, 5*time.Millisecond)
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
-		_, err = repo.New(nil).Start(ctx, tx, docs[0].Scope.StartParams())
+		_, err = e.repo.Start(ctx, tx, docs[0].Scope.StartParams())
 		require.NoError(t, err)
 		committed := time.Now()
 		require.NoError(t, tx.Commit(ctx))
@@ -125,15 +121,14 @@ func TestDirectDelivery(t *testing.T) {
 
 	t.Run("PollOnlyWorks", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewDB(t)
-		pool := newPool(t, db, 8)
-		ctx := context.Background()
+		e := newEnv(t, 8)
+		ctx, pool := e.ctx, e.pool
 		docs := testfactory.SeedDocuments(ctx, t, pool, 2, 10)
 		var runs sync.Map
-		w, _ := newDirectWorker(t, pool, compileHandler(testfactory.Candidates(docs), &runs),
+		w := e.directWorker(t, compileHandler(testfactory.Candidates(docs), &runs),
 			pgsource.Config{PollOnly: true, PollInterval: 50 * time.Millisecond}, worker.Config{Concurrency: 3})
 		testfactory.RunAll(ctx, t, w.Run)
-		ids := attemptIDs(testfactory.StartAll(ctx, t, repo.New(nil), pool, docs, 0))
+		ids := attemptIDs(testfactory.StartAll(ctx, t, e.repo, pool, docs, 0))
 		waitAllEnded(ctx, t, pool, ids, 30*time.Second)
 		var listeners int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_outbox_idle_listeners`).Scan(&listeners))
@@ -142,18 +137,17 @@ func TestDirectDelivery(t *testing.T) {
 
 	t.Run("AStoppingWorkerHandsItsLeasesBack", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewDB(t)
-		pool := newPool(t, db, 8)
-		ctx := context.Background()
-		docs := testfactory.SeedDocuments(ctx, t, pool, 1, 4)
-		ids := attemptIDs(testfactory.StartAll(ctx, t, repo.New(nil), pool, docs, 0))
+		e := newEnv(t, 8)
+		ctx, pool := e.ctx, e.pool
+		_, attempts := e.start(t, 1, 4, 0)
+		ids := attemptIDs(attempts)
 		started := make(chan struct{}, len(ids))
 		h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
 			started <- struct{}{}
 			<-ctx.Done()
 			return ctx.Err()
 		})
-		w, _ := newDirectWorker(t, pool, h, pgsource.Config{}, worker.Config{Concurrency: 2})
+		w := e.directWorker(t, h, pgsource.Config{}, worker.Config{Concurrency: 2})
 		stop := testfactory.RunAll(ctx, t, w.Run)
 		for range 2 {
 			<-started
@@ -176,7 +170,7 @@ func TestDirectDelivery(t *testing.T) {
 // TestSourceRefusesBadUse covers the source's own checks.
 func TestSourceRefusesBadUse(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	pool := newEnv(t, 4).pool
 	_, err := pgsource.New(nil, nil)
 	require.Error(t, err)
 	for name, cfg := range map[string]pgsource.Config{
@@ -185,17 +179,17 @@ func TestSourceRefusesBadUse(t *testing.T) {
 		"MaxTenants": {MaxTenants: repo.MaxFetchTenants + 1},
 		"Negative":   {PollInterval: -time.Second},
 	} {
-		_, err := pgsource.New(db.Pool, &cfg)
+		_, err := pgsource.New(pool, &cfg)
 		require.Error(t, err, name)
 	}
-	src, err := pgsource.New(db.Pool, nil)
+	src, err := pgsource.New(pool, nil)
 	require.NoError(t, err)
 	_, err = src.Receive(context.Background())
 	require.ErrorIs(t, err, pgsource.ErrNotBound)
 	require.ErrorIs(t, src.Run(context.Background()), pgsource.ErrNotBound)
 	h := worker.HandlerFunc(func(context.Context, *worker.Job) error { return nil })
-	_, err = worker.New(db.Pool, src, h, &worker.Config{ID: "worker-one"})
+	_, err = worker.New(pool, src, h, &worker.Config{ID: "worker-one"})
 	require.NoError(t, err)
-	_, err = worker.New(db.Pool, src, h, &worker.Config{ID: "worker-two"})
+	_, err = worker.New(pool, src, h, &worker.Config{ID: "worker-two"})
 	require.ErrorContains(t, err, "bound to worker \"worker-one\"")
 }

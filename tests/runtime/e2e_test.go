@@ -12,11 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -31,10 +29,8 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 	t.Parallel()
 	const n = 1000
 	started := time.Now()
-	db := pgtest.NewDB(t)
-	pool := newPool(t, db, 24)
-	ctx := context.Background()
-	r := repo.New(nil)
+	e := newEnv(t, 24)
+	ctx, pool, r, q := e.ctx, e.pool, e.repo, e.q
 	testfactory.InstallLeaseAudit(ctx, t, pool)
 
 	docs := testfactory.SeedDocuments(ctx, t, pool, 10, n/10)
@@ -55,7 +51,6 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 	cands := testfactory.Candidates(docs)
 	t.Logf("seeded and started %d attempts in %s", n, time.Since(started).Round(time.Millisecond))
 
-	q := memqueue.New()
 	pub := &e2ePublisher{q: q, kinds: kinds, divert: make(chan repo.Delivery, n), diverted: map[uuid.UUID]bool{}}
 
 	// The handler log and the per-attempt run counter.
@@ -215,7 +210,7 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 	wc1, wc2 := workerCfg, workerCfg
 	wc1.ID, wc2.ID = "worker-e2e-1", "worker-e2e-2"
 	r1, r2 := newRelay(t, pool, pub, rc1), newRelay(t, pool, pub, rc2)
-	w1, w2 := newWorker(t, pool, q, handler, wc1), newWorker(t, pool, q, handler, wc2)
+	w1, w2 := e.worker(t, handler, wc1), e.worker(t, handler, wc2)
 
 	// A full broker outage from the start: the first publications fail and
 	// back off, then the broker recovers.

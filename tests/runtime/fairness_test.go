@@ -10,22 +10,20 @@ import (
 
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
 
 // startMany starts every document in batches of repo.MaxBatchSize.
-func startMany(ctx context.Context, t *testing.T, pool repo.DBTX, docs []testfactory.Document) []uuid.UUID {
+func (e *env) startMany(t *testing.T, docs []testfactory.Document) []uuid.UUID {
 	t.Helper()
-	r := repo.New(nil)
 	var ids []uuid.UUID
 	for i := 0; i < len(docs); i += repo.MaxBatchSize {
 		var ps []*repo.StartParams
 		for _, d := range docs[i:min(i+repo.MaxBatchSize, len(docs))] {
 			ps = append(ps, d.Scope.StartParams())
 		}
-		res, err := r.StartMany(ctx, pool, ps)
+		res, err := e.repo.StartMany(e.ctx, e.pool, ps)
 		require.NoError(t, err)
 		for _, s := range res {
 			require.NoError(t, s.Err)
@@ -41,13 +39,12 @@ func startMany(ctx context.Context, t *testing.T, pool repo.DBTX, docs []testfac
 // it is still waiting when the last quiet attempt ends.
 func TestNoisyTenantDoesNotStarveQuietOnes(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
-	pool := newPool(t, db, 16)
-	ctx := context.Background()
+	e := newEnv(t, 16)
+	ctx, pool := e.ctx, e.pool
 	flood := testfactory.SeedDocuments(ctx, t, pool, 1, 5000)
 	quiet := testfactory.SeedDocuments(ctx, t, pool, 20, 20)
-	floodIDs := startMany(ctx, t, pool, flood)
-	quietIDs := startMany(ctx, t, pool, quiet)
+	floodIDs := e.startMany(t, flood)
+	quietIDs := e.startMany(t, quiet)
 	require.Len(t, floodIDs, 5000)
 	require.Len(t, quietIDs, 400)
 
@@ -57,7 +54,7 @@ func TestNoisyTenantDoesNotStarveQuietOnes(t *testing.T) {
 		job.CompleteThrough(c.ID, c.Fingerprint)
 		return nil
 	})
-	w, _ := newDirectWorker(t, pool, h, pgsource.Config{}, worker.Config{Concurrency: 8})
+	w := e.directWorker(t, h, pgsource.Config{}, worker.Config{Concurrency: 8})
 	stop := testfactory.RunAll(ctx, t, w.Run)
 	waitAllEnded(ctx, t, pool, quietIDs, 120*time.Second)
 	var floodLeft, floodDone int

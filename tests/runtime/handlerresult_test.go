@@ -15,10 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -101,13 +99,10 @@ func TestHandlerResultsAreRecorded(t *testing.T) {
 
 func runHandlerResults(t *testing.T, cases []handlerResult) {
 	t.Helper()
-	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	pool := newPool(t, db, 16)
-	r := repo.New(nil)
-	docs := testfactory.SeedDocuments(ctx, t, pool, 1, len(cases))
+	e := newEnv(t, 16)
+	ctx, pool := e.ctx, e.pool
 	// Two execution attempts, so a retry has one left.
-	attempts := testfactory.StartAll(ctx, t, r, pool, docs, 2)
+	_, attempts := e.start(t, 1, len(cases), 2)
 	byAttempt := make(map[uuid.UUID]handlerResult, len(cases))
 	for i, a := range attempts {
 		byAttempt[a.ID] = cases[i]
@@ -120,11 +115,10 @@ func runHandlerResults(t *testing.T, cases []handlerResult) {
 		mu.Unlock()
 		return byAttempt[job.Attempt.ID].err()
 	})
-	q := memqueue.New()
-	rl := newRelay(t, pool, q, relay.Config{PollInterval: 50 * time.Millisecond})
+	rl := e.relay(t, relay.Config{PollInterval: 50 * time.Millisecond})
 	// A short lease: an outcome that is not recorded is redelivered (and
 	// run again) within the test's wait. A retry waits an hour.
-	w := newWorker(t, pool, q, h, worker.Config{
+	w := e.worker(t, h, worker.Config{
 		LeaseDuration: 2 * time.Second, RetryBackoffBase: time.Hour, RetryBackoffCap: time.Hour,
 	})
 	stop := testfactory.RunAll(ctx, t, rl.Run, w.Run)

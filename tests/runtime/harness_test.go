@@ -8,15 +8,70 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
+
+// env is what a runtime test runs on: a database of its own, a pool sized
+// for the test's relays and workers, a repo on the real clock and the
+// in-process queue between relay and worker. Tests build their relays and
+// workers on it, so the setup is written once.
+type env struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+	repo *repo.Repo
+	q    *memqueue.Queue
+}
+
+// newEnv opens a test database with a pool of maxConns connections.
+func newEnv(t testing.TB, maxConns int32) *env {
+	t.Helper()
+	db := pgtest.NewDB(t)
+	return &env{ctx: context.Background(), pool: newPool(t, db, maxConns), repo: repo.New(nil), q: memqueue.New()}
+}
+
+// start seeds perSpace documents in each of spaces knowledge spaces and
+// starts an attempt for each (maxAttempts 0: the default).
+func (e *env) start(t testing.TB, spaces, perSpace int, maxAttempts int32) ([]testfactory.Document, []*kfstype.Attempt) {
+	t.Helper()
+	docs := testfactory.SeedDocuments(e.ctx, t, e.pool, spaces, perSpace)
+	return docs, testfactory.StartAll(e.ctx, t, e.repo, e.pool, docs, maxAttempts)
+}
+
+// relay builds a relay publishing to the env's queue.
+func (e *env) relay(t testing.TB, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	return newRelay(t, e.pool, e.q, cfg)
+}
+
+// worker builds a worker receiving from the env's queue.
+func (e *env) worker(t testing.TB, h worker.Handler, cfg worker.Config) *worker.Worker {
+	t.Helper()
+	return newWorker(t, e.pool, e.q, h, cfg)
+}
+
+func mustUUID(s string) uuid.UUID { return uuid.MustParse(s) }
+
+// tracedPool opens a pool of its own (a copy of the env's configuration)
+// whose statements tracer sees, so a test can trace one worker's SQL.
+func (e *env) tracedPool(t testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
+	pc := e.pool.Config()
+	pc.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(e.ctx, pc)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
 
 // discardLog keeps the runtime's logs out of test output.
 var discardLog = slog.New(slog.DiscardHandler)

@@ -14,11 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
-	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -52,14 +49,11 @@ func TestLogs(t *testing.T) {
 	for _, delivery := range []string{"postgres", "relay"} {
 		t.Run(delivery, func(t *testing.T) {
 			t.Parallel()
-			db := pgtest.NewDB(t)
-			pool := newPool(t, db, 16)
-			ctx := context.Background()
+			e := newEnv(t, 16)
 			var out testfactory.SyncBuffer
 			log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
-			docs := testfactory.SeedDocuments(ctx, t, pool, 2, 6)
-			attempts := testfactory.StartAll(ctx, t, repo.New(nil), pool, docs, 0)
+			docs, attempts := e.start(t, 2, 6, 0)
 			failing := map[uuid.UUID]bool{}
 			for i, a := range attempts {
 				if i%4 == 0 {
@@ -76,13 +70,12 @@ func TestLogs(t *testing.T) {
 			var runs []func(context.Context) error
 			var w *worker.Worker
 			if delivery == "postgres" {
-				w, _ = newDirectWorker(t, pool, h, pgsource.Config{Logger: log}, worker.Config{Concurrency: 4, Logger: log})
+				w = e.directWorker(t, h, pgsource.Config{Logger: log}, worker.Config{Concurrency: 4, Logger: log})
 			} else {
-				q := memqueue.New()
-				rl := newRelay(t, pool, q, relay.Config{Logger: log})
-				w = newWorker(t, pool, q, h, worker.Config{Concurrency: 4, Logger: log})
-				runs = append(runs, rl.Run)
+				runs = append(runs, e.relay(t, relay.Config{Logger: log}).Run)
+				w = e.worker(t, h, worker.Config{Concurrency: 4, Logger: log})
 			}
+			ctx, pool := e.ctx, e.pool
 			stop := testfactory.RunAll(ctx, t, append(runs, w.Run)...)
 			waitAllEnded(ctx, t, pool, attemptIDs(attempts), 30*time.Second)
 			stop()

@@ -8,15 +8,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -24,28 +21,23 @@ import (
 // latencyBundle is a relay, a worker and a handler that reports when it
 // starts, for measuring Start-to-handler latency.
 type latencyBundle struct {
-	ctx     context.Context
-	pool    *pgxpool.Pool
-	repo    *repo.Repo
+	*env
 	docs    []testfactory.Document
 	started chan uuid.UUID
 }
 
 func setupLatency(t *testing.T, n int, relayCfg relay.Config) (*latencyBundle, *relay.TestSignals) {
 	t.Helper()
-	db := pgtest.NewDB(t)
-	pool := newPool(t, db, 8)
-	b := &latencyBundle{ctx: context.Background(), pool: pool, repo: repo.New(nil), started: make(chan uuid.UUID, n)}
-	b.docs = testfactory.SeedDocuments(b.ctx, t, pool, 1, n)
+	b := &latencyBundle{env: newEnv(t, 8), started: make(chan uuid.UUID, n)}
+	b.docs = testfactory.SeedDocuments(b.ctx, t, b.pool, 1, n)
 	cands := testfactory.Candidates(b.docs)
-	q := memqueue.New()
 	h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
 		b.started <- job.Attempt.ID
 		return testfactory.CompileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID], nil)
 	})
-	rl := newRelay(t, pool, q, relayCfg)
+	rl := b.relay(t, relayCfg)
 	rl.TestSignals().Listening.Init()
-	w := newWorker(t, pool, q, h, worker.Config{Concurrency: 2})
+	w := b.worker(t, h, worker.Config{Concurrency: 2})
 	testfactory.RunAll(context.Background(), t, rl.Run, w.Run)
 	return b, rl.TestSignals()
 }

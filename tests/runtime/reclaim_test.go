@@ -8,11 +8,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -32,11 +30,9 @@ func (c offsetClock) NowOrNil() *time.Time { return new(time.Now().Add(time.Dura
 // relay's republication was refused, and the handler ran on.
 func TestReclaimedLeaseStopsHandler(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.NewDB(t)
-	pool := newPool(t, db, 8)
+	e := newEnv(t, 8)
+	ctx, pool := e.ctx, e.pool
 	docs := testfactory.SeedDocuments(ctx, t, pool, 1, 1)
-	q := memqueue.New()
 
 	stopped := make(chan error, 1)
 	h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
@@ -45,13 +41,13 @@ func TestReclaimedLeaseStopsHandler(t *testing.T) {
 		return ctx.Err()
 	})
 	var metrics observe.Counts
-	w := newWorker(t, pool, q, h, worker.Config{Concurrency: 1,
+	w := e.worker(t, h, worker.Config{Concurrency: 1,
 		LeaseDuration: 2 * time.Second, HeartbeatInterval: 1500 * time.Millisecond, Metrics: &metrics})
-	rl := newRelay(t, pool, q, relay.Config{PollInterval: 100 * time.Millisecond,
+	rl := e.relay(t, relay.Config{PollInterval: 100 * time.Millisecond,
 		Repo: repo.New(&repo.Config{Clock: offsetClock(time.Second)})})
 	testfactory.RunAll(ctx, t, rl.Run, w.Run)
 
-	res, err := repo.New(nil).Start(ctx, pool, docs[0].Scope.StartParams())
+	res, err := e.repo.Start(ctx, pool, docs[0].Scope.StartParams())
 	require.NoError(t, err)
 	select {
 	case cause := <-stopped:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,6 @@ import (
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
@@ -66,19 +66,16 @@ func TestRelay(t *testing.T) {
 
 	t.Run("PublishErrorsBackOffThenDeadLetter", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewDB(t)
-		ctx := context.Background()
-		r := repo.New(nil)
-		doc := testfactory.SeedDocuments(ctx, t, db.Pool, 1, 1)[0]
-		res, err := r.Start(ctx, db.Pool, doc.Scope.StartParams())
-		require.NoError(t, err)
-		a := res.Attempt
+		e := newEnv(t, 4)
+		ctx, pool := e.ctx, e.pool
+		_, started := e.start(t, 1, 1, 0)
+		a := started[0]
 
 		pub := newCountingPublisher()
 		pub.fail.Store(true)
 		var metrics observe.Counts
 		const base, maxAttempts = 200 * time.Millisecond, 3
-		rl := newRelay(t, db.Pool, pub, relay.Config{
+		rl := newRelay(t, pool, pub, relay.Config{
 			PollOnly: true, BackoffBase: base, BackoffCap: 10 * base, MaxDispatchAttempts: maxAttempts, Metrics: &metrics,
 		})
 
@@ -89,7 +86,7 @@ func TestRelay(t *testing.T) {
 				require.NoError(t, err)
 				return claimed == 1
 			}, 10*time.Second, 20*time.Millisecond, "dispatch attempt %d", n)
-			rows := testfactory.RequireInvariants(ctx, t, db.Pool, a.ID)
+			rows := testfactory.RequireInvariants(ctx, t, pool, a.ID)
 			require.Equal(t, n, rows.Outbox.DispatchAttempts)
 			require.Contains(t, *rows.Outbox.LastError, "broker said no")
 			if n < maxAttempts {
@@ -105,7 +102,7 @@ func TestRelay(t *testing.T) {
 				claimed, err := rl.RunOnce(ctx)
 				require.NoError(t, err)
 				var now time.Time
-				require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+				require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
 				if now.Before(rows.Outbox.AvailableAt) {
 					require.Zero(t, claimed, "claimed during its backoff")
 				}
@@ -126,25 +123,22 @@ func TestRelay(t *testing.T) {
 
 	t.Run("ClaimOfDeadRelayIsRecoveredAfterLockExpiry", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.NewDB(t)
-		ctx := context.Background()
-		r := repo.New(nil)
-		doc := testfactory.SeedDocuments(ctx, t, db.Pool, 1, 1)[0]
-		res, err := r.Start(ctx, db.Pool, doc.Scope.StartParams())
-		require.NoError(t, err)
-		a := res.Attempt
+		e := newEnv(t, 4)
+		ctx, pool, r := e.ctx, e.pool, e.repo
+		_, started := e.start(t, 1, 1, 0)
+		a := started[0]
 
 		// A relay claims the row and dies without marking or releasing it.
-		dead, err := r.ClaimOutbox(ctx, db.Pool, &repo.ClaimParams{RelayID: "relay-dead", BatchSize: 10, LockDuration: time.Second})
+		dead, err := r.ClaimOutbox(ctx, pool, &repo.ClaimParams{RelayID: "relay-dead", BatchSize: 10, LockDuration: time.Second})
 		require.NoError(t, err)
 		require.Len(t, dead, 1)
 
 		pub := newCountingPublisher()
-		rl := newRelay(t, db.Pool, pub, relay.Config{PollOnly: true, ID: "relay-alive"})
+		rl := newRelay(t, pool, pub, relay.Config{PollOnly: true, ID: "relay-alive"})
 		claimed, err := rl.RunOnce(ctx)
 		require.NoError(t, err)
 		var now time.Time
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
+		require.NoError(t, pool.QueryRow(ctx, `SELECT now()`).Scan(&now))
 		if now.Before(*dead[0].LockedUntil) {
 			require.Zero(t, claimed, "took a row another relay still holds")
 		}
@@ -154,32 +148,29 @@ func TestRelay(t *testing.T) {
 			return claimed == 1
 		}, 10*time.Second, 20*time.Millisecond)
 		require.Equal(t, 1, pub.published(dead[0].ID))
-		rows := testfactory.RequireInvariants(ctx, t, db.Pool, a.ID)
+		rows := testfactory.RequireInvariants(ctx, t, pool, a.ID)
 		require.Equal(t, kfstype.OutboxStatusDispatched, rows.Outbox.Status)
 		require.Equal(t, kfstype.RunStateQueued, rows.Attempt.RunState)
 		require.EqualValues(t, 2, rows.Outbox.DispatchAttempts)
 
 		// The dead relay's late mark is fenced off by its stale lock token.
-		mark, err := r.MarkDispatched(ctx, db.Pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
+		mark, err := r.MarkDispatched(ctx, pool, &repo.MarkDispatchedParams{Dispatches: []repo.Dispatch{{
 			OutboxID: dead[0].ID, LockToken: *dead[0].LockToken, QueueJobID: "late-job",
 		}}})
 		require.NoError(t, err)
 		require.Empty(t, mark.Marked)
 		require.Equal(t, []uuid.UUID{dead[0].ID}, mark.Refused)
-		_, err = r.ReleaseOutbox(ctx, db.Pool, &repo.ReleaseOutboxParams{OutboxID: dead[0].ID, LockToken: *dead[0].LockToken, Backoff: time.Second, LastError: "late"})
+		_, err = r.ReleaseOutbox(ctx, pool, &repo.ReleaseOutboxParams{OutboxID: dead[0].ID, LockToken: *dead[0].LockToken, Backoff: time.Second, LastError: "late"})
 		require.ErrorIs(t, err, repo.ErrOutboxLockLost)
-		require.Equal(t, rows.Attempt.QueueJobID, testfactory.RequireInvariants(ctx, t, db.Pool, a.ID).Attempt.QueueJobID)
+		require.Equal(t, rows.Attempt.QueueJobID, testfactory.RequireInvariants(ctx, t, pool, a.ID).Attempt.QueueJobID)
 	})
 
 	t.Run("ConcurrentRelaysPublishEachRowOnce", func(t *testing.T) {
 		t.Parallel()
 		const n = 200
-		db := pgtest.NewDB(t)
-		pool := newPool(t, db, 12)
-		ctx := context.Background()
-		r := repo.New(nil)
-		docs := testfactory.SeedDocuments(ctx, t, pool, 2, n/2)
-		attempts := testfactory.StartAll(ctx, t, r, pool, docs, 0)
+		e := newEnv(t, 12)
+		ctx, pool := e.ctx, e.pool
+		_, attempts := e.start(t, 2, n/2, 0)
 
 		// A slow broker keeps claims of both relays in flight together.
 		pub := newCountingPublisher()
@@ -206,4 +197,51 @@ func TestRelay(t *testing.T) {
 		require.Zero(t, m1.Get(observe.MarkRefused)+m2.Get(observe.MarkRefused))
 		t.Logf("relay-a published %d, relay-b %d", m1.Get(observe.Published), m2.Get(observe.Published))
 	})
+}
+
+// publisherFunc adapts a function to relay.Publisher.
+type publisherFunc func(ctx context.Context, msg *relay.Message) (*relay.Publication, error)
+
+func (f publisherFunc) Publish(ctx context.Context, msg *relay.Message) (*relay.Publication, error) {
+	return f(ctx, msg)
+}
+
+// TestRelayUnusableJobIDFailsOnlyItsPublication: a Publisher that returns
+// a job id MarkDispatched cannot store (invalid UTF-8, NUL, too long, an
+// empty external id) fails that one publication (backed off with the
+// reason), and the rest of the batch is recorded as dispatched, instead
+// of the whole batch staying unrecorded (and republished after its
+// claims expire).
+func TestRelayUnusableJobIDFailsOnlyItsPublication(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 4)
+	ctx := e.ctx
+	_, attempts := e.start(t, 1, 5, 0)
+	empty := ""
+	bad := map[uuid.UUID]*relay.Publication{
+		attempts[0].ID: {QueueJobID: "job-\xff"},
+		attempts[1].ID: {QueueJobID: "job-\x00"},
+		attempts[2].ID: {QueueJobID: strings.Repeat("j", repo.MaxJobIDLength+1)},
+		attempts[3].ID: {QueueJobID: "job-ok", ExternalJobID: &empty},
+	}
+	pub := publisherFunc(func(_ context.Context, msg *relay.Message) (*relay.Publication, error) {
+		if p, ok := bad[msg.AttemptID]; ok {
+			return p, nil
+		}
+		return &relay.Publication{QueueJobID: "job-" + msg.AttemptID.String()}, nil
+	})
+	rl := newRelay(t, e.pool, pub, relay.Config{PollOnly: true})
+	n, err := rl.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, len(attempts), n)
+	for _, a := range attempts {
+		rows := testfactory.RequireInvariants(ctx, t, e.pool, a.ID)
+		if _, isBad := bad[a.ID]; isBad {
+			require.Equal(t, kfstype.OutboxStatusPending, rows.Outbox.Status, "backed off")
+			require.Contains(t, *rows.Outbox.LastError, "unusable")
+			continue
+		}
+		require.Equal(t, kfstype.OutboxStatusDispatched, rows.Outbox.Status)
+		require.Equal(t, kfstype.RunStateQueued, rows.Attempt.RunState)
+	}
 }

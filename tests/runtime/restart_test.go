@@ -10,10 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/relay"
-	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -26,15 +23,11 @@ import (
 func TestStopAndRestartCompletesEverything(t *testing.T) {
 	t.Parallel()
 	const n = 60
-	db := pgtest.NewDB(t)
-	pool := newPool(t, db, 16)
-	ctx := context.Background()
-	r := repo.New(nil)
-	docs := testfactory.SeedDocuments(ctx, t, pool, 2, n/2)
-	attempts := testfactory.StartAll(ctx, t, r, pool, docs, 0)
+	e := newEnv(t, 16)
+	ctx, pool := e.ctx, e.pool
+	docs, attempts := e.start(t, 2, n/2, 0)
 	ids := attemptIDs(attempts)
 	cands := testfactory.Candidates(docs)
-	q := memqueue.New()
 
 	// First generation: odd attempts block in the handler until the worker
 	// stops, so the slots fill with running attempts.
@@ -58,11 +51,11 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	relayCfg := relay.Config{PollInterval: 100 * time.Millisecond, LockDuration: 2 * time.Second, PublishTimeout: time.Second, BatchSize: 10}
 	workerCfg := worker.Config{Concurrency: 4, LeaseDuration: 10 * time.Second}
 	wc1, wc2 := workerCfg, workerCfg
-	w1 := newWorker(t, pool, q, gen1, wc1)
-	w2 := newWorker(t, pool, q, gen1, wc2)
+	w1 := e.worker(t, gen1, wc1)
+	w2 := e.worker(t, gen1, wc2)
 	w1.TestSignals().Processed.Init()
 	w2.TestSignals().Processed.Init()
-	rl := newRelay(t, pool, q, relayCfg)
+	rl := e.relay(t, relayCfg)
 	stop := testfactory.RunAll(context.Background(), t, rl.Run, w1.Run, w2.Run)
 
 	// All eight slots hold a blocked attempt: stop mid-run.
@@ -99,9 +92,9 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	gen2 := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
 		return testfactory.CompileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID], nil)
 	})
-	w3 := newWorker(t, pool, q, gen2, workerCfg)
-	w4 := newWorker(t, pool, q, gen2, workerCfg)
-	rl2 := newRelay(t, pool, q, relayCfg)
+	w3 := e.worker(t, gen2, workerCfg)
+	w4 := e.worker(t, gen2, workerCfg)
+	rl2 := e.relay(t, relayCfg)
 	stop2 := testfactory.RunAll(context.Background(), t, rl2.Run, w3.Run, w4.Run)
 	require.Eventually(t, func() bool { return liveCount(ctx, t, pool, ids) == 0 }, 45*time.Second, 50*time.Millisecond)
 	stop2()

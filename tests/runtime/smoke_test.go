@@ -3,17 +3,13 @@ package runtime_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/relay"
-	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -43,29 +39,24 @@ func compile(pubs map[string][2]string) worker.HandlerFunc {
 
 func TestRelayAndWorkerCompleteAttempts(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	e := newEnv(t, 16)
+	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	r := repo.New(nil)
-	log := slog.New(slog.DiscardHandler)
 
 	const n = 20
 	pubs := map[string][2]string{}
 	var attempts []*kfstype.Attempt
 	for range n {
-		s := testfactory.NewScope(ctx, t, db.Pool, nil)
-		id, fp := s.Publication(ctx, t, db.Pool, "candidate")
+		s := testfactory.NewScope(ctx, t, e.pool, nil)
+		id, fp := s.Publication(ctx, t, e.pool, "candidate")
 		pubs[s.KnowledgeSpaceID.String()] = [2]string{id.String(), fp}
-		res, err := r.Start(ctx, db.Pool, s.StartParams())
+		res, err := e.repo.Start(ctx, e.pool, s.StartParams())
 		require.NoError(t, err)
 		attempts = append(attempts, res.Attempt)
 	}
 
-	q := memqueue.New()
-	rl, err := relay.New(db.Pool, q, &relay.Config{Logger: log, PollInterval: 50 * time.Millisecond})
-	require.NoError(t, err)
-	w, err := worker.New(db.Pool, q, compile(pubs), &worker.Config{Logger: log, Concurrency: 4})
-	require.NoError(t, err)
+	rl := e.relay(t, relay.Config{PollInterval: 50 * time.Millisecond})
+	w := e.worker(t, compile(pubs), worker.Config{Concurrency: 4})
 	done := make(chan error, 2)
 	go func() { done <- rl.Run(ctx) }()
 	go func() { done <- w.Run(ctx) }()
@@ -73,7 +64,7 @@ func TestRelayAndWorkerCompleteAttempts(t *testing.T) {
 	require.Eventually(t, func() bool {
 		counts := map[kfstype.RunState]int{}
 		for _, a := range attempts {
-			rows := testfactory.RequireInvariants(ctx, t, db.Pool, a.ID)
+			rows := testfactory.RequireInvariants(ctx, t, e.pool, a.ID)
 			counts[rows.Attempt.RunState]++
 		}
 		return counts[kfstype.RunStateSucceeded] == n

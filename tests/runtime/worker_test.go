@@ -96,7 +96,7 @@ func TestWorker(t *testing.T) {
 			UPDATE document_compilation_outbox SET available_at = now() WHERE attempt_id = (SELECT id FROM a)`, a.ID)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
-			n, err := b.relay.RunOnce(b.ctx)
+			n, err := b.rl.RunOnce(b.ctx)
 			require.NoError(t, err)
 			return n == 1
 		}, 10*time.Second, 20*time.Millisecond)
@@ -239,7 +239,7 @@ func TestWorker(t *testing.T) {
 		var now time.Time
 		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT now()`).Scan(&now))
 		if now.Before(*rows.Attempt.RetryAt) {
-			n, err := b.relay.RunOnce(b.ctx)
+			n, err := b.rl.RunOnce(b.ctx)
 			require.NoError(t, err)
 			var after time.Time
 			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT now()`).Scan(&after))
@@ -248,7 +248,7 @@ func TestWorker(t *testing.T) {
 			}
 		}
 		require.Eventually(t, func() bool {
-			n, err := b.relay.RunOnce(b.ctx)
+			n, err := b.rl.RunOnce(b.ctx)
 			require.NoError(t, err)
 			return n == 1
 		}, 10*time.Second, 20*time.Millisecond)
@@ -284,7 +284,7 @@ func TestWorker(t *testing.T) {
 		})
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
-			n, err := b.relay.RunOnce(b.ctx)
+			n, err := b.rl.RunOnce(b.ctx)
 			require.NoError(t, err)
 			return n == 1
 		}, 10*time.Second, 20*time.Millisecond, "the relay redelivers after the lease expired")

@@ -8,14 +8,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -23,21 +21,17 @@ import (
 // workerBundle drives a worker one delivery at a time: the relay's RunOnce
 // publishes to the queue, the test receives the message and calls Process.
 type workerBundle struct {
-	ctx   context.Context
-	pool  *pgxpool.Pool
-	repo  *repo.Repo
-	q     *memqueue.Queue
-	relay *relay.Relay
+	*env
+	rl    *relay.Relay
 	doc   testfactory.Document
 	calls atomic.Int32
 }
 
 func setupWorker(t *testing.T) *workerBundle {
 	t.Helper()
-	db := pgtest.NewDB(t)
-	b := &workerBundle{ctx: context.Background(), pool: newPool(t, db, 8), repo: repo.New(nil), q: memqueue.New()}
+	b := &workerBundle{env: newEnv(t, 8)}
 	b.doc = testfactory.SeedDocuments(b.ctx, t, b.pool, 1, 1)[0]
-	b.relay = newRelay(t, b.pool, b.q, relay.Config{PollOnly: true})
+	b.rl = b.relay(t, relay.Config{PollOnly: true})
 	return b
 }
 
@@ -83,7 +77,7 @@ func (b *workerBundle) startWithMarkOpen(t *testing.T, jobID string) (repo.Deliv
 // publish runs the relay once and requires it published want rows.
 func (b *workerBundle) publish(t *testing.T, want int) {
 	t.Helper()
-	n, err := b.relay.RunOnce(b.ctx)
+	n, err := b.rl.RunOnce(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, want, n)
 }
@@ -121,4 +115,62 @@ func (b *workerBundle) requireFailed(t *testing.T, id uuid.UUID, code, msg strin
 	require.Equal(t, code, *rows.Attempt.LastErrorCode)
 	require.Contains(t, *rows.Attempt.LastErrorMessage, msg)
 	return rows
+}
+
+// TestPendingDeliveryWaitsInSlot: a delivery that arrives before its
+// relay's MarkDispatched commits is leased in the slot once the mark
+// lands, within Config.PendingDeliveryWait, and is not handed back; with
+// the wait disabled it is handed back at once.
+func TestPendingDeliveryWaitsInSlot(t *testing.T) {
+	t.Parallel()
+	compile := func(b *workerBundle) worker.HandlerFunc {
+		return func(ctx context.Context, job *worker.Job) error {
+			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
+		}
+	}
+
+	t.Run("LeasedOnceTheMarkCommits", func(t *testing.T) {
+		t.Parallel()
+		b := setupWorker(t)
+		d, tx := b.startWithMarkOpen(t, "job-early")
+		b.q.Inject(d)
+		var metrics observe.Counts
+		// A wait long enough for this test's own commit below.
+		w := b.worker(t, compile(b), worker.Config{PendingDeliveryWait: time.Minute, Metrics: &metrics})
+		done := make(chan worker.Result, 1)
+		go func() { done <- w.Process(b.ctx, b.receive(t)) }()
+		require.Eventually(t, func() bool { return metrics.Get(observe.PendingWaits) >= 2 },
+			10*time.Second, time.Millisecond, "the slot keeps trying while the mark is uncommitted")
+		require.NoError(t, tx.Commit(b.ctx))
+		res := <-done
+		require.Equal(t, worker.OutcomeCompleted, res.Outcome, "%v", res.Err)
+		require.Zero(t, metrics.Get(observe.DeferredDelivery), "never handed back")
+		require.Equal(t, int32(1), b.calls.Load())
+		require.Equal(t, kfstype.RunStateSucceeded, b.rows(t, res.AttemptID).Attempt.RunState)
+	})
+
+	t.Run("HandedBackWhenTheWaitIsOver", func(t *testing.T) {
+		t.Parallel()
+		for name, wait := range map[string]time.Duration{"Disabled": -1, "Short": 5 * time.Millisecond} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				b := setupWorker(t)
+				d, _ := b.startWithMarkOpen(t, "job-early")
+				b.q.Inject(d)
+				var metrics observe.Counts
+				w := b.worker(t, compile(b), worker.Config{PendingDeliveryWait: wait, Metrics: &metrics})
+				res := w.Process(b.ctx, b.receive(t))
+				require.Equal(t, worker.OutcomeDeferred, res.Outcome)
+				require.ErrorIs(t, res.Err, repo.ErrDeliveryPending)
+				require.Equal(t, int64(1), metrics.Get(observe.DeferredDelivery))
+				if wait < 0 {
+					require.Zero(t, metrics.Get(observe.PendingWaits))
+				} else {
+					// 1, 2 and the 2 ms left of 5 ms.
+					require.Equal(t, int64(3), metrics.Get(observe.PendingWaits))
+				}
+				require.Zero(t, b.calls.Load())
+			})
+		}
+	})
 }

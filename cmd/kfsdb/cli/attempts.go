@@ -289,16 +289,8 @@ func runAttempts(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	switch sub {
 	case "show":
-		fs.Usage = func() {
-			fmt.Fprintln(fs.Output(), "Usage: kfsdb attempts show --tenant T [--json] [--database-url URL] ATTEMPT_ID")
-			fs.PrintDefaults()
-		}
-		if err := ParseFlags(fs, args); err != nil {
+		if err := parseCommand(fs, args, "Usage: kfsdb attempts show --tenant T [--json] [--database-url URL] ATTEMPT_ID", 1, "show takes one attempt id"); err != nil {
 			return err
-		}
-		if fs.NArg() != 1 {
-			fs.Usage()
-			return fmt.Errorf("%w: show takes one attempt id", ErrUsage)
 		}
 		id, err := uuid.Parse(fs.Arg(0))
 		if err != nil {

@@ -168,16 +168,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.Float64Var(&opts.Rate, "rate", 0, "attempts started per second by all producers together (default 0: unpaced)")
 	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb bench [--database-url URL] [--delivery postgres|relay] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]")
-		fs.PrintDefaults()
-	}
-	if err := ParseFlags(fs, args); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb bench [--database-url URL] [--delivery postgres|relay] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]", 0, "bench takes no arguments"); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: bench takes no arguments", ErrUsage)
 	}
 	if opts.DatabaseURL == "" {
 		opts.DatabaseURL = getenv(EnvDatabaseURL)

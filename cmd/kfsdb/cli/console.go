@@ -128,16 +128,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	fs.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
 	fs.StringVar(&opts.AuthToken, "auth-token", "", "token every request must carry (Bearer or /login cookie); defaults to $"+EnvConsoleToken)
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb console [--listen 127.0.0.1:8080] [--database-url URL] [--tenant T] [--read-only] [--auth-token TOKEN] [--metrics-listen ADDR]")
-		fs.PrintDefaults()
-	}
-	if err := ParseFlags(fs, args); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb console [--listen 127.0.0.1:8080] [--database-url URL] [--tenant T] [--read-only] [--auth-token TOKEN] [--metrics-listen ADDR]", 0, "console takes no arguments"); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: console takes no arguments", ErrUsage)
 	}
 	opts.DatabaseURL = cmp.Or(opts.DatabaseURL, getenv(EnvDatabaseURL))
 	opts.AuthToken = cmp.Or(opts.AuthToken, getenv(EnvConsoleToken))

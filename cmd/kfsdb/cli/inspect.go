@@ -64,16 +64,8 @@ func (s *selection) params(tenant string) (*repo.ListAttemptsParams, error) {
 func runAttemptsList(ctx context.Context, fs *flag.FlagSet, args []string, url, tenant *string, asJSON *bool, stdout io.Writer, getenv func(string) string) error {
 	var sel selection
 	sel.register(fs, ListDefault)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb attempts list --tenant T [--state S,S] [--space ID] [--limit N] [--after TOKEN] [--json] [--database-url URL]")
-		fs.PrintDefaults()
-	}
-	if err := ParseFlags(fs, args); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb attempts list --tenant T [--state S,S] [--space ID] [--limit N] [--after TOKEN] [--json] [--database-url URL]", 0, "list takes no arguments"); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: list takes no arguments", ErrUsage)
 	}
 	if *tenant == "" {
 		return fmt.Errorf("%w: --tenant is required", ErrUsage)
@@ -154,15 +146,8 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	tenant := fs.String("tenant", "", "count this tenant's attempts (default: every tenant's)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	capN := fs.Int("cap", repo.CountCapDefault, fmt.Sprintf("count at most this many per state (1..%d); more shows as ≥", repo.MaxCountCap))
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb outbox stats [--tenant T] [--cap N] [--json] [--database-url URL]")
-		fs.PrintDefaults()
-	}
-	if err := ParseFlags(fs, args[1:]); err != nil {
+	if err := parseCommand(fs, args[1:], "Usage: kfsdb outbox stats [--tenant T] [--cap N] [--json] [--database-url URL]", 0, "outbox stats takes no arguments"); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: outbox stats takes no arguments", ErrUsage)
 	}
 	if *capN < 1 || *capN > repo.MaxCountCap {
 		return fmt.Errorf("%w: --cap must be 1..%d", ErrUsage, repo.MaxCountCap)
@@ -238,15 +223,8 @@ func runStuck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	overdue := fs.Duration("pending-overdue", repo.PendingOverdueDefault, "a pending outbox row due longer ago than this is stuck")
 	limit := fs.Int("limit", ListDefault, fmt.Sprintf("rows to show, 1..%d", repo.MaxListLimit))
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb stuck [--tenant T] [--pending-overdue D] [--limit N] [--json] [--database-url URL]")
-		fs.PrintDefaults()
-	}
-	if err := ParseFlags(fs, args); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb stuck [--tenant T] [--pending-overdue D] [--limit N] [--json] [--database-url URL]", 0, "stuck takes no arguments"); err != nil {
 		return err
-	}
-	if fs.NArg() != 0 {
-		return fmt.Errorf("%w: stuck takes no arguments", ErrUsage)
 	}
 	if *limit < 1 || *limit > repo.MaxListLimit || *overdue <= 0 {
 		return fmt.Errorf("%w: --limit must be 1..%d and --pending-overdue > 0", ErrUsage, repo.MaxListLimit)
