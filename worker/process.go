@@ -97,7 +97,7 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 
 	job := &Job{Attempt: attempt, repo: w.cfg.Repo, pool: w.pool}
 	job.lease.Store(lease)
-	herr, lost := w.runWithHeartbeat(ctx, job, log)
+	herr, lost := w.runWithHeartbeat(ctx, job, msg, log)
 	lease = job.Lease()
 	res.Lease = lease
 	if lost {
@@ -218,6 +218,12 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 	if res.Outcome == OutcomeStale {
 		w.cfg.Metrics.Add(observe.StaleDeliveries, 1)
 		log.DebugContext(ctx, "stale delivery acknowledged", "reason", err)
+		if dm, ok := msg.(Discarder); ok {
+			if err := dm.Discard(wctx); err != nil {
+				log.ErrorContext(ctx, "discard failed; the queue will redeliver", "err", err)
+			}
+			return res
+		}
 	}
 	w.ack(wctx, log, msg)
 	return res
