@@ -86,7 +86,7 @@ func (r *Relay) publish(ctx context.Context, m *kfstype.OutboxMessage) (*Publica
 	defer cancel()
 	pub, err := r.pub.Publish(pctx, &Message{
 		ID: m.ID, AttemptID: m.AttemptID, IdempotencyKey: m.IdempotencyKey, EventType: m.EventType,
-		SchemaVersion: m.SchemaVersion, Payload: m.Payload, DispatchAttempts: m.DispatchAttempts,
+		SchemaVersion: m.SchemaVersion, Payload: m.Payload, DispatchAttempts: m.DispatchAttempts, LockToken: *m.LockToken,
 	})
 	if err != nil {
 		return nil, err

@@ -42,6 +42,12 @@ type Message struct {
 	Payload json.RawMessage
 	// DispatchAttempts counts publications of this row, this one included.
 	DispatchAttempts int32
+	// LockToken is this claim's token, new at every claim. IdempotencyKey
+	// names the row, which is published again after a retry, a visibility
+	// timeout or a lost lease; with LockToken a broker's deduplication can
+	// drop a repeat of this publication (a publisher's own retry) without
+	// dropping those later ones.
+	LockToken uuid.UUID
 }
 
 // Publication is what the queue returned for a published message.
