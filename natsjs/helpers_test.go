@@ -89,11 +89,7 @@ func setup(t *testing.T, urls string, cfg natsjs.Config, docs int) *bundle {
 // startAll starts an attempt per document.
 func (b *bundle) startAll(t *testing.T) []uuid.UUID {
 	t.Helper()
-	var ids []uuid.UUID
-	for _, a := range testfactory.StartAll(b.ctx, t, b.repo, b.pool, b.docs, 0) {
-		ids = append(ids, a.ID)
-	}
-	return ids
+	return attemptIDs(testfactory.StartAll(b.ctx, t, b.repo, b.pool, b.docs, 0))
 }
 
 // relay returns a relay publishing through a natsjs.Publisher.
@@ -156,11 +152,21 @@ func (c *compiler) runsOf(id uuid.UUID) int {
 // waitEnded waits until no attempt of ids is live.
 func (b *bundle) waitEnded(t *testing.T, ids []uuid.UUID, within time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool {
-		var live int
-		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM document_compilation_attempts WHERE id = ANY($1) AND active_slot IS NOT NULL`, ids).Scan(&live))
-		return live == 0
-	}, within, 50*time.Millisecond, "attempts still live")
+	b.waitEndedAtLeast(t, ids, len(ids), within)
+}
+
+// waitEndedAtLeast waits until n of ids have ended.
+func (b *bundle) waitEndedAtLeast(t *testing.T, ids []uuid.UUID, n int, within time.Duration) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.endedCount(t, ids) >= n }, within, 50*time.Millisecond, "fewer than %d attempts ended", n)
+}
+
+// endedCount is how many of ids have ended.
+func (b *bundle) endedCount(t *testing.T, ids []uuid.UUID) int {
+	t.Helper()
+	var ended int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM document_compilation_attempts WHERE id = ANY($1) AND active_slot IS NULL`, ids).Scan(&ended))
+	return ended
 }
 
 // outcomes counts the attempts' run states and their outbox rows'
