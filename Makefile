@@ -1,8 +1,9 @@
 # kfsdb development tasks. Run `make help` for the list.
 #
-# Four modules: the library (.), the test harness, integration tests, demo
-# and bench-kfsdb programs (tests/), the deploy command (cmd/kfsdb/) and the
-# Prometheus adapter (observe/prom/). Every target runs each module with
+# Five modules: the library (.), the test harness, integration tests, demo
+# and bench-kfsdb programs (tests/), the deploy command (cmd/kfsdb/), the
+# Prometheus adapter (observe/prom/) and the NATS JetStream broker adapter
+# (natsjs/). Every target runs each module with
 # GOWORK=off, so it checks that module's own go.mod exactly as CI and
 # importers see it; go.work is only a convenience for editors and ad-hoc runs.
 
@@ -10,7 +11,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . tests cmd/kfsdb observe/prom
+MODULES := . tests cmd/kfsdb observe/prom natsjs
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 
@@ -61,7 +62,7 @@ define ensure-image
 endef
 
 .PHONY: test
-test: ## Run every test of the four modules (-race), building kfsdb-postgres:17 if needed.
+test: ## Run every test of the five modules (-race), building kfsdb-postgres:17 if needed.
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
 	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; failed=; \
 	for m in $(MODULES); do \
@@ -110,7 +111,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers or docker, and that the kfsdb binary links no testcontainers or moby module.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang or nats, and that the kfsdb binary links no testcontainers, moby or nats-server module.
 	scripts/check-deps.sh
 
 .PHONY: tidy

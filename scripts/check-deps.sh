@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Check that importers of the root module github.com/knowledgefs/kfsdb never
 # get the development-only dependencies (sqlc, goose, testcontainers, the
-# Docker client) nor Prometheus' client_golang (module observe/prom) in
-# their package or module graph.
+# Docker client) nor Prometheus' client_golang (module observe/prom) nor
+# nats.go (module natsjs) in their package or module graph.
 #
 #   (a) `go list -deps` over every package of the root module (GOWORK=off)
 #       must not contain a forbidden package path;
@@ -11,8 +11,9 @@
 #       have no forbidden module in `go list -m all`;
 #   (c) the deploy binary, cmd/kfsdb built as operators build it, must link
 #       no test harness: `go version -m` lists no testcontainers, moby or
-#       docker module (nor sqlc, chromedp, nor the tests module). goose is expected
-#       there (kfsdb migrate). Prints the binary's size.
+#       docker module (nor sqlc, chromedp, nats-server, nor the tests
+#       module). goose is expected there (kfsdb migrate), and nats.go
+#       (kfsdb work/relay/bench with NATS). Prints the binary's size.
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
 set -euo pipefail
@@ -29,11 +30,12 @@ consumer_imports=(
 	github.com/knowledgefs/kfsdb/observe
 )
 
-# client_golang belongs to the separate observe/prom module only.
-forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang'
-# What the kfsdb binary must not link: the harness, its Docker client and
-# the browser driver of tests/console.
-binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests'
+# client_golang belongs to the separate observe/prom module only, nats.go
+# and nats-server to natsjs (and its tests) only.
+forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|nats-io'
+# What the kfsdb binary must not link: the harness, its Docker client, the
+# browser driver of tests/console and the NATS server of natsjs's tests.
+binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-server'
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export GOWORK=off
@@ -108,4 +110,4 @@ if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker or client_golang for importers; no test harness in the kfsdb binary)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang or nats for importers; no test harness or NATS server in the kfsdb binary)"
