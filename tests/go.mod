@@ -29,6 +29,7 @@ require (
 	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/knowledgefs/kfsdb/natsjs v0.0.0 // indirect
 	github.com/knowledgefs/kfsdb/observe/prom v0.0.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -103,5 +104,7 @@ require (
 replace github.com/knowledgefs/kfsdb => ../
 
 replace github.com/knowledgefs/kfsdb/cmd/kfsdb => ../cmd/kfsdb
+
+replace github.com/knowledgefs/kfsdb/natsjs => ../natsjs
 
 replace github.com/knowledgefs/kfsdb/observe/prom => ../observe/prom
