@@ -17,13 +17,16 @@ import (
 	"github.com/knowledgefs/kfsdb/worker"
 )
 
-// TestStreamLeaderLossMidRun kills the stream leader of a three-node
-// cluster (stream and consumer with three replicas) while a few hundred
-// attempts run; half of them start right after the kill, so the relay
-// publishes them during the election. The relay is set to dead-letter a row after 3 failed
-// publications with backoffs of 50 to 200 ms, so the publisher must ride
-// the election out inside one Publish: no row may be dead-lettered, every
-// attempt must succeed exactly once.
+// TestStreamLeaderLossMidRun runs a few hundred attempts through a
+// three-node cluster (stream and consumer with three replicas) and, in
+// the middle, shuts down the stream leader, then a second node, so that
+// the stream has no leader (no quorum) for 2 s until that node comes
+// back. A third of the attempts start after each shutdown, so the relay
+// publishes them while the leader moves and while there is none. The
+// relay dead-letters a row after 3 failed publications with backoffs of
+// 50 to 200 ms: the publisher must ride the election out inside one
+// Publish. No publication may fail back to the relay, no row may be
+// dead-lettered, every attempt must succeed once.
 func TestStreamLeaderLossMidRun(t *testing.T) {
 	t.Parallel()
 	const n = 300
@@ -33,7 +36,6 @@ func TestStreamLeaderLossMidRun(t *testing.T) {
 	urls := cl.URLs()
 	b := setup(t, urls, natsjs.Config{Storage: jetstream.FileStorage, Replicas: 3, LeaseDuration: 3 * time.Second}, n)
 	testfactory.InstallStateAudit(b.ctx, t, b.pool)
-	first := testfactory.StartAll(b.ctx, t, b.repo, b.pool, b.docs[:n/2], 0)
 	h := newCompiler(b.docs)
 	var metrics observe.Counts
 	stop := testfactory.RunAll(b.ctx, t,
@@ -41,9 +43,45 @@ func TestStreamLeaderLossMidRun(t *testing.T) {
 		b.worker(t, urls, h, worker.Config{Concurrency: 4}).Run,
 		b.worker(t, urls, h, worker.Config{Concurrency: 4}).Run,
 	)
+	start := func(docs []testfactory.Document) []uuid.UUID {
+		return attemptIDs(testfactory.StartAll(b.ctx, t, b.repo, b.pool, docs, 0))
+	}
+	ids := start(b.docs[:n/3])
+	b.waitEndedAtLeast(t, ids, n/6, 30*time.Second)
 
-	ids := attemptIDs(first)
-	b.waitEndedAtLeast(t, ids, n/4, 30*time.Second)
+	leader := b.streamLeader(t, cl)
+	ended := b.endedCount(t, ids)
+	leader.Shutdown()
+	ids = append(ids, start(b.docs[n/3:2*n/3])...)
+	t.Logf("stream leader %s shut down with %d of %d attempts ended; %d more started", leader.Name, ended, n/3, n/3)
+	require.Less(t, ended, n/3, "the first third ended before the leader was lost")
+
+	var second *natstest.Node
+	for _, node := range cl.Nodes {
+		if node != leader {
+			second = node
+			break
+		}
+	}
+	second.Shutdown()
+	ids = append(ids, start(b.docs[2*n/3:])...)
+	time.Sleep(2 * time.Second)
+	require.NoError(t, second.Start())
+	t.Logf("%s down for 2 s (no quorum); %d attempts ended when it came back", second.Name, b.endedCount(t, ids))
+
+	b.waitEnded(t, ids, 60*time.Second)
+	stop()
+	b.requireAllSucceededOnce(t, ids)
+	require.Zero(t, metrics.Get(observe.DeadLettered))
+	// Within the relay's PublishTimeout (10 s) the publisher retries: the
+	// election never even costs a row a dispatch attempt.
+	require.Zero(t, metrics.Get(observe.PublishFailed), "publications failed back to the relay during the election")
+	t.Logf("published %d (republished %d)", metrics.Get(observe.Published), metrics.Get(observe.Published)-n)
+}
+
+// streamLeader returns the node that leads the stream now.
+func (b *bundle) streamLeader(t *testing.T, cl *natstest.Cluster) *natstest.Node {
+	t.Helper()
 	st, err := b.js.Stream(b.ctx, natsjs.StreamDefault)
 	require.NoError(t, err)
 	info, err := st.Info(b.ctx)
@@ -51,17 +89,7 @@ func TestStreamLeaderLossMidRun(t *testing.T) {
 	require.NotNil(t, info.Cluster)
 	leader := cl.Node(info.Cluster.Leader)
 	require.NotNil(t, leader, "stream leader %q", info.Cluster.Leader)
-	ended := b.endedCount(t, ids)
-	leader.Shutdown()
-	ids = append(ids, attemptIDs(testfactory.StartAll(b.ctx, t, b.repo, b.pool, b.docs[n/2:], 0))...)
-	t.Logf("stream leader %s shut down with %d of %d attempts ended; %d more started", leader.Name, ended, n/2, n-n/2)
-	require.Less(t, ended, n/2, "the first half ended before the leader was lost")
-
-	b.waitEnded(t, ids, 60*time.Second)
-	stop()
-	b.requireAllSucceededOnce(t, ids)
-	require.Zero(t, metrics.Get(observe.DeadLettered))
-	t.Logf("publish failures returned to the relay: %d; published %d", metrics.Get(observe.PublishFailed), metrics.Get(observe.Published))
+	return leader
 }
 
 func attemptIDs(as []*kfstype.Attempt) []uuid.UUID {

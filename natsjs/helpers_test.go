@@ -78,7 +78,12 @@ func setup(t *testing.T, urls string, cfg natsjs.Config, docs int) *bundle {
 	wctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 	defer cancel()
 	require.NoError(t, natstest.WaitJetStream(wctx, nc))
-	require.NoError(t, natsjs.EnsureStream(wctx, js, b.cfg))
+	// A cluster answers before it can place three replicas: try again.
+	var err2 error
+	for err2 = natsjs.EnsureStream(wctx, js, b.cfg); err2 != nil && wctx.Err() == nil; err2 = natsjs.EnsureStream(wctx, js, b.cfg) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.NoError(t, err2)
 	b.js = js
 	if docs > 0 {
 		b.docs = testfactory.SeedDocuments(b.ctx, t, pool, max(docs/10, 1), min(docs, 10))
