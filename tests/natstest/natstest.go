@@ -38,12 +38,21 @@ type Node struct {
 
 // StartNode starts a single server with JetStream, its store in dir, on a
 // free port of 127.0.0.1.
-func StartNode(dir string) (*Node, error) {
-	ports, err := freePorts(1)
-	if err != nil {
-		return nil, err
+func StartNode(dir string) (*Node, error) { return StartNodeAt(dir, 0) }
+
+// StartNodeAt is StartNode on port (0: a free one).
+func StartNodeAt(dir string, port int) (*Node, error) {
+	if port < 0 || port > 65535 {
+		return nil, fmt.Errorf("natstest: port %d out of range", port)
 	}
-	n := &Node{Name: "n1", URL: fmt.Sprintf("nats://127.0.0.1:%d", ports[0]), dir: dir, port: ports[0]}
+	if port == 0 {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		port = ports[0]
+	}
+	n := &Node{Name: "n1", URL: fmt.Sprintf("nats://127.0.0.1:%d", port), dir: dir, port: port}
 	return n, n.Start()
 }
 
