@@ -2,16 +2,17 @@
 #
 # Five modules: the library (.), the test harness, integration tests, demo
 # and bench-kfsdb programs (tests/), the deploy command (cmd/kfsdb/), the
-# Prometheus adapter (observe/prom/) and the OpenTelemetry one
-# (observe/otel/). Every target runs each module with GOWORK=off, so it
-# checks that module's own go.mod exactly as CI and importers see it;
-# go.work is only a convenience for editors and ad-hoc runs.
+# Prometheus adapter (observe/prom/), the OpenTelemetry one (observe/otel/)
+# and the NATS JetStream broker adapter (natsjs/). Every target runs each
+# module with GOWORK=off, so it checks that module's own go.mod exactly as
+# CI and importers see it; go.work is only a convenience for editors and
+# ad-hoc runs.
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . tests cmd/kfsdb observe/prom observe/otel
+MODULES := . tests cmd/kfsdb observe/prom observe/otel natsjs
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 
@@ -111,7 +112,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang or the OpenTelemetry SDK, and that the kfsdb binary links no testcontainers or moby module.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats, and that the kfsdb binary links no testcontainers, moby or nats-server module.
 	scripts/check-deps.sh
 
 .PHONY: tidy

@@ -90,7 +90,7 @@ func (r *Relay) publish(ctx context.Context, m *kfstype.OutboxMessage, tc kfstyp
 	defer cancel()
 	pub, err := r.pub.Publish(pctx, &Message{
 		ID: m.ID, AttemptID: m.AttemptID, IdempotencyKey: m.IdempotencyKey, EventType: m.EventType,
-		SchemaVersion: m.SchemaVersion, Payload: m.Payload, DispatchAttempts: m.DispatchAttempts,
+		SchemaVersion: m.SchemaVersion, Payload: m.Payload, DispatchAttempts: m.DispatchAttempts, LockToken: *m.LockToken,
 		TraceContext: tc,
 	})
 	if err != nil {

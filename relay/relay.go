@@ -49,6 +49,12 @@ type Message struct {
 	// beside the payload (message headers) for the worker
 	// (worker.TracedMessage). Zero otherwise.
 	TraceContext kfstype.TraceContext
+	// LockToken is this claim's token, new at every claim. IdempotencyKey
+	// names the row, which is published again after a retry, a visibility
+	// timeout or a lost lease; with LockToken a broker's deduplication can
+	// drop a repeat of this publication (a publisher's own retry) without
+	// dropping those later ones.
+	LockToken uuid.UUID
 }
 
 // Publication is what the queue returned for a published message.

@@ -2,8 +2,8 @@
 # Check that importers of the root module github.com/knowledgefs/kfsdb never
 # get the development-only dependencies (sqlc, goose, testcontainers, the
 # Docker client) nor Prometheus' client_golang (module observe/prom) nor
-# the OpenTelemetry SDK (module observe/otel) in their package or module
-# graph.
+# the OpenTelemetry SDK (module observe/otel) nor nats.go (module natsjs)
+# in their package or module graph.
 #
 #   (a) `go list -deps` over every package of the root module (GOWORK=off)
 #       must not contain a forbidden package path;
@@ -12,8 +12,9 @@
 #       have no forbidden module in `go list -m all`;
 #   (c) the deploy binary, cmd/kfsdb built as operators build it, must link
 #       no test harness: `go version -m` lists no testcontainers, moby or
-#       docker module (nor sqlc, chromedp, nor the tests module). goose is expected
-#       there (kfsdb migrate). Prints the binary's size.
+#       docker module (nor sqlc, chromedp, nats-server, nor the tests
+#       module). goose is expected there (kfsdb migrate), and nats.go
+#       (kfsdb work/relay/bench with NATS). Prints the binary's size.
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
 set -euo pipefail
@@ -32,11 +33,12 @@ consumer_imports=(
 )
 
 # client_golang belongs to the separate observe/prom module only, the
-# OpenTelemetry SDK to observe/otel (for its tests).
-forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk'
-# What the kfsdb binary must not link: the harness, its Docker client and
-# the browser driver of tests/console.
-binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests'
+# OpenTelemetry SDK to observe/otel (for its tests), nats.go and
+# nats-server to natsjs (and its tests) only.
+forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk|nats-io'
+# What the kfsdb binary must not link: the harness, its Docker client, the
+# browser driver of tests/console and the NATS server of natsjs's tests.
+binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-server'
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export GOWORK=off
@@ -111,4 +113,4 @@ if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang or OpenTelemetry SDK for importers; no test harness in the kfsdb binary)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness or NATS server in the kfsdb binary)"

@@ -13,8 +13,9 @@ import (
 
 // runWithHeartbeat runs the handler while a goroutine extends the lease.
 // It reports whether the lease was lost; the handler's context is canceled
-// with cause repo.ErrLeaseLost the moment it is.
-func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, log *slog.Logger) (err error, lost bool) {
+// with cause repo.ErrLeaseLost the moment it is. Each renewal also extends
+// msg when it is an Extender.
+func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, msg Message, log *slog.Logger) (err error, lost bool) {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var lostFlag atomic.Bool
@@ -22,7 +23,8 @@ func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, log *slog.Logge
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.heartbeat(beatCtx, job, log, func(cause error) {
+		ext, _ := msg.(Extender)
+		w.heartbeat(beatCtx, job, ext, log, func(cause error) {
 			lostFlag.Store(true)
 			cancel(cause)
 		})
@@ -36,8 +38,9 @@ func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, log *slog.Logge
 // heartbeat extends the lease every HeartbeatInterval until ctx ends. A
 // refusal means the lease is lost; other errors are retried until the
 // lease would have expired. Each call is bounded by the lease's expiry, so
-// a call stuck on an unresponsive server ends the lease on time.
-func (w *Worker) heartbeat(ctx context.Context, job *Job, log *slog.Logger, lose func(error)) {
+// a call stuck on an unresponsive server ends the lease on time. After a
+// renewal it extends ext (may be nil), the message's redelivery deadline.
+func (w *Worker) heartbeat(ctx context.Context, job *Job, ext Extender, log *slog.Logger, lose func(error)) {
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
 	for {
@@ -56,6 +59,11 @@ func (w *Worker) heartbeat(ctx context.Context, job *Job, log *slog.Logger, lose
 		switch {
 		case err == nil:
 			job.lease.Store(renewed)
+			if ext != nil {
+				if err := ext.Extend(ctx); err != nil {
+					log.WarnContext(ctx, "extending the delivery's deadline failed; the queue may redeliver it (the lease still fences the attempt)", "err", err)
+				}
+			}
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, repo.ErrLeaseLost), errors.Is(err, repo.ErrNotFound):

@@ -124,7 +124,7 @@ func (w *Worker) handle(ctx context.Context, msg Message, c *completer, end func
 
 	job := &Job{Attempt: attempt, repo: w.cfg.Repo, pool: w.pool}
 	job.lease.Store(lease)
-	herr, lost := w.runWithHeartbeat(ctx, job, log)
+	herr, lost := w.runWithHeartbeat(ctx, job, msg, log)
 	lease = job.Lease()
 	res.Lease = lease
 	if lost {
@@ -246,6 +246,12 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 	case OutcomeStale:
 		w.cfg.Metrics.Add(observe.StaleDeliveries, 1)
 		log.DebugContext(ctx, "stale delivery acknowledged", "reason", err)
+		if dm, ok := msg.(Discarder); ok {
+			if err := dm.Discard(wctx); err != nil {
+				log.ErrorContext(ctx, "discard failed; the queue will redeliver", "err", err)
+			}
+			return res
+		}
 	case OutcomeExhausted:
 		log.WarnContext(ctx, "attempt failed", "outcome", res.Outcome, "error_code", kfstype.ErrorCodeExecutionAttemptsExhausted)
 	}

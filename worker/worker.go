@@ -2,8 +2,8 @@
 // the attempt's lease, heartbeats it every third of the lease, cancels the
 // handler's context the moment the lease is lost, and records the outcome
 // (Complete, ScheduleRetry, Fail) before acknowledging the delivery. Stale,
-// duplicate and forged deliveries are acknowledged without running the
-// handler.
+// duplicate and forged deliveries are acknowledged (discarded, for a
+// Discarder) without running the handler.
 package worker
 
 import (
@@ -32,6 +32,27 @@ type Message interface {
 	// Retry hands the message back to be delivered again, not before
 	// notBefore.
 	Retry(ctx context.Context, notBefore time.Time) error
+}
+
+// Extender is a Message whose queue redelivers it unless it is settled
+// or extended within a deadline (a broker's ack wait). The worker calls
+// Extend after every heartbeat that renewed the attempt's lease, so a
+// handler running past that deadline does not get its message delivered
+// to another worker meanwhile. An Extend error is logged only: the lease,
+// not the message, fences the attempt.
+type Extender interface {
+	Message
+	Extend(ctx context.Context) error
+}
+
+// Discarder is a Message whose queue tells a delivery that is done (Ack)
+// from one that should never have come (a broker's terminate). The worker
+// calls Discard instead of Ack for a stale delivery (a job id the attempt
+// no longer has, an attempt that ended or does not exist, a malformed
+// delivery); every other delivery it settles with Ack or Retry.
+type Discarder interface {
+	Message
+	Discard(ctx context.Context) error
 }
 
 // Source is the queue a worker receives from.

@@ -88,5 +88,6 @@ require (
 replace (
 	github.com/knowledgefs/kfsdb => ../..
 	github.com/knowledgefs/kfsdb/cmd/kfsdb => ../../cmd/kfsdb
+	github.com/knowledgefs/kfsdb/natsjs => ../../natsjs
 	github.com/knowledgefs/kfsdb/tests => ../../tests
 )

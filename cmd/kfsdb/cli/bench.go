@@ -40,6 +40,9 @@ type BenchOpts struct {
 	// Delivery is how attempts reach the worker. Defaults to
 	// delivery.Postgres.
 	Delivery delivery.Mode
+	// NATSURL is the NATS server of delivery.NATS: required with it,
+	// refused without. The run uses a stream of its own, deleted at the end.
+	NATSURL string
 	// Scenario is ScenarioLifecycle (the default) or ScenarioNoisyTenant.
 	// Duration, Rate, StepCheckpoints and AsyncProgressCommits apply to
 	// the lifecycle only.
@@ -72,8 +75,12 @@ func (o *BenchOpts) Validate() error {
 	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
-	if _, err := delivery.Parse(string(o.Delivery)); err != nil {
+	mode, err := delivery.Parse(string(o.Delivery))
+	if err != nil {
 		return fmt.Errorf("invalid options: Delivery: %w", err)
+	}
+	if err := delivery.CheckNATS(mode, o.NATSURL); err != nil {
+		return fmt.Errorf("invalid options: NATSURL: %w", err)
 	}
 	switch o.Scenario {
 	case "", ScenarioLifecycle:
@@ -128,7 +135,7 @@ func bench(ctx context.Context, opts *BenchOpts) error {
 		var res *loadgen.NoisyResult
 		err := WithScratchDatabase(ctx, srv, "kfsdb_bench", opts.Out, func(url string) error {
 			var err error
-			res, err = loadgen.RunNoisyTenant(ctx, &loadgen.NoisyConfig{DatabaseURL: url, Delivery: opts.Delivery,
+			res, err = loadgen.RunNoisyTenant(ctx, &loadgen.NoisyConfig{DatabaseURL: url, Delivery: opts.Delivery, NATSURL: opts.NATSURL,
 				Producers: opts.Producers, Workers: opts.Workers})
 			return err
 		})
@@ -141,7 +148,7 @@ func bench(ctx context.Context, opts *BenchOpts) error {
 	}
 	return WithScratchDatabase(ctx, srv, "kfsdb_bench", opts.Out, func(url string) error {
 		res, err := loadgen.Run(ctx, &loadgen.Config{
-			DatabaseURL: url, Delivery: opts.Delivery, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers, Rate: opts.Rate,
+			DatabaseURL: url, Delivery: opts.Delivery, NATSURL: opts.NATSURL, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers, Rate: opts.Rate,
 			StepCheckpoints: opts.StepCheckpoints, AsyncProgressCommits: opts.AsyncProgressCommits,
 		})
 		if err != nil {
@@ -161,6 +168,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	opts := &BenchOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "", "server to create the bench database on; defaults to $"+EnvDatabaseURL+" (one of the two is required; `make bench-kfsdb` starts a throwaway server)")
 	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
+	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only; the run uses a stream of its own)")
 	fs.StringVar(&opts.Scenario, "scenario", ScenarioLifecycle, "lifecycle (throughput and latency) or noisy-tenant (one tenant's backlog of 5,000 beside 20 quiet tenants)")
 	fs.DurationVar(&opts.Duration, "duration", 0, "lifecycle: how long producers run (default 10s)")
 	fs.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
@@ -168,7 +176,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.Float64Var(&opts.Rate, "rate", 0, "attempts started per second by all producers together (default 0: unpaced)")
 	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
-	if err := parseCommand(fs, args, "Usage: kfsdb bench [--database-url URL] [--delivery postgres|relay] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]", 0, "bench takes no arguments"); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb bench [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]", 0, "bench takes no arguments"); err != nil {
 		return err
 	}
 	if opts.DatabaseURL == "" {

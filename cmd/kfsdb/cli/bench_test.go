@@ -35,7 +35,9 @@ func TestBenchOptsValidate(t *testing.T) {
 		"NaNRate":          {func(o *BenchOpts) { o.Rate = math.NaN() }, "Rate must be 0..1000000"},
 		"InfiniteRate":     {func(o *BenchOpts) { o.Rate = math.Inf(1) }, "Rate must be 0..1000000"},
 		"RelayDelivery":    {func(o *BenchOpts) { o.Delivery = delivery.Relay }, ""},
-		"UnknownDelivery":  {func(o *BenchOpts) { o.Delivery = "nats" }, `unknown delivery "nats"`},
+		"UnknownDelivery":  {func(o *BenchOpts) { o.Delivery = "kafka" }, `unknown delivery "kafka"`},
+		"NATSWithoutURL":   {func(o *BenchOpts) { o.Delivery = delivery.NATS }, "--delivery nats needs --nats-url"},
+		"NATSDelivery":     {func(o *BenchOpts) { o.Delivery, o.NATSURL = delivery.NATS, "nats://127.0.0.1:4222" }, ""},
 		"UnknownScenario":  {func(o *BenchOpts) { o.Scenario = "flood" }, `unknown scenario "flood"`},
 		"NoisyTenant":      {func(o *BenchOpts) { o.Scenario, o.Duration, o.Rate = ScenarioNoisyTenant, 0, 0 }, ""},
 		"NoisyWithRate":    {func(o *BenchOpts) { o.Scenario, o.Duration = ScenarioNoisyTenant, 0 }, "apply to the lifecycle scenario only"},
@@ -76,7 +78,7 @@ func TestBenchWithoutDatabaseURLNamesMakeTarget(t *testing.T) {
 // database beside it and prints the report lines scripts parse.
 func TestBenchOnFreshDatabase(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []delivery.Mode{"", delivery.Relay} {
+	for _, mode := range []delivery.Mode{"", delivery.Relay, delivery.NATS} {
 		t.Run(mode.String()+"/"+string(mode), func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.NewEmptyDB(t)
@@ -84,6 +86,9 @@ func TestBenchOnFreshDatabase(t *testing.T) {
 			args := []string{"bench", "--database-url", db.URL, "--duration", "1s", "--producers", "2", "--workers", "2", "--rate", "50"}
 			if mode != "" {
 				args = append(args, "--delivery", string(mode))
+			}
+			if mode == delivery.NATS {
+				args = append(args, "--nats-url", startNATS(t))
 			}
 			code := Main(t.Context(), args, &stdout, &stderr, noEnv)
 			s := stdout.String()
@@ -98,7 +103,7 @@ func TestBenchOnFreshDatabase(t *testing.T) {
 			require.Regexp(t, `(?m)^\| lifecycle throughput \(succeeded within the window\) \| \d+ attempts/s \|$`, s)
 			require.Regexp(t, `(?m)^\| start → succeeded p50 / p99 \| \S+ / \S+ \|$`, s)
 			require.Regexp(t, `(?m)^\| StartAttempt \| \d+ \| `, s)
-			if mode == delivery.Relay {
+			if mode == delivery.Relay || mode == delivery.NATS {
 				require.Regexp(t, `(?m)^\| ClaimOutbox \| \d+ \| `, s)
 				require.NotContains(t, s, "| FetchLeases |")
 			} else {

@@ -33,9 +33,9 @@ const usage = `Usage: kfsdb <command> [flags]
 
 Commands:
   migrate up|down|status|version   apply, roll back one, list or show migrations (--lock-timeout D bounds each lock wait)
-  relay                            publish the outbox, printing each message (until Ctrl-C)
+  relay                            publish the outbox to NATS (--nats-url) or print each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
-  work                             run workers on a database's attempts for a while (--delivery postgres|relay), then print counters
+  work                             run workers on a database's attempts for a while (--delivery postgres|relay|nats), then print counters
   attempts list|show --tenant T    find and inspect a tenant's attempts (filters, pages, --json)
   attempts cancel|retry|supersede  act on attempts through the guarded transitions (--tenant, --dry-run, --yes)
   outbox stats                     attempts by state, the outbox's due backlog and its oldest due row
@@ -157,8 +157,9 @@ func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, g
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
+	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (default: print each message instead of publishing)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--nats-url URL] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := ParseFlags(fs, args); err != nil {
@@ -220,6 +221,7 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	opts := &WorkOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
 	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
+	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only)")
 	fs.DurationVar(&opts.Duration, "duration", WorkDurationDefault, "how long to run (Ctrl-C stops earlier)")
 	fs.IntVar(&opts.Workers, "workers", WorkWorkersDefault, "workers to run (1..64)")
 	fs.IntVar(&opts.Concurrency, "concurrency", WorkConcurrencyDefault, "deliveries each worker runs at once (1..64)")
@@ -233,7 +235,7 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--delivery postgres|relay] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]")
 		fs.PrintDefaults()
 	}
 	if err := ParseFlags(fs, args); err != nil {
@@ -252,6 +254,9 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	_, err := Work(ctx, opts)
 	return err
 }
+
+// natsURLUsage is the --nats-url flag's help text.
+const natsURLUsage = "NATS server, e.g. nats://127.0.0.1:4222 (comma-separated for a cluster); the JetStream stream and consumer are created if missing"
 
 // ParseFlags parses args with fs. Every error but -h (flag.ErrHelp, which
 // fs already answered with its usage) wraps ErrUsage.

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
@@ -23,8 +24,13 @@ type RelayOpts struct {
 	// DatabaseURL is the database whose outbox to publish. Required; the
 	// command line defaults it to $DATABASE_URL.
 	DatabaseURL string
-	// Out receives one line per published message, and the relay's logs.
-	// Required.
+	// NATSURL, when set, makes the relay publish to NATS JetStream
+	// (comma-separated URLs of one cluster; the stream and consumer are
+	// created with natsjs's defaults) instead of printing. Defaults to
+	// empty: print.
+	NATSURL string
+	// Out receives one line per published message (none with NATSURL),
+	// and the relay's logs. Required.
 	Out io.Writer
 	// PollOnly disables LISTEN/NOTIFY (for PgBouncer in transaction
 	// pooling mode). Defaults to false.
@@ -53,6 +59,11 @@ func (o *RelayOpts) Validate() error {
 	if o.Out == nil {
 		return errors.New("invalid options: Out is required")
 	}
+	if o.NATSURL != "" {
+		if err := delivery.CheckNATSURL(o.NATSURL); err != nil {
+			return fmt.Errorf("invalid options: NATSURL: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -67,8 +78,10 @@ func validateDatabaseURL(dsn string) error {
 }
 
 // Relay runs the outbox relay against opts.DatabaseURL until ctx ends
-// (SIGINT), publishing through a Publisher that only prints each message
-// and answers with a generated job id: a way to watch what the relay would
+// (SIGINT). With opts.NATSURL it publishes to NATS JetStream, for workers
+// run with `kfsdb work --delivery nats` (or any natsjs.Source). Without
+// it, it publishes through a Publisher that only prints each message and
+// answers with a generated job id: a way to watch what the relay would
 // publish, or to drain an outbox by hand. It returns nil when ctx ends.
 func Relay(ctx context.Context, opts *RelayOpts) error {
 	if err := opts.Validate(); err != nil {
@@ -109,7 +122,20 @@ func runRelay(ctx context.Context, opts *RelayOpts) error {
 		}
 		defer stop()
 	}
-	rl, err := relay.New(pool, &printingPublisher{out: out}, &relay.Config{
+	var pub relay.Publisher = &printingPublisher{out: out}
+	target := "printing each message"
+	if opts.NATSURL != "" {
+		b, err := delivery.DialNATS(ctx, opts.NATSURL, "kfsdb-relay", nil)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if pub, err = b.Publisher(); err != nil {
+			return err
+		}
+		target = "publishing to NATS subject " + b.Config.Subject()
+	}
+	rl, err := relay.New(pool, pub, &relay.Config{
 		Logger: log, Metrics: metrics, PollOnly: opts.PollOnly,
 		Repo: repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits}),
 	})
@@ -120,7 +146,7 @@ func runRelay(ctx context.Context, opts *RelayOpts) error {
 	if opts.PollOnly {
 		mode = "polling only"
 	}
-	fmt.Fprintf(out, "relay %s running (%s); Ctrl-C stops it\n", rl.ID(), mode)
+	fmt.Fprintf(out, "relay %s running (%s), %s; Ctrl-C stops it\n", rl.ID(), mode, target)
 	err = rl.Run(ctx)
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		fmt.Fprintf(out, "relay %s stopped\n", rl.ID())

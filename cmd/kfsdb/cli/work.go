@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/natsjs"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
@@ -52,8 +54,9 @@ type WorkOpts struct {
 	// command line defaults it to $DATABASE_URL.
 	DatabaseURL string
 	// Delivery is how attempts reach the workers: delivery.Postgres (the
-	// default; each worker leases straight from the outbox) or
-	// delivery.Relay (a relay publishes to an in-process queue).
+	// default; each worker leases straight from the outbox),
+	// delivery.Relay (a relay publishes to an in-process queue) or
+	// delivery.NATS (a relay publishes to NATS JetStream, NATSURL).
 	Delivery delivery.Mode
 	// Duration is how long to run; Ctrl-C stops earlier. Required (> 0);
 	// the command line defaults it to 30 s.
@@ -73,6 +76,10 @@ type WorkOpts struct {
 	// statement latencies and the backlog gauges (module observe/prom).
 	// Defaults to empty: no server.
 	MetricsListen string
+	// NATSURL is the NATS server (comma-separated URLs of one cluster) of
+	// delivery.NATS; required with it, refused without. Work creates the
+	// stream and consumer (natsjs.EnsureStream) with their defaults.
+	NATSURL string
 	// Out receives the counters at the end, and the logs. Required.
 	Out io.Writer
 	// PollOnly disables LISTEN/NOTIFY (the relay's or the sources').
@@ -100,8 +107,12 @@ func (o *WorkOpts) Validate() error {
 	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
-	if _, err := delivery.Parse(string(o.Delivery)); err != nil {
+	mode, err := delivery.Parse(string(o.Delivery))
+	if err != nil {
 		return fmt.Errorf("invalid options: Delivery: %w", err)
+	}
+	if err := delivery.CheckNATS(mode, o.NATSURL); err != nil {
+		return fmt.Errorf("invalid options: NATSURL: %w", err)
 	}
 	switch {
 	case o.Out == nil:
@@ -160,7 +171,8 @@ type WorkResult struct {
 // opts.Duration (or until ctx ends), then prints the counters. With
 // delivery.Postgres each worker leases due attempts straight from the
 // outbox (pgsource); with delivery.Relay a relay publishes them to an
-// in-process queue the workers receive from. The handler walks each
+// in-process queue the workers receive from, with delivery.NATS to a NATS
+// JetStream stream. The handler walks each
 // attempt's checkpoints, binding the space's oldest candidate publication
 // at projection_built, and the worker completes it. Several `kfsdb work`
 // processes on one database share the outbox through SKIP LOCKED and the
@@ -213,25 +225,16 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	}
 	r := repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits})
 	h := &workHandler{pool: pool, stepDelay: opts.StepDelay, failRate: opts.FailRate}
-	var q *memqueue.Queue
-	var runs []func(context.Context) error
-	if opts.Delivery == delivery.Relay {
-		q = memqueue.New()
-		rl, err := relay.New(pool, q, &relay.Config{
-			ID: opts.ID + "-relay", Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r,
-			PollInterval: 200 * time.Millisecond, VisibilityTimeout: opts.VisibilityTimeout,
-		})
+	d, err := startDelivery(ctx, opts, pool, r, log, metrics)
+	if err != nil {
+		return nil, err
+	}
+	defer d.broker.Close()
+	runs := d.runs
+	for i := range opts.Workers {
+		src, err := d.source(ctx)
 		if err != nil {
 			return nil, err
-		}
-		runs = append(runs, rl.Run)
-	}
-	for i := range opts.Workers {
-		var src worker.Source = q
-		if q == nil {
-			if src, err = pgsource.New(pool, &pgsource.Config{Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r}); err != nil {
-				return nil, err
-			}
 		}
 		w, err := worker.New(pool, src, h, &worker.Config{
 			ID: fmt.Sprintf("%s-w%d", opts.ID, i), Concurrency: opts.Concurrency, LeaseDuration: opts.LeaseDuration,
@@ -242,6 +245,7 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 		}
 		runs = append(runs, w.Run)
 	}
+	q := d.queue
 
 	fmt.Fprintf(out, "work %s: %s delivery, %d workers x %d running for %s; Ctrl-C stops earlier\n", opts.ID, opts.Delivery, opts.Workers, opts.Concurrency, opts.Duration)
 	start := time.Now()
@@ -271,6 +275,55 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 		fmt.Fprintf(out, "  %-28s %d\n  %-28s %d\n  %-28s %d\n", "queue_published", res.Published, "queue_acked", res.Acked, "queue_retried", res.Retried)
 	}
 	return res, errors.Join(errs...)
+}
+
+// workDelivery is how Work's attempts reach its workers: nothing to run
+// for delivery.Postgres (each worker's pgsource leases from the outbox), a
+// relay into the in-process queue for delivery.Relay, a relay into NATS
+// JetStream for delivery.NATS.
+type workDelivery struct {
+	runs   []func(context.Context) error
+	queue  *memqueue.Queue
+	broker *delivery.Broker
+	// source returns a worker's source.
+	source func(ctx context.Context) (worker.Source, error)
+}
+
+func startDelivery(ctx context.Context, opts *WorkOpts, pool *pgxpool.Pool, r *repo.Repo, log *slog.Logger, metrics observe.Metrics) (*workDelivery, error) {
+	d := &workDelivery{}
+	var pub relay.Publisher
+	switch opts.Delivery {
+	case delivery.Postgres:
+		d.source = func(context.Context) (worker.Source, error) {
+			return pgsource.New(pool, &pgsource.Config{Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r})
+		}
+		return d, nil
+	case delivery.Relay:
+		d.queue = memqueue.New()
+		pub = d.queue
+		d.source = func(context.Context) (worker.Source, error) { return d.queue, nil }
+	case delivery.NATS:
+		b, err := delivery.DialNATS(ctx, opts.NATSURL, opts.ID, &natsjs.Config{LeaseDuration: opts.LeaseDuration})
+		if err != nil {
+			return nil, err
+		}
+		d.broker = b
+		if pub, err = b.Publisher(); err != nil {
+			b.Close()
+			return nil, err
+		}
+		d.source = func(ctx context.Context) (worker.Source, error) { return b.Source(ctx) }
+	}
+	rl, err := relay.New(pool, pub, &relay.Config{
+		ID: opts.ID + "-relay", Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r,
+		PollInterval: 200 * time.Millisecond, VisibilityTimeout: opts.VisibilityTimeout,
+	})
+	if err != nil {
+		d.broker.Close()
+		return nil, err
+	}
+	d.runs = append(d.runs, rl.Run)
+	return d, nil
 }
 
 // workHandler compiles an attempt: one StepDelay per checkpoint, the

@@ -11,6 +11,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/natstest"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
@@ -32,7 +33,10 @@ func TestWorkOptsValidate(t *testing.T) {
 		"FailRateAboveOne": {func(o *WorkOpts) { o.FailRate = 1.5 }, "FailRate must be 0..1"},
 		"NegativeLease":    {func(o *WorkOpts) { o.LeaseDuration = -time.Second }, "must not be negative"},
 		"RelayDelivery":    {func(o *WorkOpts) { o.Delivery = delivery.Relay }, ""},
-		"UnknownDelivery":  {func(o *WorkOpts) { o.Delivery = "nats" }, `unknown delivery "nats"`},
+		"UnknownDelivery":  {func(o *WorkOpts) { o.Delivery = "kafka" }, `unknown delivery "kafka"`},
+		"NATSWithoutURL":   {func(o *WorkOpts) { o.Delivery = delivery.NATS }, "--delivery nats needs --nats-url"},
+		"NATSURLWithoutIt": {func(o *WorkOpts) { o.NATSURL = "nats://127.0.0.1:4222" }, "--nats-url is for --delivery nats, not postgres"},
+		"NATSDelivery":     {func(o *WorkOpts) { o.Delivery, o.NATSURL = delivery.NATS, "nats://a:4222,nats://b:4222" }, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -53,21 +57,62 @@ func TestWorkUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
+// startNATS starts an in-process JetStream server for the test and
+// returns its URL.
+func startNATS(t *testing.T) string {
+	t.Helper()
+	n, err := natstest.StartNode(t.TempDir())
+	require.NoError(t, err)
+	t.Cleanup(n.Shutdown)
+	return n.URL
+}
+
+// TestNATSURLUsageErrorsExitTwo: a missing, superfluous or malformed
+// --nats-url is a usage error (exit 2) that says what is wrong, before
+// any connection is tried.
+func TestNATSURLUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	db := []string{"--database-url", "postgres://u@h/db"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"work", "--delivery", "nats"}, "--delivery nats needs --nats-url, e.g. nats://127.0.0.1:4222"},
+		{[]string{"work", "--nats-url", "nats://127.0.0.1:4222"}, "--nats-url is for --delivery nats, not postgres"},
+		{[]string{"work", "--delivery", "relay", "--nats-url", "nats://127.0.0.1:4222"}, "--nats-url is for --delivery nats, not relay"},
+		{[]string{"work", "--delivery", "nats", "--nats-url", "http://127.0.0.1:4222"}, `bad --nats-url "http://127.0.0.1:4222": want a nats://, tls://, ws:// or wss:// URL`},
+		{[]string{"work", "--delivery", "nats", "--nats-url", "nats://127.0.0.1"}, `bad --nats-url "nats://127.0.0.1": want host:port`},
+		{[]string{"work", "--delivery", "nats", "--nats-url", "nats://a:4222,:4222"}, `bad --nats-url ":4222"`},
+		{[]string{"relay", "--nats-url", "127.0.0.1:4222"}, `bad --nats-url "127.0.0.1:4222"`},
+		{[]string{"bench", "--delivery", "nats"}, "--delivery nats needs --nats-url"},
+		{[]string{"bench", "--delivery", "nats", "--nats-url", "nats://%zz:1"}, `bad --nats-url "nats://%zz:1"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append(append([]string{tc.args[0]}, db...), tc.args[1:]...)
+		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, noEnv), "args %q: %s", args, stderr.String())
+		require.Contains(t, stderr.String(), tc.want, "args %q", args)
+	}
+}
+
 // TestWorkCompletesAttempts runs `kfsdb work` with each delivery on a
 // database with started attempts: each is compiled (its space's candidate
 // bound) and succeeds once.
 func TestWorkCompletesAttempts(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []delivery.Mode{"", delivery.Postgres, delivery.Relay} {
+	for _, mode := range []delivery.Mode{"", delivery.Postgres, delivery.Relay, delivery.NATS} {
 		t.Run(mode.String()+"/"+string(mode), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := pgtest.NewDB(t)
 			docs := testfactory.SeedDocuments(ctx, t, db.Pool, 2, 10)
 			attempts := testfactory.StartAll(ctx, t, repo.New(nil), db.Pool, docs, 0)
+			var natsURL string
+			if mode == delivery.NATS {
+				natsURL = startNATS(t)
+			}
 
 			var out bytes.Buffer
-			res, err := Work(ctx, &WorkOpts{DatabaseURL: db.URL, Delivery: mode, Out: &out, Duration: 6 * time.Second, Workers: 2,
+			res, err := Work(ctx, &WorkOpts{DatabaseURL: db.URL, Delivery: mode, NATSURL: natsURL, Out: &out, Duration: 6 * time.Second, Workers: 2,
 				StepDelay: time.Millisecond, ID: "work-test"})
 			require.NoError(t, err, out.String())
 			require.Contains(t, out.String(), "work work-test: "+mode.String()+" delivery, 2 workers x 2")
@@ -78,7 +123,7 @@ func TestWorkCompletesAttempts(t *testing.T) {
 			}
 			require.EqualValues(t, len(attempts), counts[observe.Completed], out.String())
 			require.EqualValues(t, len(attempts), counts[observe.LeasesAcquired], out.String())
-			if mode == delivery.Relay {
+			if mode == delivery.Relay || mode == delivery.NATS {
 				require.EqualValues(t, len(attempts), counts[observe.Published], out.String())
 				require.Zero(t, counts[observe.FetchedLeases], out.String())
 			} else {

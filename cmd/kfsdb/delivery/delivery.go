@@ -1,5 +1,6 @@
-// Package delivery names the two ways `kfsdb work`, `kfsdb bench` and the
-// demo get attempts to their workers, and parses the --delivery flag.
+// Package delivery names the ways `kfsdb work`, `kfsdb bench` and the
+// demo get attempts to their workers, parses the --delivery flag, and
+// connects to NATS for the nats mode.
 package delivery
 
 import (
@@ -17,12 +18,16 @@ const (
 	// Relay: the relay claims and publishes outbox rows to a broker (here
 	// the in-process memqueue) and workers lease what they receive.
 	Relay Mode = "relay"
+	// NATS: the relay publishes outbox rows to a NATS JetStream stream
+	// (module natsjs) and workers receive from its durable consumer. Needs
+	// a NATS URL (--nats-url).
+	NATS Mode = "nats"
 )
 
 // Default is the mode used when none is given.
 const Default = Postgres
 
-// ErrUnknown is returned by Parse for anything but the two modes.
+// ErrUnknown is returned by Parse for anything but the three modes.
 var ErrUnknown = errors.New("unknown delivery")
 
 // Parse returns the mode s names ("" is Default).
@@ -30,10 +35,10 @@ func Parse(s string) (Mode, error) {
 	switch Mode(s) {
 	case "":
 		return Default, nil
-	case Postgres, Relay:
+	case Postgres, Relay, NATS:
 		return Mode(s), nil
 	}
-	return "", fmt.Errorf("%w %q: want %q or %q", ErrUnknown, s, Postgres, Relay)
+	return "", fmt.Errorf("%w %q: want %q, %q or %q", ErrUnknown, s, Postgres, Relay, NATS)
 }
 
 // String implements flag.Value.
@@ -48,7 +53,7 @@ func (m *Mode) String() string {
 // it is a mistake, not a request for the default.
 func (m *Mode) Set(s string) error {
 	if s == "" {
-		return fmt.Errorf("%w \"\": want %q or %q", ErrUnknown, Postgres, Relay)
+		return fmt.Errorf("%w \"\": want %q, %q or %q", ErrUnknown, Postgres, Relay, NATS)
 	}
 	v, err := Parse(s)
 	if err != nil {
@@ -59,4 +64,4 @@ func (m *Mode) Set(s string) error {
 }
 
 // Usage is the --delivery flag's help text.
-const Usage = "how attempts reach workers: postgres (workers lease straight from the outbox) or relay (relay → in-process queue → workers)"
+const Usage = "how attempts reach workers: postgres (workers lease straight from the outbox), relay (relay → in-process queue → workers) or nats (relay → NATS JetStream → workers; needs --nats-url)"

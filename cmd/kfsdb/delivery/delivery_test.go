@@ -9,13 +9,13 @@ import (
 
 func TestParse(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]Mode{"": Postgres, "postgres": Postgres, "relay": Relay} {
+	for in, want := range map[string]Mode{"": Postgres, "postgres": Postgres, "relay": Relay, "nats": NATS} {
 		got, err := Parse(in)
 		if err != nil || got != want {
 			t.Errorf("Parse(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"Postgres", "nats", " relay", "pg"} {
+	for _, in := range []string{"Postgres", "NATS", " relay", "pg"} {
 		if _, err := Parse(in); !errors.Is(err, ErrUnknown) {
 			t.Errorf("Parse(%q) error = %v; want ErrUnknown", in, err)
 		}

@@ -49,6 +49,10 @@ type Config struct {
 	// Delivery is how attempts reach the worker. Defaults to
 	// delivery.Postgres.
 	Delivery delivery.Mode
+	// NATSURL is the NATS server of delivery.NATS (required with it,
+	// refused without); the run publishes to a stream of its own and
+	// deletes it at the end.
+	NATSURL string
 	// DrainTimeout bounds the wait, after Duration, for the attempts
 	// started to succeed. Defaults to 2 min.
 	DrainTimeout time.Duration
@@ -156,7 +160,11 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if cfg == nil || cfg.DatabaseURL == "" {
 		return nil, errors.New("loadgen: DatabaseURL is required")
 	}
-	if _, err := delivery.Parse(string(cfg.Delivery)); err != nil {
+	mode, err := delivery.Parse(string(cfg.Delivery))
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	if err := delivery.CheckNATS(mode, cfg.NATSURL); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	c := cfg.withDefaults()

@@ -35,6 +35,8 @@ type NoisyConfig struct {
 	// Delivery is how attempts reach the worker. Defaults to
 	// delivery.Postgres.
 	Delivery delivery.Mode
+	// NATSURL is Config.NATSURL.
+	NATSURL string
 	// FloodAttempts is the noisy tenant's backlog. Defaults to 5,000.
 	FloodAttempts int
 	// QuietTenants and QuietAttempts: that many tenants start that many
@@ -84,6 +86,9 @@ func RunNoisyTenant(ctx context.Context, cfg *NoisyConfig) (*NoisyResult, error)
 	}
 	mode, err := delivery.Parse(string(cfg.Delivery))
 	if err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
+	}
+	if err := delivery.CheckNATS(mode, cfg.NATSURL); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	c := *cfg
@@ -143,7 +148,7 @@ func (n *noisy) run(ctx context.Context) (*NoisyResult, error) {
 	if err := n.setup(ctx); err != nil {
 		return nil, err
 	}
-	lc := &Config{Delivery: n.c.Delivery, Logger: n.c.Logger, Workers: n.c.Workers}
+	lc := &Config{Delivery: n.c.Delivery, NATSURL: n.c.NATSURL, Logger: n.c.Logger, Workers: n.c.Workers}
 	rt, err := startRuntime(ctx, n.pool, lc, n.r, n.handler(), n.onAck)
 	if err != nil {
 		return nil, err

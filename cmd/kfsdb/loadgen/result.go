@@ -184,8 +184,11 @@ func writeStatements(w io.Writer, stats map[string]StatementStats) {
 
 // deliveryText says what a delivery mode does, for reports.
 func deliveryText(m delivery.Mode) string {
-	if m == delivery.Relay {
+	switch m {
+	case delivery.Relay:
 		return "relay: claim, publish to the in-process queue, mark; the worker leases what it receives"
+	case delivery.NATS:
+		return "nats: claim, publish to NATS JetStream (stream acknowledgement), mark; the worker leases what it pulls, acknowledges after the write"
 	}
 	return "postgres: the worker leases straight from the outbox (FetchLeases), no relay"
 }

@@ -2,13 +2,16 @@ package loadgen
 
 import (
 	"context"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/natsjs"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -17,10 +20,13 @@ import (
 
 // runtime is what delivers a run's attempts: one worker with c.Workers
 // slots, fed by its own pgsource (delivery.Postgres) or by a relay through
-// the in-process memqueue (delivery.Relay).
+// the in-process memqueue (delivery.Relay) or NATS JetStream
+// (delivery.NATS).
 type runtime struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// nats is delivery.NATS's connection, with a stream of the run's own.
+	nats *delivery.Broker
 }
 
 // startRuntime starts the runtime; onAck is called for every delivery the
@@ -29,15 +35,19 @@ func startRuntime(ctx context.Context, pool *pgxpool.Pool, c *Config, r *repo.Re
 	rctx, cancel := context.WithCancel(ctx)
 	rt := &runtime{cancel: cancel}
 	var src worker.Source
-	if c.Delivery == delivery.Relay {
-		q := memqueue.New()
-		rl, err := relay.New(pool, q, &relay.Config{Logger: c.Logger, Repo: r})
+	if c.Delivery == delivery.Relay || c.Delivery == delivery.NATS {
+		pub, relayed, err := rt.queue(ctx, c)
 		if err != nil {
-			cancel()
+			rt.stop()
+			return nil, err
+		}
+		rl, err := relay.New(pool, pub, &relay.Config{Logger: c.Logger, Repo: r})
+		if err != nil {
+			rt.stop()
 			return nil, err
 		}
 		rt.wg.Go(func() { _ = rl.Run(rctx) })
-		src = &ackSource{Source: q, onAck: onAck}
+		src = &ackSource{Source: relayed, onAck: onAck}
 	} else {
 		ps, err := pgsource.New(pool, &pgsource.Config{Logger: c.Logger, Repo: r})
 		if err != nil {
@@ -56,8 +66,42 @@ func startRuntime(ctx context.Context, pool *pgxpool.Pool, c *Config, r *repo.Re
 	return rt, nil
 }
 
+// queue returns the relay's publisher and the workers' source: the
+// in-process memqueue, or NATS JetStream with a stream of this run's own
+// (deleted by stop), so that no message of an earlier run, whose attempts
+// were in another scratch database, reaches this one.
+func (rt *runtime) queue(ctx context.Context, c *Config) (relay.Publisher, worker.Source, error) {
+	if c.Delivery == delivery.Relay {
+		q := memqueue.New()
+		return q, q, nil
+	}
+	run := strings.ToUpper(uuid.NewString()[:8])
+	b, err := delivery.DialNATS(ctx, c.NATSURL, "kfsdb-bench", &natsjs.Config{
+		Stream: "KFSDB_BENCH_" + run, SubjectPrefix: "kfsdb-bench." + run, Consumer: "kfsdb-bench"})
+	if err != nil {
+		return nil, nil, err
+	}
+	rt.nats = b
+	pub, err := b.Publisher()
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err := b.Source(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pub, src, nil
+}
+
 // stop ends the runtime and waits for it.
 func (rt *runtime) stop() {
 	rt.cancel()
 	rt.wg.Wait()
+	if rt.nats != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.nats.DeleteStream(ctx)
+		rt.nats.Close()
+		rt.nats = nil
+	}
 }
