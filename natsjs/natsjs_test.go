@@ -205,3 +205,35 @@ func TestStaleDeliveryIsTerminated(t *testing.T) {
 	states, _ := b.outcomes(t, ids)
 	require.Equal(t, map[kfstype.RunState]int{kfstype.RunStateSucceeded: 1}, states)
 }
+
+// TestTraceContextRidesInHeaders: a message's trace context is published
+// as W3C traceparent/tracestate headers and read back by the source as a
+// worker.TracedMessage; a message without one carries no such header.
+func TestTraceContextRidesInHeaders(t *testing.T) {
+	t.Parallel()
+	node := startNode(t)
+	b := setup(t, node.URL, natsjs.Config{Storage: jetstream.MemoryStorage, Stream: "TRACE"}, 0)
+	pub, err := natsjs.NewPublisher(b.js, b.cfg)
+	require.NoError(t, err)
+	src, err := natsjs.NewSource(b.ctx, b.js, b.cfg)
+	require.NoError(t, err)
+	tc := kfstype.TraceContext{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "vendor=1"}
+	for _, want := range []kfstype.TraceContext{tc, {}} {
+		attempt := uuid.New()
+		payload, err := json.Marshal(map[string]string{"attemptId": attempt.String()})
+		require.NoError(t, err)
+		_, err = pub.Publish(b.ctx, &relay.Message{ID: uuid.New(), AttemptID: attempt, IdempotencyKey: "compile:" + attempt.String(),
+			EventType: kfstype.EventTypeDocumentCompile, SchemaVersion: 1, Payload: payload, DispatchAttempts: 1,
+			LockToken: uuid.New(), TraceContext: want})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		got, err := src.Receive(ctx)
+		cancel()
+		require.NoError(t, err)
+		require.Equal(t, attempt, got.Delivery().AttemptID)
+		traced, ok := got.(worker.TracedMessage)
+		require.True(t, ok, "a natsjs message is a worker.TracedMessage")
+		require.Equal(t, want, traced.TraceContext())
+		require.NoError(t, got.Ack(b.ctx))
+	}
+}

@@ -21,6 +21,10 @@ const (
 	HeaderEventType     = "Kfs-Event-Type"
 	HeaderOutboxID      = "Kfs-Outbox-Id"
 	HeaderSchemaVersion = "Kfs-Schema-Version"
+	// The W3C trace context (relay.Message.TraceContext), under the
+	// header names of W3C's trace-context spec, when the message has one.
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
 )
 
 // Publisher timing: each try waits at most tryTimeout for the stream's
@@ -100,6 +104,12 @@ func (p *Publisher) try(ctx context.Context, msg *relay.Message, id string) (*je
 	m.Header.Set(HeaderEventType, msg.EventType)
 	m.Header.Set(HeaderOutboxID, msg.ID.String())
 	m.Header.Set(HeaderSchemaVersion, strconv.Itoa(int(msg.SchemaVersion)))
+	if tc := msg.TraceContext; !tc.IsZero() {
+		m.Header.Set(HeaderTraceParent, tc.TraceParent)
+		if tc.TraceState != "" {
+			m.Header.Set(HeaderTraceState, tc.TraceState)
+		}
+	}
 	// No retries inside nats.go: this loop retries, with a deadline per try.
 	return p.js.PublishMsg(tctx, m, jetstream.WithMsgID(id), jetstream.WithExpectStream(p.cfg.Stream), jetstream.WithRetryAttempts(0))
 }

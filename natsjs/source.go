@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/worker"
 )
@@ -119,8 +120,9 @@ type message struct {
 }
 
 var (
-	_ worker.Extender  = (*message)(nil)
-	_ worker.Discarder = (*message)(nil)
+	_ worker.Extender      = (*message)(nil)
+	_ worker.Discarder     = (*message)(nil)
+	_ worker.TracedMessage = (*message)(nil)
 )
 
 // newMessage reads the delivery from m. A message without a valid payload
@@ -148,6 +150,16 @@ func (m *message) Ack(ctx context.Context) error { return m.m.DoubleAck(ctx) }
 // once notBefore has passed. Each retry counts toward MaxDeliver.
 func (m *message) Retry(_ context.Context, notBefore time.Time) error {
 	return m.m.NakWithDelay(max(time.Until(notBefore), 0))
+}
+
+// TraceContext implements worker.TracedMessage: the trace context the
+// publisher put in the headers (zero when there is none).
+func (m *message) TraceContext() kfstype.TraceContext {
+	h := m.m.Headers()
+	if h == nil {
+		return kfstype.TraceContext{}
+	}
+	return kfstype.TraceContext{TraceParent: h.Get(HeaderTraceParent), TraceState: h.Get(HeaderTraceState)}
 }
 
 // Extend implements worker.Extender: the ack wait starts again.
