@@ -62,6 +62,9 @@ type BenchOpts struct {
 	// AsyncProgressCommits is repo.Config.AsyncProgressCommits for the
 	// relay and worker.
 	AsyncProgressCommits bool
+	// Observe runs the lifecycle with Prometheus metrics and OpenTelemetry
+	// tracing on (loadgen.Config.Observe), to measure their overhead.
+	Observe bool
 	// Out receives the report. Required.
 	Out io.Writer
 }
@@ -85,8 +88,8 @@ func (o *BenchOpts) Validate() error {
 	switch o.Scenario {
 	case "", ScenarioLifecycle:
 	case ScenarioNoisyTenant:
-		if o.Duration != 0 || o.Rate != 0 || o.StepCheckpoints || o.AsyncProgressCommits {
-			return fmt.Errorf("invalid options: Duration, Rate, StepCheckpoints and AsyncProgressCommits apply to the %s scenario only", ScenarioLifecycle)
+		if o.Duration != 0 || o.Rate != 0 || o.StepCheckpoints || o.AsyncProgressCommits || o.Observe {
+			return fmt.Errorf("invalid options: Duration, Rate, StepCheckpoints, AsyncProgressCommits and Observe apply to the %s scenario only", ScenarioLifecycle)
 		}
 	default:
 		return fmt.Errorf("invalid options: Scenario: %w %q: want %q or %q", ErrUnknownScenario, o.Scenario, ScenarioLifecycle, ScenarioNoisyTenant)
@@ -149,7 +152,7 @@ func bench(ctx context.Context, opts *BenchOpts) error {
 	return WithScratchDatabase(ctx, srv, "kfsdb_bench", opts.Out, func(url string) error {
 		res, err := loadgen.Run(ctx, &loadgen.Config{
 			DatabaseURL: url, Delivery: opts.Delivery, NATSURL: opts.NATSURL, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers, Rate: opts.Rate,
-			StepCheckpoints: opts.StepCheckpoints, AsyncProgressCommits: opts.AsyncProgressCommits,
+			StepCheckpoints: opts.StepCheckpoints, AsyncProgressCommits: opts.AsyncProgressCommits, Observe: opts.Observe,
 		})
 		if err != nil {
 			return err
@@ -176,7 +179,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.Float64Var(&opts.Rate, "rate", 0, "attempts started per second by all producers together (default 0: unpaced)")
 	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
-	if err := parseCommand(fs, args, "Usage: kfsdb bench [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress]", 0, "bench takes no arguments"); err != nil {
+	fs.BoolVar(&opts.Observe, "observe", false, "lifecycle: run with Prometheus metrics and OpenTelemetry tracing on (every trace sampled, spans counted and dropped), to measure their overhead")
+	if err := parseCommand(fs, args, "Usage: kfsdb bench [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress] [--observe]", 0, "bench takes no arguments"); err != nil {
 		return err
 	}
 	if opts.DatabaseURL == "" {

@@ -117,6 +117,43 @@ func TestBenchOnFreshDatabase(t *testing.T) {
 	}
 }
 
+// TestBenchObserved runs `kfsdb bench --observe` on both PostgreSQL-side
+// deliveries: every attempt started (warm-up included) left a request
+// span, a StartAttempt span and a process span, and on the relay path a
+// publish span, all exported through the SDK.
+func TestBenchObserved(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []delivery.Mode{delivery.Postgres, delivery.Relay} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewEmptyDB(t)
+			var stdout, stderr bytes.Buffer
+			code := Main(t.Context(), []string{"bench", "--database-url", db.URL, "--delivery", string(mode), "--observe",
+				"--duration", "1s", "--producers", "2", "--workers", "2", "--rate", "40"}, &stdout, &stderr, noEnv)
+			s := stdout.String()
+			require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
+			m := regexp.MustCompile(`(?m)^\| observed: spans request / StartAttempt / publish / process \| (\d+) / (\d+) / (\d+) / (\d+) \|$`).FindStringSubmatch(s)
+			require.NotNil(t, m, s)
+			request, start, publish, process := atoi(t, m[1]), atoi(t, m[2]), atoi(t, m[3]), atoi(t, m[4])
+			require.Positive(t, request)
+			require.Equal(t, request, start, "one StartAttempt span per request")
+			require.GreaterOrEqual(t, process, request, "a process span for every attempt")
+			if mode == delivery.Relay {
+				require.GreaterOrEqual(t, publish, request, "a publish span for every attempt")
+			} else {
+				require.Zero(t, publish, "direct delivery publishes nothing")
+			}
+		})
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err)
+	return n
+}
+
 // TestBenchNoisyTenant runs the fairness scenario on each delivery: its
 // last line is the summary, and with direct delivery the quiet tenants are
 // done while most of the flood still waits.

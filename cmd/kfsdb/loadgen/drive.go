@@ -22,6 +22,9 @@ type load struct {
 	sc   *scenario
 	tr   *tracer
 	repo *repo.Repo
+	// in are the metrics and tracing of an observed run (Config.Observe);
+	// nil otherwise.
+	in *instruments
 
 	mu     sync.Mutex
 	starts map[uuid.UUID]time.Time
@@ -48,10 +51,12 @@ type measured struct {
 	drained    bool
 	// cpu is the server's CPU time over the run, -1 if unknown.
 	cpu time.Duration
+	// spans are an observed run's exported spans by name.
+	spans map[string]int64
 }
 
-func newLoad(c *Config, pool *pgxpool.Pool, sc *scenario, tr *tracer) *load {
-	return &load{c: c, pool: pool, sc: sc, tr: tr,
+func newLoad(c *Config, pool *pgxpool.Pool, sc *scenario, tr *tracer, in *instruments) *load {
+	return &load{c: c, pool: pool, sc: sc, tr: tr, in: in,
 		repo:   repo.New(&repo.Config{AsyncProgressCommits: c.AsyncProgressCommits}),
 		starts: make(map[uuid.UUID]time.Time, 1<<14), acks: make(map[uuid.UUID]time.Time, 1<<14),
 		called: make(map[uuid.UUID]time.Time, 1<<14)}
@@ -78,7 +83,7 @@ func (l *load) drive(ctx context.Context) (*measured, error) {
 }
 
 func (l *load) startRuntime(ctx context.Context) error {
-	rt, err := startRuntime(ctx, l.pool, l.c, l.repo, noopHandler(l.sc.byID, &l.handled, l.c.StepCheckpoints), l.onAck)
+	rt, err := startRuntime(ctx, l.pool, l.c, l.repo, l.in, noopHandler(l.sc.byID, &l.handled, l.c.StepCheckpoints), l.onAck)
 	if err != nil {
 		return err
 	}
@@ -182,8 +187,19 @@ func (l *load) produce(ctx context.Context, begin, end time.Time) error {
 
 func (l *load) start(ctx context.Context, i int) error {
 	t0 := time.Now()
-	res, err := l.repo.Start(ctx, l.pool, &repo.StartParams{TenantID: l.sc.tenant, KnowledgeSpaceID: l.sc.spaceOf(i),
-		DocumentAssetID: l.sc.assets[i], DocumentVersion: 1, PublicationGenerationID: l.sc.generation})
+	p := &repo.StartParams{TenantID: l.sc.tenant, KnowledgeSpaceID: l.sc.spaceOf(i),
+		DocumentAssetID: l.sc.assets[i], DocumentVersion: 1, PublicationGenerationID: l.sc.generation}
+	var res *repo.StartResult
+	start := func(ctx context.Context) (err error) {
+		res, err = l.repo.Start(ctx, l.pool, p)
+		return err
+	}
+	var err error
+	if l.in != nil {
+		err = l.in.startInSpan(ctx, p, start)
+	} else {
+		err = start(ctx)
+	}
 	if err != nil {
 		return err
 	}

@@ -96,6 +96,14 @@ type Config struct {
 	// completes its attempt itself instead of handing it to the worker's
 	// completer. Defaults to false.
 	SingleCompletions bool
+	// Observe turns on what an application watching kfsdb runs: the
+	// Prometheus adapter (counters, statement histogram, backlog
+	// collector, gathered every 5 s) and OpenTelemetry tracing (every
+	// Start in a request span, its trace context stored; statement,
+	// publish and process spans, all sampled, batch-exported to a
+	// discarding exporter). For measuring their overhead. Defaults to
+	// false.
+	Observe bool
 	// PendingDeliveryWait is worker.Config.PendingDeliveryWait (0: its
 	// default; negative: deliveries that beat their mark are handed back
 	// at once).
@@ -153,6 +161,9 @@ type Result struct {
 	Tables map[string]TableStats
 	// Drained is false if DrainTimeout passed with attempts unfinished.
 	Drained bool
+	// Spans are the spans an observed run (Config.Observe) exported, by
+	// name; nil when it was not observed.
+	Spans map[string]int64
 }
 
 // Run drives the lifecycle load described in the package documentation.
@@ -175,11 +186,23 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	tr := &tracer{lat: map[string][]time.Duration{}}
 	pcfg.ConnConfig.Tracer = tr
 	pcfg.MaxConns = int32(c.Producers + c.Workers + 4)
+	var in *instruments
+	if c.Observe {
+		if in, err = newInstruments(pcfg); err != nil {
+			return nil, fmt.Errorf("loadgen: %w", err)
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: connect: %w", err)
 	}
 	defer pool.Close()
+	if in != nil {
+		if err := in.run(pool); err != nil {
+			return nil, fmt.Errorf("loadgen: %w", err)
+		}
+		defer in.stop()
+	}
 
 	sc, err := setup(ctx, pool, c.MaxAttempts, c.Spaces)
 	if err != nil {
@@ -195,7 +218,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err := warmPool(ctx, pool); err != nil {
 		return nil, err
 	}
-	l := newLoad(c, pool, sc, tr)
+	l := newLoad(c, pool, sc, tr, in)
 	defer l.stop()
 	if err := l.startRuntime(ctx); err != nil {
 		return nil, err
@@ -221,6 +244,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 		m.cpu = cpuAfter - cpuBefore
 	}
 	l.stop()
+	m.spans = in.stop()
 	return l.result(ctx, m, walBefore, walAfter)
 }
 

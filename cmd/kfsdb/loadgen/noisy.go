@@ -149,7 +149,7 @@ func (n *noisy) run(ctx context.Context) (*NoisyResult, error) {
 		return nil, err
 	}
 	lc := &Config{Delivery: n.c.Delivery, NATSURL: n.c.NATSURL, Logger: n.c.Logger, Workers: n.c.Workers}
-	rt, err := startRuntime(ctx, n.pool, lc, n.r, n.handler(), n.onAck)
+	rt, err := startRuntime(ctx, n.pool, lc, n.r, nil, n.handler(), n.onAck)
 	if err != nil {
 		return nil, err
 	}

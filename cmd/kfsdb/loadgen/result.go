@@ -17,7 +17,7 @@ import (
 func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter string) (*Result, error) {
 	c := l.c
 	res := &Result{Producers: c.Producers, Workers: c.Workers, Spaces: c.Spaces, Delivery: c.Delivery, Rate: c.Rate, ServerCPU: -1, StepCheckpoints: c.StepCheckpoints,
-		AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: m.drained,
+		AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: m.drained, Spans: m.spans,
 		Started: l.started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
 	l.mu.Lock()
 	var lat, wait []time.Duration
@@ -140,6 +140,10 @@ func (r *Result) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "| lifecycle throughput (succeeded within the window) | %.0f attempts/s |\n", r.Throughput)
 	if r.DrainRate > 0 {
 		fmt.Fprintf(w, "| drain after the window (no producers) | %.0f attempts/s |\n", r.DrainRate)
+	}
+	if r.Spans != nil {
+		fmt.Fprintf(w, "| observed: spans request / StartAttempt / publish / process | %d / %d / %d / %d |\n",
+			r.Spans["request"], r.Spans["StartAttempt"], r.Spans["publish document.compile"], r.Spans["process document.compile"])
 	}
 	fmt.Fprintf(w, "| start → succeeded p50 / p99 | %s / %s |\n", r.StartToSucceededP50.Round(time.Millisecond), r.StartToSucceededP99.Round(time.Millisecond))
 	fmt.Fprintf(w, "| start → handler called p50 / p99 | %s / %s |\n", r.StartToHandlerP50.Round(time.Millisecond), r.StartToHandlerP99.Round(time.Millisecond))

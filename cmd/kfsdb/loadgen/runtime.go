@@ -31,7 +31,7 @@ type runtime struct {
 
 // startRuntime starts the runtime; onAck is called for every delivery the
 // worker acknowledges (after its outcome committed).
-func startRuntime(ctx context.Context, pool *pgxpool.Pool, c *Config, r *repo.Repo, h worker.Handler, onAck func(uuid.UUID)) (*runtime, error) {
+func startRuntime(ctx context.Context, pool *pgxpool.Pool, c *Config, r *repo.Repo, in *instruments, h worker.Handler, onAck func(uuid.UUID)) (*runtime, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	rt := &runtime{cancel: cancel}
 	var src worker.Source
@@ -41,7 +41,11 @@ func startRuntime(ctx context.Context, pool *pgxpool.Pool, c *Config, r *repo.Re
 			rt.stop()
 			return nil, err
 		}
-		rl, err := relay.New(pool, pub, &relay.Config{Logger: c.Logger, Repo: r})
+		if pub, err = in.publisher(pub); err != nil {
+			rt.stop()
+			return nil, err
+		}
+		rl, err := relay.New(pool, pub, &relay.Config{Logger: c.Logger, Repo: r, Metrics: in.runtimeMetrics(), TraceContexts: in != nil})
 		if err != nil {
 			rt.stop()
 			return nil, err
@@ -49,14 +53,14 @@ func startRuntime(ctx context.Context, pool *pgxpool.Pool, c *Config, r *repo.Re
 		rt.wg.Go(func() { _ = rl.Run(rctx) })
 		src = &ackSource{Source: relayed, onAck: onAck}
 	} else {
-		ps, err := pgsource.New(pool, &pgsource.Config{Logger: c.Logger, Repo: r})
+		ps, err := pgsource.New(pool, &pgsource.Config{Logger: c.Logger, Repo: r, Metrics: in.runtimeMetrics(), TraceContexts: in != nil})
 		if err != nil {
 			cancel()
 			return nil, err
 		}
 		src = newAckLeasingSource(ps, onAck)
 	}
-	wk, err := worker.New(pool, src, h, &worker.Config{Logger: c.Logger, Repo: r,
+	wk, err := worker.New(pool, src, h, &worker.Config{Logger: c.Logger, Repo: r, Metrics: in.runtimeMetrics(), Tracer: in.workerTracer(),
 		Concurrency: c.Workers, SingleCompletions: c.SingleCompletions, PendingDeliveryWait: c.PendingDeliveryWait})
 	if err != nil {
 		rt.stop()
