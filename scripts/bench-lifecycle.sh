@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The lifecycle, side by side on one server: kfsdb's direct delivery
 # (`kfsdb bench --delivery postgres`), kfsdb's relay path (`--delivery
-# relay`) and River (bench/river), interleaved, ROUNDS rounds of each load
+# relay`), the relay through NATS JetStream (`--delivery nats`, against
+# tests/cmd/kfsdb-nats, an in-process JetStream server on loopback started
+# here), direct delivery with metrics and tracing on (side
+# `postgres+observe`: `--observe`) and River (bench/river), interleaved, ROUNDS rounds of each load
 # (unpaced, then each rate of RATES), PRODUCERS producers and SLOTS worker
 # slots for SECONDS each. Around every run it reads, from outside the
 # programs and the same way for all three: the PostgreSQL container's CPU
@@ -27,14 +30,16 @@ RATES=${RATES:-150 300}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 PRODUCERS=${PRODUCERS:-8}
 SLOTS=${SLOTS:-8}
-SIDES=${SIDES:-postgres relay river}
+SIDES=${SIDES:-postgres postgres+observe relay nats river}
 image=${KFS_TEST_POSTGRES_IMAGE:-kfsdb-postgres:17}
 export GOWORK=off
 
 bin=$(mktemp -d "${TMPDIR:-/tmp}/kfsdb-bench-lifecycle.XXXXXX")
 container=
+nats_pid=
 cleanup() {
 	[ -n "$container" ] && docker rm -fv "$container" >/dev/null 2>&1 || true
+	[ -n "$nats_pid" ] && kill "$nats_pid" 2>/dev/null && wait "$nats_pid" 2>/dev/null || true
 	rm -rf "$bin"
 }
 trap cleanup EXIT
@@ -42,6 +47,19 @@ trap cleanup EXIT
 echo "== building kfsdb and the River peer"
 (cd cmd/kfsdb && go build -o "$bin/kfsdb" .)
 (cd bench/river && go build -o "$bin/riverbench" .)
+nats_url=
+if [[ " $SIDES " == *" nats "* ]]; then
+	(cd tests && go build -o "$bin/kfsdb-nats" ./cmd/kfsdb-nats)
+	"$bin/kfsdb-nats" >"$bin/nats.log" 2>&1 &
+	nats_pid=$!
+	for _ in $(seq 1 100); do
+		nats_url=$(head -n 1 "$bin/nats.log")
+		[[ $nats_url == nats://* ]] && break
+		sleep 0.1
+	done
+	[[ $nats_url == nats://* ]] || { echo "kfsdb-nats did not start:" >&2; cat "$bin/nats.log" >&2; exit 1; }
+	echo "== NATS JetStream (in-process, loopback): $nats_url"
+fi
 
 url=${KFS_BENCH_DATABASE_URL:-}
 cgroup=
@@ -88,9 +106,12 @@ run() {
 		"$bin/riverbench" -url "$url" -producers "$PRODUCERS" -workers "$SLOTS" -seconds "$SECONDS_PER_RUN" \
 			-fetch-cooldown 1ms -rate "$rate" >"$log" 2>&1 ;;
 	*)
-		# "default": whatever kfsdb bench does without --delivery.
-		local delivery=()
-		[ "$side" = default ] || delivery=(--delivery "$side")
+		# "default": whatever kfsdb bench does without --delivery; a side
+		# "D+observe" is delivery D with --observe.
+		local delivery=() mode=${side%+observe}
+		[ "$mode" = default ] || delivery=(--delivery "$mode")
+		[ "$mode" = nats ] && delivery+=(--nats-url "$nats_url")
+		[ "$mode" = "$side" ] || delivery+=(--observe)
 		"$bin/kfsdb" bench --database-url "$url" "${delivery[@]}" --producers "$PRODUCERS" --workers "$SLOTS" \
 			--duration "${SECONDS_PER_RUN}s" --rate "$rate" >"$log" 2>&1 ;;
 	esac
