@@ -92,3 +92,5 @@ replace (
 	github.com/knowledgefs/kfsdb/observe/prom => ../observe/prom
 	github.com/knowledgefs/kfsdb/tests => ../tests
 )
+
+replace github.com/knowledgefs/kfsdb/observe/otel => ../observe/otel

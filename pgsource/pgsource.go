@@ -73,9 +73,9 @@ type Config struct {
 	PollOnly bool
 	// Repo runs FetchLeases. Defaults to repo.New(nil).
 	Repo *repo.Repo
-	// TraceContexts makes the source read the leased attempts' Start trace
-	// contexts (one more statement per fetch that leased any) and carry
-	// them in its messages (worker.TracedMessage), for a worker with a
+	// TraceContexts makes the source fetch the leased attempts' Start trace
+	// contexts with the leases (FetchLeasesParams.TraceContexts, no extra
+	// round trip) and carry them in its messages (worker.TracedMessage), for a worker with a
 	// Tracer. Defaults to false.
 	TraceContexts bool
 	// WriteTimeout bounds the hand-back of leases no slot took when the

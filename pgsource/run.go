@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
@@ -107,9 +105,6 @@ type fetched struct {
 	n   int32
 	res *repo.FetchLeasesResult
 	err error
-	// traces are the leased attempts' Start trace contexts
-	// (Config.TraceContexts), nil without.
-	traces map[uuid.UUID]kfstype.TraceContext
 }
 
 // fetchLoop is Run's state: the fetches in flight and what the last ones
@@ -148,31 +143,10 @@ func (l *fetchLoop) start(ctx context.Context, pending int) {
 		res, err := s.cfg.Repo.FetchLeases(ctx, s.pool, &repo.FetchLeasesParams{
 			WorkerID: s.workerID, BatchSize: n, LeaseDuration: s.leaseDuration,
 			AfterTenant: after, MaxTenants: s.cfg.MaxTenants, PerTenant: s.cfg.PerTenant,
+			TraceContexts: s.cfg.TraceContexts,
 		})
-		var traces map[uuid.UUID]kfstype.TraceContext
-		if err == nil {
-			traces = s.traceContexts(ctx, res.Leased)
-		}
-		l.results <- fetched{n: n, res: res, err: err, traces: traces}
+		l.results <- fetched{n: n, res: res, err: err}
 	}()
-}
-
-// traceContexts reads the leased attempts' Start trace contexts when the
-// source carries them. A failed read is logged and the leases go out
-// untraced: tracing never holds up work.
-func (s *Source) traceContexts(ctx context.Context, leased []*kfstype.Attempt) map[uuid.UUID]kfstype.TraceContext {
-	if !s.cfg.TraceContexts || len(leased) == 0 {
-		return nil
-	}
-	ids := make([]uuid.UUID, len(leased))
-	for i, a := range leased {
-		ids[i] = a.ID
-	}
-	tcs, err := s.cfg.Repo.TraceContexts(ctx, s.pool, ids)
-	if err != nil {
-		s.log.WarnContext(ctx, "read trace contexts; running the leases without them", "leases", len(leased), "err", err)
-	}
-	return tcs
 }
 
 // deliver answers pending requests with a fetch's leases (handing back
@@ -201,7 +175,11 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 		if debug {
 			s.log.DebugContext(ctx, "attempt leased", "attempt_id", a.ID, "tenant_id", a.TenantID, "lease_expires_at", res.Leases[i].ExpiresAt)
 		}
-		pending = s.answer(ctx, pending, &message{attempt: a, lease: res.Leases[i], trace: f.traces[a.ID]})
+		m := &message{attempt: a, lease: res.Leases[i]}
+		if res.TraceContexts != nil {
+			m.trace = res.TraceContexts[i]
+		}
+		pending = s.answer(ctx, pending, m)
 	}
 	switch got := len(res.Leased) + len(res.Exhausted); {
 	case got >= int(f.n):

@@ -44,6 +44,10 @@ type FetchLeasesParams struct {
 	// (every tenant's oldest due attempt, then every tenant's second, …),
 	// and a tenant alone still fills the batch.
 	PerTenant int32
+	// TraceContexts asks for each lease's Start trace context (migration
+	// 0009) in the same round trip, in FetchLeasesResult.TraceContexts.
+	// Defaults to false.
+	TraceContexts bool
 }
 
 // FetchLeasesResult is what one fetch leased.
@@ -52,6 +56,10 @@ type FetchLeasesResult struct {
 	// by round across tenants).
 	Leased []*kfstype.Attempt
 	Leases []*Lease
+	// TraceContexts are the Start trace contexts of Leased (same order;
+	// zero for an attempt started without one) when
+	// FetchLeasesParams.TraceContexts asked for them; nil otherwise.
+	TraceContexts []kfstype.TraceContext
 	// Exhausted are due attempts that had no execution attempts left: the
 	// fetch failed them (EXECUTION_ATTEMPTS_EXHAUSTED) instead.
 	Exhausted []*kfstype.Attempt
@@ -100,21 +108,33 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 		AsyncCommit: r.asyncProgress, Now: r.now(), WorkerID: p.WorkerID, LeaseDuration: lease,
 		BatchSize: p.BatchSize, AfterTenant: p.AfterTenant,
 		MaxTenants: cmp.Or(p.MaxTenants, FetchMaxTenantsDefault), PerTenant: cmp.Or(p.PerTenant, p.BatchSize),
+		WithTraceContexts: p.TraceContexts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fetch leases for worker %q: %w", p.WorkerID, mapError(err))
 	}
 	res := &FetchLeasesResult{NextAfterTenant: p.AfterTenant}
+	var leased []*gen.FetchLeasesRow
 	for _, row := range rows {
-		a := attemptFromRow(fetchedRow(row))
 		if row.Exhausted {
-			res.Exhausted = append(res.Exhausted, a)
+			res.Exhausted = append(res.Exhausted, attemptFromRow(fetchedRow(row)))
 			continue
 		}
-		res.Leased = append(res.Leased, a)
+		leased = append(leased, row)
 	}
 	// RETURNING has no order: hand leases out by id (UUIDv7: start order).
-	sort.Slice(res.Leased, func(i, j int) bool { return res.Leased[i].ID.String() < res.Leased[j].ID.String() })
+	sort.Slice(leased, func(i, j int) bool { return leased[i].ID.String() < leased[j].ID.String() })
+	res.Leased = make([]*kfstype.Attempt, len(leased))
+	if p.TraceContexts {
+		res.TraceContexts = make([]kfstype.TraceContext, len(leased))
+	}
+	for i, row := range leased {
+		res.Leased[i] = attemptFromRow(fetchedRow(row))
+		if p.TraceContexts && row.TraceParent != nil && row.TraceState != nil {
+			// Both set together: the table's columns are NOT NULL.
+			res.TraceContexts[i] = kfstype.TraceContext{TraceParent: *row.TraceParent, TraceState: *row.TraceState}
+		}
+	}
 	res.Leases = make([]*Lease, len(res.Leased))
 	last := ""
 	for i, a := range res.Leased {

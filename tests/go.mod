@@ -30,6 +30,7 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/knowledgefs/kfsdb/natsjs v0.0.0 // indirect
+	github.com/knowledgefs/kfsdb/observe/otel v0.0.0 // indirect
 	github.com/knowledgefs/kfsdb/observe/prom v0.0.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -41,6 +42,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.74.0 // indirect
 	github.com/prometheus/procfs v0.23.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
@@ -108,3 +110,5 @@ replace github.com/knowledgefs/kfsdb/cmd/kfsdb => ../cmd/kfsdb
 replace github.com/knowledgefs/kfsdb/natsjs => ../natsjs
 
 replace github.com/knowledgefs/kfsdb/observe/prom => ../observe/prom
+
+replace github.com/knowledgefs/kfsdb/observe/otel => ../observe/otel

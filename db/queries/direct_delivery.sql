@@ -246,10 +246,15 @@ awake AS (
 )
 -- A lease is progress (async_commit may apply); an exhausted attempt's
 -- failure is an outcome, and then the whole commit stays synchronous.
-SELECT leased.*, false AS exhausted
+-- With with_trace_contexts, each lease comes with the trace context its
+-- Start stored (migration 0009), by primary key, in this round trip; the
+-- join's condition is false otherwise, and no row is probed.
+SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state
   FROM leased
+  LEFT JOIN document_compilation_trace_contexts t
+    ON @with_trace_contexts::boolean AND t.attempt_id = leased.id
  WHERE CASE WHEN @async_commit::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
             THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 UNION ALL
-SELECT exhausted.*, true AS exhausted
+SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state
   FROM exhausted;

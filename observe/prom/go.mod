@@ -91,3 +91,5 @@ replace (
 	github.com/knowledgefs/kfsdb/natsjs => ../../natsjs
 	github.com/knowledgefs/kfsdb/tests => ../../tests
 )
+
+replace github.com/knowledgefs/kfsdb/observe/otel => ../otel

@@ -91,6 +91,35 @@ func TestFetchLeases(t *testing.T) {
 		})
 	}
 
+	// With TraceContexts each lease comes with its Start's trace context
+	// (zero for an untraced Start), in the same order; without, none.
+	t.Run("CarriesTraceContexts", func(t *testing.T) {
+		b := setup(t)
+		tc := kfstype.TraceContext{TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", TraceState: "kfs=1"}
+		want := map[uuid.UUID]kfstype.TraceContext{}
+		for _, traced := range []bool{true, false, true} {
+			p := b.scope(t).StartParams()
+			if traced {
+				p.TraceContext = tc
+			}
+			res, err := b.repo.Start(b.ctx, b.db.Pool, p)
+			require.NoError(t, err)
+			want[res.Attempt.ID] = p.TraceContext
+		}
+		untraced := b.fetch(t, "worker-direct", 1)
+		require.Len(t, untraced.Leased, 1)
+		require.Nil(t, untraced.TraceContexts)
+		delete(want, untraced.Leased[0].ID)
+
+		res, err := b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "worker-direct", BatchSize: 10, TraceContexts: true})
+		require.NoError(t, err)
+		require.Len(t, res.Leased, 2)
+		require.Len(t, res.TraceContexts, 2)
+		for i, a := range res.Leased {
+			require.Equal(t, want[a.ID], res.TraceContexts[i], "attempt %s", a.ID)
+		}
+	})
+
 	t.Run("LeavesWhatIsNotDue", func(t *testing.T) {
 		b := setup(t)
 		var ids []uuid.UUID
