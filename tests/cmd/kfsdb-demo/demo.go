@@ -67,8 +67,14 @@ func (o *DemoOpts) Validate() error {
 			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), o.DatabaseURL))
 		}
 	}
-	if _, err := delivery.Parse(string(o.Delivery)); err != nil {
+	mode, err := delivery.Parse(string(o.Delivery))
+	if err != nil {
 		return fmt.Errorf("invalid options: Delivery: %w", err)
+	}
+	if mode == delivery.NATS {
+		// The demo starts no broker; NATS runs through kfsdb work and bench.
+		return fmt.Errorf("invalid options: Delivery: %w %q for the demo: want %q or %q (NATS: kfsdb work or kfsdb bench --delivery nats --nats-url URL)",
+			delivery.ErrUnknown, mode, delivery.Postgres, delivery.Relay)
 	}
 	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
 		return fmt.Errorf("invalid options: Attempts must be %d..%d (or 0 for %d), got %d", minDemoAttempts, MaxDemoAttempts, DemoAttemptsDefault, o.Attempts)

@@ -32,7 +32,7 @@ func TestDemoOptsValidate(t *testing.T) {
 		"TooFewAttempts":  {DemoOpts{Attempts: 5, Out: &out}, "Attempts must be 26..5000"},
 		"TooManyAttempts": {DemoOpts{Attempts: 5001, Out: &out}, "Attempts must be"},
 		"NegativeTimeout": {DemoOpts{Timeout: -time.Second, Out: &out}, "Timeout must not be negative"},
-		"UnknownDelivery": {DemoOpts{Delivery: "nats", Out: &out}, `Delivery: unknown delivery "nats"`},
+		"UnknownDelivery": {DemoOpts{Delivery: "nats", Out: &out}, `Delivery: unknown delivery "nats" for the demo: want "postgres" or "relay"`},
 		"RelayDelivery":   {DemoOpts{Delivery: delivery.Relay, Out: &out}, ""},
 		"MissingOut":      {DemoOpts{}, "Out is required"},
 		"Defaults":        {DemoOpts{Out: &out}, ""},
@@ -59,7 +59,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"extra"}, "demo takes no arguments"},
 		{[]string{"--attempts", "5"}, "Attempts must be 26..5000"},
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
-		{[]string{"--delivery", "nats"}, `unknown delivery "nats": want "postgres" or "relay"`},
+		{[]string{"--delivery", "nats"}, `unknown delivery "nats" for the demo: want "postgres" or "relay"`},
+		{[]string{"--delivery", "kafka"}, `unknown delivery "kafka"`},
 	} {
 		var stdout, stderr bytes.Buffer
 		require.Equal(t, 2, Main(t.Context(), tc.args, &stdout, &stderr, noEnv), "args %q: %s", tc.args, stderr.String())

@@ -53,7 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	opts := &DemoOpts{Out: stdout}
 	fs.StringVar(&opts.DatabaseURL, "database-url", "",
 		"server to create the demo database on; defaults to $"+cli.EnvDatabaseURL+", else a throwaway server (see pgtest: KFS_TEST_DATABASE_URL, KFS_TEST_POSTGRES_IMAGE)")
-	fs.Var(&opts.Delivery, "delivery", delivery.Usage+"; default "+string(delivery.Default)+" (relay adds dead letters and a broker outage)")
+	fs.Var(&opts.Delivery, "delivery", "how attempts reach workers: postgres (workers lease straight from the outbox) or relay (relay → in-process queue → workers, with dead letters and a broker outage); default "+string(delivery.Default))
 	fs.IntVar(&opts.Attempts, "attempts", DemoAttemptsDefault, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
 	fs.Uint64Var(&opts.Seed, "seed", DemoSeedDefault, "shuffles which attempt follows which scenario")
 	fs.DurationVar(&opts.Timeout, "timeout", DemoTimeoutDefault, "fail if the workload has not settled by then")
