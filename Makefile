@@ -142,7 +142,7 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 BENCH_ARGS ?=
 
 .PHONY: bench-lifecycle
-bench-lifecycle: ## The lifecycle side by side on one fsync-on server: kfsdb direct, kfsdb relay, River; ROUNDS (3) interleaved rounds, unpaced and RATES (150 300); CPU, WAL and statements per item; bench/out/lifecycle.txt(.md).
+bench-lifecycle: ## The lifecycle side by side on one fsync-on server: kfsdb direct, direct with metrics+tracing (--observe), relay (memqueue), relay through NATS JetStream, River; ROUNDS (3) interleaved rounds, unpaced and RATES (150 300), SIDES to choose; CPU, WAL and statements per item; bench/out/lifecycle.txt(.md).
 	scripts/bench-lifecycle.sh
 
 .PHONY: bench-kfsdb
