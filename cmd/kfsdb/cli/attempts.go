@@ -184,14 +184,11 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// connectOperator opens a small pool for an operator command.
+// connectOperator opens a small pool for an operator command, closed
+// with pool.Close.
 func connectOperator(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("could not parse database URL: %w", err)
-	}
-	cfg.MaxConns = 4
-	return openPool(ctx, cfg)
+	pool, _, _, err := openServedPool(ctx, url, 4, "", nil, nil)
+	return pool, err
 }
 
 // openPool opens a pool on cfg and pings it, so that a wrong URL or a

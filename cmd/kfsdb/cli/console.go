@@ -10,9 +10,6 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -83,29 +80,11 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 func serveConsole(ctx context.Context, opts *ConsoleOpts) error {
 	out := &syncWriter{w: opts.Out}
 	log := slog.New(slog.NewTextHandler(out, nil))
-	cfg, err := pgxpool.ParseConfig(opts.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("could not parse database URL: %w", err)
-	}
-	cfg.MaxConns = 4
-	var reg *prometheus.Registry
-	if opts.MetricsListen != "" {
-		if reg, err = newMetricsRegistry(cfg); err != nil {
-			return err
-		}
-	}
-	pool, err := openPool(ctx, cfg)
+	pool, _, closeAll, err := openServedPool(ctx, opts.DatabaseURL, 4, opts.MetricsListen, out, log)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if reg != nil {
-		stop, err := serveMetrics(reg, pool, opts.MetricsListen, out, log)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
+	defer closeAll()
 	srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID, Logger: log})
 	if err != nil {
 		return err

@@ -37,6 +37,39 @@ func validateMetricsListen(addr string) error {
 	return nil
 }
 
+// openServedPool opens a command's pool on url with maxConns connections
+// (0: pgx's default) and, when metricsAddr is set, the registry served at
+// http://metricsAddr/metrics while the pool is open: the Go and process
+// collectors, the statement tracer set on the pool and the backlog
+// collector (reg is nil without metricsAddr). closeAll stops the server,
+// then closes the pool.
+func openServedPool(ctx context.Context, url string, maxConns int32, metricsAddr string, out io.Writer, log *slog.Logger) (pool *pgxpool.Pool, reg *prometheus.Registry, closeAll func(), err error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("could not parse database URL: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	if metricsAddr != "" {
+		if reg, err = newMetricsRegistry(cfg); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if pool, err = openPool(ctx, cfg); err != nil {
+		return nil, nil, nil, err
+	}
+	if reg == nil {
+		return pool, nil, pool.Close, nil
+	}
+	stop, err := serveMetrics(reg, pool, metricsAddr, out, log)
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	return pool, reg, func() { stop(); pool.Close() }, nil
+}
+
 // newMetricsRegistry returns a registry with the Go and process
 // collectors and the statement tracer, which it sets on cfg; it makes room
 // in cfg's pool for the backlog collector's sample (serveMetrics).

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
@@ -96,31 +95,16 @@ func Relay(ctx context.Context, opts *RelayOpts) error {
 func runRelay(ctx context.Context, opts *RelayOpts) error {
 	out := &syncWriter{w: opts.Out}
 	log := NewLogger(out, opts.Verbose)
-	cfg, err := pgxpool.ParseConfig(opts.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("could not parse database URL: %w", err)
-	}
-	var reg *prometheus.Registry
-	var metrics observe.Metrics
-	if opts.MetricsListen != "" {
-		if reg, err = newMetricsRegistry(cfg); err != nil {
-			return err
-		}
-		if metrics, err = runtimeMetrics(reg, nil); err != nil {
-			return err
-		}
-	}
-	pool, err := openPool(ctx, cfg)
+	pool, reg, closeAll, err := openServedPool(ctx, opts.DatabaseURL, 0, opts.MetricsListen, out, log)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closeAll()
+	var metrics observe.Metrics
 	if reg != nil {
-		stop, err := serveMetrics(reg, pool, opts.MetricsListen, out, log)
-		if err != nil {
+		if metrics, err = runtimeMetrics(reg, nil); err != nil {
 			return err
 		}
-		defer stop()
 	}
 	var pub relay.Publisher = &printingPublisher{out: out}
 	target := "printing each message"

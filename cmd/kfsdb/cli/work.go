@@ -15,7 +15,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
@@ -192,36 +191,20 @@ func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	out := &syncWriter{w: opts.Out}
 	log := NewLogger(out, opts.Verbose)
-	cfg, err := pgxpool.ParseConfig(opts.DatabaseURL)
-	if err != nil {
-		return nil, fmt.Errorf("could not parse database URL: %w", err)
-	}
 	// A connection per handler and per heartbeat, the relay's claims and
 	// its listener.
-	cfg.MaxConns = int32(2*opts.Workers*opts.Concurrency + 4)
-	var reg *prometheus.Registry
-	counts := &observe.Counts{}
-	var metrics observe.Metrics = counts
-	if opts.MetricsListen != "" {
-		if reg, err = newMetricsRegistry(cfg); err != nil {
-			return nil, err
-		}
-		if metrics, err = runtimeMetrics(reg, counts); err != nil {
-			return nil, err
-		}
-	}
-	pool, err := openPool(ctx, cfg)
+	maxConns := int32(2*opts.Workers*opts.Concurrency + 4)
+	pool, reg, closeAll, err := openServedPool(ctx, opts.DatabaseURL, maxConns, opts.MetricsListen, out, log)
 	if err != nil {
 		return nil, err
 	}
-	defer pool.Close()
-
+	defer closeAll()
+	counts := &observe.Counts{}
+	var metrics observe.Metrics = counts
 	if reg != nil {
-		stop, err := serveMetrics(reg, pool, opts.MetricsListen, out, log)
-		if err != nil {
+		if metrics, err = runtimeMetrics(reg, counts); err != nil {
 			return nil, err
 		}
-		defer stop()
 	}
 	r := repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits})
 	h := &workHandler{pool: pool, stepDelay: opts.StepDelay, failRate: opts.FailRate}

@@ -190,16 +190,10 @@ func (l *load) start(ctx context.Context, i int) error {
 	p := &repo.StartParams{TenantID: l.sc.tenant, KnowledgeSpaceID: l.sc.spaceOf(i),
 		DocumentAssetID: l.sc.assets[i], DocumentVersion: 1, PublicationGenerationID: l.sc.generation}
 	var res *repo.StartResult
-	start := func(ctx context.Context) (err error) {
+	err := l.in.startInSpan(ctx, p, func(ctx context.Context) (err error) {
 		res, err = l.repo.Start(ctx, l.pool, p)
 		return err
-	}
-	var err error
-	if l.in != nil {
-		err = l.in.startInSpan(ctx, p, start)
-	} else {
-		err = start(ctx)
-	}
+	})
 	if err != nil {
 		return err
 	}
