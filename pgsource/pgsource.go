@@ -75,8 +75,8 @@ type Config struct {
 	Repo *repo.Repo
 	// TraceContexts makes the source fetch the leased attempts' Start trace
 	// contexts with the leases (FetchLeasesParams.TraceContexts, no extra
-	// round trip) and carry them in its messages (worker.TracedMessage), for a worker with a
-	// Tracer. Defaults to false.
+	// round trip) and carry them in its messages (worker.TracedMessage),
+	// for a worker with a Tracer. Defaults to false.
 	TraceContexts bool
 	// WriteTimeout bounds the hand-back of leases no slot took when the
 	// source stops. Defaults to 10 s.
