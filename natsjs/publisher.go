@@ -131,9 +131,17 @@ func JobID(stream string, seq uint64) string {
 	return stream + ":" + strconv.FormatUint(seq, 10)
 }
 
+// errCodeDuplicateInProcess is JetStream's "duplicate message id is in
+// process" (409, nats-server's JSStreamDuplicateMessageConflict; nats.go
+// names no constant for it): a retry whose Nats-Msg-Id the stream is still
+// storing from an earlier try that timed out, as after a leader change.
+// The next try gets the deduplicated acknowledgement.
+const errCodeDuplicateInProcess jetstream.ErrorCode = 10158
+
 // transient reports whether err is one a retry may cure: nobody answered
 // (no stream leader yet, a server restarting), no answer in time (a lost
-// acknowledgement, a reconnect), or JetStream said it is unavailable.
+// acknowledgement, a reconnect), JetStream said it is unavailable, or the
+// same message id is still being stored from an earlier try.
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
@@ -142,7 +150,7 @@ func transient(err error) bool {
 		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
 		return true
 	case errors.As(err, &apiErr):
-		return apiErr.Code == 503 || apiErr.Code == 408
+		return apiErr.Code == 503 || apiErr.Code == 408 || apiErr.ErrorCode == errCodeDuplicateInProcess
 	}
 	return false
 }
