@@ -12,7 +12,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . tests cmd/kfsdb observe/prom observe/otel natsjs
+MODULES := . migrate tests cmd/kfsdb observe/prom observe/otel natsjs
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 

@@ -23,9 +23,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
+	"github.com/knowledgefs/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/migrate"
 )
 
 // seedRelPath is the user's 0006 seed, relative to the directory that holds

@@ -22,7 +22,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 

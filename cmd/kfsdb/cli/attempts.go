@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 

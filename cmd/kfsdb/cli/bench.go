@@ -10,8 +10,8 @@ import (
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/loadgen"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 )
 
 // Bench scenarios (BenchOpts.Scenario).

@@ -17,7 +17,7 @@ import (
 	"os"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 

@@ -11,7 +11,7 @@ import (
 	"net"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/migrate"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 )
 
 // MigrateCommand is what `kfsdb migrate` does.

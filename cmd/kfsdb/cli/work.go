@@ -17,9 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/natsjs"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/pgsource"

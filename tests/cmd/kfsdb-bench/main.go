@@ -16,7 +16,7 @@ import (
 	"syscall"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 

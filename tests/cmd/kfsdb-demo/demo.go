@@ -15,7 +15,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 

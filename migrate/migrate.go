@@ -17,8 +17,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/redact"
 	"github.com/knowledgefs/kfsdb/db/migrations"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
 )
 
 // NewProvider returns a goose Provider over [migrations.FS] for db.
