@@ -41,7 +41,13 @@ const (
 	appLongTx      = "long-transaction"
 	appBlocker     = "blocker"
 	appLockSampler = "lock-sampler"
+	// appCommitBlocker holds the version table so that 0006 cannot record
+	// its version, and so cannot commit, until the test lets it.
+	appCommitBlocker = "commit-blocker"
 )
+
+// versionTable is the goose version table the migrations record into.
+const versionTable = "goose_db_version"
 
 // lockSampleInterval is how often the sampler reads pg_locks.
 const lockSampleInterval = 20 * time.Millisecond
@@ -75,8 +81,7 @@ func TestMigrationLocksSmall(t *testing.T) {
 	timedOut := runLockStudy(ctx, t, db.URL, lockStudy{
 		name:        "long transaction holds ACCESS SHARE on knowledge_spaces; lock_timeout 1s",
 		lockTimeout: time.Second,
-		hold:        `SELECT count(*) FROM knowledge_spaces`,
-		holdApp:     appLongTx,
+		holds:       []heldLock{{sql: `SELECT count(*) FROM knowledge_spaces`, app: appLongTx}},
 		settle:      300 * time.Millisecond,
 	})
 	timedOut.print(&report)
@@ -86,15 +91,36 @@ func TestMigrationLocksSmall(t *testing.T) {
 	require.Greater(t, timedOut.longestBlocked(streamReadSpaces), 500*time.Millisecond,
 		"reads of knowledge_spaces queue behind the waiting ACCESS EXCLUSIVE request")
 
-	// A writer in projection_set_publications keeps 0006 waiting at its
-	// index there, by when it holds its other locks: the sampler sees them
-	// all, however fast the server.
+	// Two sessions the test controls make each lock last until the sampler
+	// has seen it, however fast the server and however slow the sampler: a
+	// writer in projection_set_publications keeps 0006 waiting at its index
+	// there (by then it holds its earlier locks), and a SHARE lock on the
+	// version table keeps 0006 from recording its version, the last thing it
+	// does before its commit, so every lock it took is held, granted, until
+	// a sample has shown them all. (Sampling alone raced the commit: after
+	// the first release 0006 could take its last lock and commit between
+	// two samples.)
+	holdsAll := func(s *lockSampler) bool {
+		return sawLock(appMigrate, versionTable, "RowExclusiveLock", false)(s) &&
+			sawLock(appMigrate, "knowledge_spaces", "AccessExclusiveLock", true)(s) &&
+			sawLock(appMigrate, "document_assets", "ShareLock", true)(s) &&
+			sawLock(appMigrate, "projection_set_publications", "ShareLock", true)(s)
+	}
 	blocked := runLockStudy(ctx, t, db.URL, lockStudy{
-		name:        "open INSERT transaction on projection_set_publications until the sampler sees 0006 wait for it",
-		hold:        `LOCK TABLE projection_set_publications IN ROW EXCLUSIVE MODE`,
-		holdApp:     appBlocker,
-		releaseWhen: sawLock(appMigrate, "projection_set_publications", "ShareLock", false),
-		settle:      300 * time.Millisecond,
+		name: "open INSERT transaction on projection_set_publications until 0006 waits for it; the version table held until 0006 holds every lock",
+		holds: []heldLock{
+			{
+				sql:         `LOCK TABLE projection_set_publications IN ROW EXCLUSIVE MODE`,
+				app:         appBlocker,
+				releaseWhen: sawLock(appMigrate, "projection_set_publications", "ShareLock", false),
+			},
+			{
+				sql:         `LOCK TABLE ` + versionTable + ` IN SHARE MODE`,
+				app:         appCommitBlocker,
+				releaseWhen: holdsAll,
+			},
+		},
+		settle: 300 * time.Millisecond,
 	})
 	blocked.print(&report)
 	require.NoError(t, blocked.err)
@@ -145,9 +171,8 @@ func TestMigrationLocks(t *testing.T) {
 	}
 
 	err := study(lockStudy{
-		name:    "long transaction holds ACCESS SHARE on knowledge_spaces; lock_timeout 2s",
-		hold:    `SELECT count(*) FROM knowledge_spaces`,
-		holdApp: appLongTx,
+		name:  "long transaction holds ACCESS SHARE on knowledge_spaces; lock_timeout 2s",
+		holds: []heldLock{{sql: `SELECT count(*) FROM knowledge_spaces`, app: appLongTx}},
 	})
 	requireLockNotAvailable(t, err)
 	requireVersion4(ctx, t, db)
@@ -233,12 +258,9 @@ type lockStudy struct {
 	name string
 	// lockTimeout is the migration session's lock_timeout; 0 leaves none.
 	lockTimeout time.Duration
-	// hold, when set, is run in a transaction of its own (application
-	// holdApp) that stays open while the migration runs: until releaseWhen
-	// holds, else until the migration has ended.
-	hold        string
-	holdApp     string
-	releaseWhen func(*lockSampler) bool
+	// holds are taken, each in a transaction of its own, before the
+	// migration starts.
+	holds []heldLock
 	// skipStreams names application streams that do not run.
 	skipStreams []string
 	// waitForever names application streams that run without a
@@ -248,6 +270,15 @@ type lockStudy struct {
 	// (baseline latencies; re-planned statements after it). Defaults to
 	// a second.
 	settle time.Duration
+}
+
+// heldLock is a statement run in a transaction (session application app)
+// that stays open while the migration runs: until releaseWhen holds, else
+// until the migration has ended.
+type heldLock struct {
+	sql         string
+	app         string
+	releaseWhen func(*lockSampler) bool
 }
 
 // lockStudyResult is what a lockStudy observed.
@@ -294,22 +325,26 @@ func runLockStudy(ctx context.Context, t *testing.T, dbURL string, study lockStu
 		})
 	}
 
-	var holder pgx.Tx
-	if study.hold != "" {
-		conn := connect(ctx, t, dbURL, study.holdApp, 0)
+	holders := make([]pgx.Tx, len(study.holds))
+	for i, h := range study.holds {
+		conn := connect(ctx, t, dbURL, h.app, 0)
 		tx, err := conn.Begin(ctx)
 		require.NoError(t, err)
-		_, err = tx.Exec(ctx, study.hold)
+		_, err = tx.Exec(ctx, h.sql)
 		require.NoError(t, err)
-		holder = tx
+		holders[i] = tx
 	}
-	release := func() {
-		if holder != nil {
-			require.NoError(t, holder.Rollback(context.WithoutCancel(ctx)))
-			holder = nil
+	release := func(i int) {
+		if holders[i] != nil {
+			require.NoError(t, holders[i].Rollback(context.WithoutCancel(ctx)))
+			holders[i] = nil
 		}
 	}
-	defer release()
+	defer func() {
+		for i := range holders {
+			release(i)
+		}
+	}()
 
 	if study.settle == 0 {
 		study.settle = time.Second
@@ -330,27 +365,45 @@ func runLockStudy(ctx context.Context, t *testing.T, dbURL string, study lockStu
 		res.migration = time.Since(res.start)
 		res.versionAfter, res.versionErr = p.GetDBVersion(ctx)
 	}()
-	if study.releaseWhen != nil {
-		deadline := time.After(30 * time.Second)
-	wait:
-		for !study.releaseWhen(res.samples) {
-			select {
-			case <-done:
-				break wait
-			case <-deadline:
-				t.Fatal("the sampler never saw the awaited lock")
-			case <-time.After(lockSampleInterval):
-			}
+	// Each hold is released once the sampler has seen its condition (a
+	// state the holds themselves make last), or when the migration ends.
+	for i, h := range study.holds {
+		if h.releaseWhen == nil {
+			continue
 		}
-		release()
+		if !waitForSample(t, res.samples, done, h.releaseWhen) {
+			break
+		}
+		release(i)
 	}
 	<-done
-	release()
+	for i := range holders {
+		release(i)
+	}
 	time.Sleep(study.settle) // after the migration: recovery, re-planned statements
 	stopTraffic()
 	wg.Wait()
 	slices.SortFunc(res.ops, func(a, b trafficOp) int { return a.start.Compare(b.start) })
 	return res
+}
+
+// waitForSample waits until the sampler's next samples satisfy cond (true)
+// or the migration has ended (false). The state cond looks for is one that
+// a held lock keeps in place, so it lasts until a sample sees it; the bound
+// only turns a lost wake-up into a failure with a message instead of a hang.
+func waitForSample(t *testing.T, s *lockSampler, migrationDone <-chan struct{}, cond func(*lockSampler) bool) bool {
+	t.Helper()
+	deadline := time.After(2 * time.Minute)
+	for !cond(s) {
+		select {
+		case <-migrationDone:
+			return false
+		case <-deadline:
+			t.Fatal("the sampler never saw the awaited lock")
+		case <-s.sampled():
+		}
+	}
+	return true
 }
 
 // withApplicationName returns dbURL with application_name set to app.
@@ -545,6 +598,8 @@ type lockSampler struct {
 	// longestSample is the slowest sampling query, the sampler's own blind
 	// spot.
 	longestSample time.Duration
+	// next is closed, and replaced, when a sample has been recorded.
+	next chan struct{}
 }
 
 func newLockSampler(ctx context.Context, t *testing.T, dbURL string) *lockSampler {
@@ -553,7 +608,15 @@ func newLockSampler(ctx context.Context, t *testing.T, dbURL string) *lockSample
 		conn:       connect(ctx, t, dbURL, appLockSampler, 0),
 		locks:      map[lockKey]*seenSpan{},
 		statements: map[string]*seenSpan{},
+		next:       make(chan struct{}),
 	}
+}
+
+// sampled returns a channel closed when the next sample has been recorded.
+func (s *lockSampler) sampled() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.next
 }
 
 func (s *lockSampler) setStart(start time.Time) {
@@ -624,6 +687,8 @@ func (s *lockSampler) run(ctx context.Context) {
 				s.statements, s.stmtOrder = see(s.statements, s.stmtOrder, r.statement, at)
 			}
 		}
+		close(s.next)
+		s.next = make(chan struct{})
 		s.mu.Unlock()
 	}
 }
