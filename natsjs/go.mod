@@ -42,6 +42,7 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/knowledgefs/kfsdb/cmd/kfsdb v0.0.0 // indirect
+	github.com/knowledgefs/kfsdb/migrate v0.0.0 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
@@ -94,3 +95,5 @@ replace (
 )
 
 replace github.com/knowledgefs/kfsdb/observe/otel => ../observe/otel
+
+replace github.com/knowledgefs/kfsdb/migrate => ../migrate
