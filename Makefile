@@ -62,17 +62,70 @@ define ensure-image
 	esac; fi
 endef
 
+# Host programs whole test packages need: Chromium (tests/console), PgBouncer
+# (tests/pgbouncer), psql (tests/migrations compares the seed run through
+# psql). KFS_ALLOW_MISSING=browser,pgbouncer,seed,container lets `make test`
+# go on without them: those tests then skip, and the summary names each.
+KFS_ALLOW_MISSING ?=
+export KFS_ALLOW_MISSING
+
+.PHONY: test-deps
+test-deps: ## Install what whole test packages need (chromium, pgbouncer, psql) from Debian when root; otherwise stop and say how.
+	@missing=(); \
+	command -v chromium >/dev/null 2>&1 || [ -n "$${KFS_CHROMIUM:-}" ] || case ",$(KFS_ALLOW_MISSING)," in *,browser,*) ;; *) missing+=(chromium);; esac; \
+	{ command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; } || case ",$(KFS_ALLOW_MISSING)," in *,pgbouncer,*) ;; *) missing+=(pgbouncer);; esac; \
+	command -v psql >/dev/null 2>&1 || missing+=(postgresql-client); \
+	if [ "$${#missing[@]}" -eq 0 ]; then echo "test-deps: chromium, pgbouncer and psql present"; exit 0; fi; \
+	if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "test-deps: installing from Debian: $${missing[*]}"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$${missing[@]}"; \
+	else \
+		echo "test-deps: missing $${missing[*]}: the browser, PgBouncer or migration tests cannot run." >&2; \
+		echo "  install them (Debian/Ubuntu: sudo apt-get install -y --no-install-recommends $${missing[*]})," >&2; \
+		echo "  or run with KFS_ALLOW_MISSING=browser,pgbouncer to skip those tests (the summary names them)." >&2; \
+		exit 1; \
+	fi
+
 .PHONY: test
-test: ## Run every test of the five modules (-race), building kfsdb-postgres:17 if needed.
+test: test-deps ## Run every test of every module (-race), building kfsdb-postgres:17 if needed; the summary names every skipped test and why.
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
-	@log=$$(mktemp); trap 'rm -f "$$log"' EXIT; failed=; \
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; failed=; \
+	(cd tests && GOWORK=off go build -o "$$tmp/testsummary" ./cmd/testsummary); \
 	for m in $(MODULES); do \
 		echo "== go test $(GO_TEST_FLAGS) ./... in module $$m"; \
-		(cd $$m && GOWORK=off go test $(GO_TEST_FLAGS) ./...) 2>&1 | tee -a "$$log" || failed="$$failed $$m"; \
+		(cd $$m && GOWORK=off go test -json $(GO_TEST_FLAGS) ./... 2>&1) | "$$tmp/testsummary" -echo -log "$$tmp/run.jsonl" || failed="$$failed $$m"; \
 	done; \
-	echo "== make test summary: $$(grep -c '^ok ' "$$log") packages passed, $$(grep -c '^FAIL[[:space:]]' "$$log") failed, $$(grep -c 'no test files' "$$log") without tests"; \
-	grep -E '^(ok |FAIL[[:space:]])' "$$log"; \
+	"$$tmp/testsummary" -summary "$$tmp/run.jsonl" || failed="$${failed:- (a test)}"; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED in module(s):$$failed"; exit 1; fi
+
+# Packages whose tests run goroutines, clocks, sleeps, subprocesses or
+# brokers, as module:package-pattern.
+FLAKE_PACKAGES ?= tests:./runtime/ tests:./multiproc/ tests:./faults/ tests:./repo/ tests:./migrations/ \
+	tests:./pgbouncer/ tests:./console/ tests:./model/ tests:./cmd/... .:./internal/... .:./worker/... .:./relay/... \
+	.:./pgsource/... natsjs:./... observe/prom:./... observe/otel:./... cmd/kfsdb:./...
+FLAKE_COUNT ?= 5
+# CPU hogs beside the tests (stress-ng --cpu N, or shell busy loops).
+FLAKE_LOAD ?= 2
+
+.PHONY: flake-hunt
+flake-hunt: ## Run the timing-sensitive packages FLAKE_COUNT times (-race) with FLAKE_LOAD CPU hogs beside them, then once more with GOMAXPROCS=1; writes bench/out/flake-hunt.txt.
+	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
+	mkdir -p $(BENCH_OUT)
+	@hogs=(); trap 'kill "$${hogs[@]}" 2>/dev/null || true' EXIT; \
+	if command -v stress-ng >/dev/null 2>&1; then stress-ng --cpu $(FLAKE_LOAD) --quiet & hogs+=($$!); \
+	else for i in $$(seq $(FLAKE_LOAD)); do (while :; do :; done) & hogs+=($$!); done; fi; \
+	echo "flake-hunt: $(FLAKE_LOAD) CPU hogs running (pids $${hogs[*]})"; \
+	for run in "$(FLAKE_COUNT) GOMAXPROCS=$$(nproc)" "1 GOMAXPROCS=1"; do \
+		count=$${run%% *}; procs=$${run#* }; \
+		for mp in $(FLAKE_PACKAGES); do \
+			m=$${mp%%:*}; p=$${mp#*:}; \
+			echo "== [-count=$$count $$procs] go test -race $$p in module $$m"; \
+			(cd $$m && env "$$procs" GOWORK=off go test -race -count=$$count -timeout 60m $$p 2>&1) \
+				| grep -E '^(ok|FAIL|---|panic|\s+\S+_test\.go:[0-9]+:)' || true; \
+		done; \
+	done 2>&1 | tee $(CURDIR)/$(BENCH_OUT)/flake-hunt.txt; \
+	if grep -qE '^(FAIL|--- FAIL|panic)' $(CURDIR)/$(BENCH_OUT)/flake-hunt.txt; then echo "flake-hunt: FAILURES above (bench/out/flake-hunt.txt)"; exit 1; fi; \
+	echo "flake-hunt: no failure"
 
 .PHONY: test-migrations-pg15
 test-migrations-pg15: ## Run the migration tests on PostgreSQL 15 (kfsdb-postgres:15, never KFS_TEST_DATABASE_URL).
@@ -114,6 +167,10 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 .PHONY: check-deps
 check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats, and that the kfsdb binary links no testcontainers, moby or nats-server module.
 	scripts/check-deps.sh
+
+.PHONY: check-tree
+check-tree: ## Fail on a tracked file over 1 MiB (docs images excepted) or a modified or unignored file in the work tree.
+	scripts/check-tree.sh --clean
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module.

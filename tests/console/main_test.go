@@ -19,6 +19,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/capability"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
@@ -47,7 +48,7 @@ func setup(t *testing.T) *testBundle {
 	if chromium == "" {
 		var err error
 		if chromium, err = exec.LookPath("chromium"); err != nil {
-			t.Skip("no chromium on $PATH (apt-get install chromium, or set " + EnvChromium + ")")
+			capability.Missing(t, capability.Browser, "no chromium on $PATH (apt-get install chromium, or set %s)", EnvChromium)
 		}
 	}
 	db := pgtest.NewDB(t)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/capability"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -44,7 +45,7 @@ func requireContainer(t *testing.T) *pgtest.Server {
 	t.Helper()
 	srv := pgtest.CurrentServer(t)
 	if !srv.IsContainer() {
-		t.Skipf("faults: %s is set, so there is no container to restart or pause; run without it (pgtest starts %s) for this test",
+		capability.Missing(t, capability.Container, "faults: %s is set, so there is no container to restart or pause; run without it (pgtest starts %s) for this test",
 			pgtest.EnvDatabaseURL, pgtest.DefaultImage)
 	}
 	return srv

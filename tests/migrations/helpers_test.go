@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/migrate"
+	"github.com/knowledgefs/kfsdb/tests/capability"
 )
 
 // seedRelPath is the user's 0006 seed, relative to the directory that holds
@@ -161,6 +162,6 @@ func seedPath(t *testing.T) string {
 			return c
 		}
 	}
-	t.Skipf("seed %s not found beside the repository (looked at %s); put a copy of shared/ next to the clone", seedRelPath, strings.Join(candidates[:min(len(candidates), 3)], ", "))
+	capability.Missing(t, capability.Seed, "seed %s not found beside the repository (looked at %s); put a copy of shared/ next to the clone", seedRelPath, strings.Join(candidates[:min(len(candidates), 3)], ", "))
 	return ""
 }

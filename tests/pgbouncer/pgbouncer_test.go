@@ -27,6 +27,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/capability"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
@@ -54,7 +55,7 @@ func startBouncer(t *testing.T) *bouncer {
 	bin, err := exec.LookPath("pgbouncer")
 	if err != nil {
 		if _, serr := os.Stat("/usr/sbin/pgbouncer"); serr != nil {
-			t.Skip("pgbouncer is not installed (Debian/Ubuntu: apt-get install -y pgbouncer); skipping the PgBouncer tests")
+			capability.Missing(t, capability.PgBouncer, "pgbouncer is not installed (Debian/Ubuntu: apt-get install -y pgbouncer)")
 		}
 		bin = "/usr/sbin/pgbouncer"
 	}
@@ -62,7 +63,7 @@ func startBouncer(t *testing.T) *bouncer {
 	require.NoError(t, err)
 	ip := net.ParseIP(server.Host)
 	if ip == nil || !ip.IsLoopback() {
-		t.Skipf("the test server is on %s, not on a loopback address; pgbouncer is only pointed at 127.0.0.1", server.Host)
+		capability.Missing(t, capability.PgBouncer, "the test server is on %s, not on a loopback address; pgbouncer is only pointed at 127.0.0.1", server.Host)
 	}
 
 	dir := t.TempDir()
@@ -146,7 +147,7 @@ func unprivilegedUser(t *testing.T) string {
 			return name
 		}
 	}
-	t.Skip("running as root and neither user postgres nor nobody exists for pgbouncer -u")
+	capability.Missing(t, capability.PgBouncer, "running as root and neither user postgres nor nobody exists for pgbouncer -u")
 	return ""
 }
 
