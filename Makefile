@@ -110,7 +110,7 @@ FLAKE_LOAD ?= 2
 .PHONY: flake-hunt
 flake-hunt: ## Run the timing-sensitive packages FLAKE_COUNT times (-race) with FLAKE_LOAD CPU hogs beside them, then once more with GOMAXPROCS=1; writes bench/out/flake-hunt.txt.
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
-	mkdir -p $(BENCH_OUT)
+	mkdir -p $(BENCH_OUT)/flake-hunt
 	@hogs=(); trap 'kill "$${hogs[@]}" 2>/dev/null || true' EXIT; \
 	if command -v stress-ng >/dev/null 2>&1; then stress-ng --cpu $(FLAKE_LOAD) --quiet & hogs+=($$!); \
 	else for i in $$(seq $(FLAKE_LOAD)); do (while :; do :; done) & hogs+=($$!); done; fi; \
@@ -120,8 +120,10 @@ flake-hunt: ## Run the timing-sensitive packages FLAKE_COUNT times (-race) with 
 		for mp in $(FLAKE_PACKAGES); do \
 			m=$${mp%%:*}; p=$${mp#*:}; \
 			echo "== [-count=$$count $$procs] go test -race $$p in module $$m"; \
-			(cd $$m && env "$$procs" GOWORK=off go test -race -count=$$count -timeout 60m $$p 2>&1) \
-				| grep -E '^(ok|FAIL|---|panic|\s+\S+_test\.go:[0-9]+:)' || true; \
+			log=$(CURDIR)/$(BENCH_OUT)/flake-hunt/$$(echo "$$m$$p-$$count-$$procs" | tr -c 'A-Za-z0-9=-' _).log; \
+			(cd $$m && env "$$procs" GOWORK=off go test -race -count=$$count -timeout 60m $$p >"$$log" 2>&1) || true; \
+			grep -E '^(ok|FAIL|--- FAIL|panic)' "$$log" || true; \
+			grep -q -- '--- FAIL' "$$log" && { grep -A12 -- '--- FAIL' "$$log" | grep -vE '^\s*$$' | head -40; echo "   (whole output: $$log)"; } || true; \
 		done; \
 	done 2>&1 | tee $(CURDIR)/$(BENCH_OUT)/flake-hunt.txt; \
 	if grep -qE '^(FAIL|--- FAIL|panic)' $(CURDIR)/$(BENCH_OUT)/flake-hunt.txt; then echo "flake-hunt: FAILURES above (bench/out/flake-hunt.txt)"; exit 1; fi; \

@@ -49,15 +49,24 @@ func TestMessageHooks(t *testing.T) {
 	t.Run("HeartbeatsExtendTheDelivery", func(t *testing.T) {
 		t.Parallel()
 		b := setupWorker(t)
-		// A 300 ms lease heartbeats every 100 ms; the handler outlives
-		// several heartbeats.
+		// The handler runs until the delivery has been extended twice (it
+		// waits for that, not for time to pass). Heartbeats every 20 ms on a
+		// 30 s lease: a loaded machine delays them, but cannot let the lease
+		// lapse before they come.
+		var msg *hookedMsg
 		w := b.worker(t, func(ctx context.Context, job *worker.Job) error {
-			time.Sleep(450 * time.Millisecond)
+			for msg.extends.Load() < 2 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
 			return testfactory.CompileJob(ctx, job, b.doc.Candidate, nil)
-		}, worker.Config{LeaseDuration: 300 * time.Millisecond})
+		}, worker.Config{LeaseDuration: 30 * time.Second, HeartbeatInterval: 20 * time.Millisecond})
 		a := b.start(t, 0)
 		b.publish(t, 1)
-		msg := &hookedMsg{Message: b.receive(t)}
+		msg = &hookedMsg{Message: b.receive(t)}
 		res := w.Process(b.ctx, msg)
 		require.Equal(t, worker.OutcomeCompleted, res.Outcome, "%v", res.Err)
 		require.GreaterOrEqual(t, msg.extends.Load(), int32(2), "one Extend per renewal")
