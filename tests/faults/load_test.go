@@ -139,10 +139,10 @@ func runLoadWith(t *testing.T, cfg *repo.Config, inject func(ctx context.Context
 	producer.Go(func() { lr.produce(sideCtx, docs[upfront:]) })
 	prober.Go(func() { lr.runProbe(sideCtx, probe) })
 
-	lr.waitSucceeded(ctx, upfront/5, 60*time.Second)
+	lr.waitSucceeded(ctx, upfront/5, 60*time.Second) // 60 s without one success is a hang
 	inject(ctx, lr)
 	producer.Wait()
-	lr.waitAllDone(ctx, upfront+during, 120*time.Second)
+	lr.waitAllDone(ctx, upfront+during, 60*time.Second)
 	stopSide()
 	prober.Wait()
 	duration := time.Since(started)
@@ -193,33 +193,45 @@ func (lr *loadRun) count(ctx context.Context, sql string, args ...any) int {
 	return n
 }
 
-func (lr *loadRun) waitSucceeded(ctx context.Context, n int, timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
-	for lr.count(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE run_state = 'succeeded'`) < n {
-		require.True(lr.t, time.Now().Before(deadline), "fewer than %d attempts succeeded within %s", n, timeout)
-		time.Sleep(50 * time.Millisecond)
-	}
+// waitSucceeded waits until n attempts have succeeded. It fails only when
+// the count stalls for stall: a loaded machine slows the run down, and
+// that is not a failure; no progress at all for that long is.
+func (lr *loadRun) waitSucceeded(ctx context.Context, n int, stall time.Duration) {
+	lr.waitProgress(ctx, n, stall, "fewer than %d attempts succeeded")
 }
 
-func (lr *loadRun) waitAllDone(ctx context.Context, total int, timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
+// waitAllDone waits until total attempts have succeeded, failing (with the
+// states and metrics) when the count stalls for stall.
+func (lr *loadRun) waitAllDone(ctx context.Context, total int, stall time.Duration) {
+	lr.waitProgress(ctx, total, stall, "attempts did not all succeed: fewer than %d")
+}
+
+// waitProgress polls the succeeded count until it reaches n; the deadline
+// moves on whenever the count grows.
+func (lr *loadRun) waitProgress(ctx context.Context, n int, stall time.Duration, what string) {
+	best, deadline := -1, time.Now().Add(stall)
 	for {
 		done := lr.count(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE run_state = 'succeeded'`)
-		if done >= total {
+		if done >= n {
 			return
+		}
+		if done > best {
+			best, deadline = done, time.Now().Add(stall)
 		}
 		if time.Now().After(deadline) {
 			rows, _ := lr.pool.Query(ctx, `SELECT run_state || '/' || o.status || ' ' || count(*) FROM document_compilation_attempts a
 				JOIN document_compilation_outbox o ON o.attempt_id = a.id GROUP BY 1`)
 			var states []string
-			for rows.Next() {
+			for rows != nil && rows.Next() {
 				var s string
 				_ = rows.Scan(&s)
 				states = append(states, s)
 			}
-			rows.Close()
-			require.FailNow(lr.t, "attempts did not all succeed", "%d of %d succeeded within %s; states: %v; metrics: %v",
-				done, total, timeout, states, lr.metrics.Snapshot())
+			if rows != nil {
+				rows.Close()
+			}
+			require.FailNow(lr.t, fmt.Sprintf(what, n), "no attempt succeeded for %s (stuck at %d); states: %v; metrics: %v",
+				stall, best, states, lr.metrics.Snapshot())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
