@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pmezard/go-difflib/difflib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/migrate"
@@ -100,7 +99,7 @@ func requireSameCatalog(t *testing.T, wantName string, want []string, gotName st
 
 // provider returns a migration provider on its own connections to url,
 // closed when the test ends.
-func provider(ctx context.Context, t *testing.T, url string) *goose.Provider {
+func provider(ctx context.Context, t *testing.T, url string) *migrate.Provider {
 	t.Helper()
 	db, err := migrate.OpenSQL(ctx, url)
 	require.NoError(t, err)
@@ -110,11 +109,11 @@ func provider(ctx context.Context, t *testing.T, url string) *goose.Provider {
 	return p
 }
 
-// appliedVersions returns goose_db_version's applied versions (including the
-// initial 0 row) in order, with how many rows each has.
+// appliedVersions returns kfsdb's applied versions (including the initial 0
+// row), with how many rows each has.
 func appliedVersions(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[int64]int {
 	t.Helper()
-	rows, err := pool.Query(ctx, `SELECT version_id, count(*) FROM goose_db_version WHERE is_applied GROUP BY version_id`)
+	rows, err := pool.Query(ctx, `SELECT version_id, count(*) FROM `+migrate.VersionTable+` WHERE is_applied GROUP BY version_id`)
 	require.NoError(t, err)
 	got := map[int64]int{}
 	for rows.Next() {
@@ -128,10 +127,10 @@ func appliedVersions(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[
 }
 
 // migrationVersions lists the versions of the embedded migrations.
-func migrationVersions(t *testing.T, p *goose.Provider) []int64 {
+func migrationVersions(t *testing.T, p *migrate.Provider) []int64 {
 	t.Helper()
 	var vs []int64
-	for _, s := range p.ListSources() {
+	for _, s := range p.Sources() {
 		vs = append(vs, s.Version)
 	}
 	require.NotEmpty(t, vs)
