@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -265,17 +264,10 @@ func TestPlatformModeUp(t *testing.T) {
 			db := newPlatformDB(ctx, t, false, "")
 			before := untouched(ctx, t, db.Pool)
 			p := provider(ctx, t, db.URL)
-			if via == "cli" {
-				code, out, errOut := kfsdbCLI(ctx, "migrate", "--database-url", db.URL, "up")
-				require.Equal(t, 0, code, errOut)
-				t.Logf("kfsdb migrate up:\n%s", out)
-				require.Contains(t, out, "mode: platform (on the platform's tables")
+			if out, res := upVia(ctx, t, via, p, db.URL, migrate.ModePlatform); res == nil {
 				require.NotContains(t, out, "00001_")
 				require.Contains(t, out, "00006_document_compilation_attempts.sql")
 			} else {
-				res, err := p.Up(ctx)
-				require.NoError(t, err)
-				require.Equal(t, migrate.ModePlatform, res.Mode)
 				require.False(t, res.Baseline)
 				require.EqualValues(t, migrate.SeedVersion, res.Applied[0].Source.Version)
 			}
@@ -306,6 +298,24 @@ func TestPlatformModeUp(t *testing.T) {
 	}
 }
 
+// upVia runs a first up through the command line (via "cli": it returns
+// the output) or the Provider (it returns the result), and checks the mode
+// either reports.
+func upVia(ctx context.Context, t *testing.T, via string, p *migrate.Provider, dbURL string, mode migrate.Mode) (string, *migrate.Result) {
+	t.Helper()
+	if via == "cli" {
+		code, out, errOut := kfsdbCLI(ctx, "migrate", "--database-url", dbURL, "up")
+		require.Equal(t, 0, code, errOut)
+		t.Logf("kfsdb migrate up:\n%s", out)
+		require.Contains(t, out, "mode: "+string(mode)+" ("+mode.Describe()+")\n")
+		return out, nil
+	}
+	res, err := p.Up(ctx)
+	require.NoError(t, err)
+	require.Equal(t, mode, res.Mode)
+	return "", res
+}
+
 // standaloneDB is a fresh database after a standalone up.
 func standaloneDB(ctx context.Context, t *testing.T) *pgtest.DB {
 	t.Helper()
@@ -330,18 +340,11 @@ func TestPlatformSeededModeUp(t *testing.T) {
 			db := newPlatformDB(ctx, t, true, "")
 			before, rows := untouched(ctx, t, db.Pool), seedRows(ctx, t, db.Pool)
 			p := provider(ctx, t, db.URL)
-			if via == "cli" {
-				code, out, errOut := kfsdbCLI(ctx, "migrate", "--database-url", db.URL, "up")
-				require.Equal(t, 0, code, errOut)
-				t.Logf("kfsdb migrate up:\n%s", out)
-				require.Contains(t, out, "mode: platform-seeded (")
+			if out, res := upVia(ctx, t, via, p, db.URL, migrate.ModePlatformSeeded); res == nil {
 				require.Contains(t, out, "BASELINE 00006")
 				require.NotContains(t, out, "00006_document_compilation_attempts.sql")
 				require.Contains(t, out, "00007_")
 			} else {
-				res, err := p.Up(ctx)
-				require.NoError(t, err)
-				require.Equal(t, migrate.ModePlatformSeeded, res.Mode)
 				require.True(t, res.Baseline)
 				require.EqualValues(t, migrate.SeedVersion+1, res.Applied[0].Source.Version)
 			}
@@ -528,38 +531,26 @@ func TestConcurrentUpPlatformModes(t *testing.T) {
 		t.Run(fmt.Sprintf("seeded=%t", seeded), func(t *testing.T) {
 			t.Parallel()
 			db := newPlatformDB(ctx, t, seeded, "")
-			const runs = 4
-			providers := make([]*migrate.Provider, runs)
-			for i := range providers {
-				providers[i] = provider(ctx, t, db.URL)
-			}
-			results := make([]*migrate.Result, runs)
-			errs := make([]error, runs)
-			var wg sync.WaitGroup
-			for i, p := range providers {
-				wg.Go(func() { results[i], errs[i] = p.Up(ctx) })
-			}
-			wg.Wait()
 			applied, baselines := 0, 0
 			wantMode := migrate.ModePlatform
 			if seeded {
 				wantMode = migrate.ModePlatformSeeded
 			}
-			for i := range runs {
-				require.NoError(t, errs[i], "run %d", i)
-				require.Equal(t, wantMode, results[i].Mode)
-				applied += len(results[i].Applied)
-				if results[i].Baseline {
+			for _, res := range concurrentUps(ctx, t, db.URL, 4) {
+				require.Equal(t, wantMode, res.Mode)
+				applied += len(res.Applied)
+				if res.Baseline {
 					baselines++
 				}
 			}
+			p := provider(ctx, t, db.URL)
 			from := migrate.SeedVersion - 1
 			if seeded {
 				from = migrate.SeedVersion
 				require.Equal(t, 1, baselines)
 			}
-			require.Equal(t, len(versionsFrom(t, providers[0], from))-1, applied)
-			require.Equal(t, versionsFrom(t, providers[0], migrate.SeedVersion-1), kfsdbVersions(ctx, t, db.Pool))
+			require.Equal(t, len(versionsFrom(t, p, from))-1, applied)
+			require.Equal(t, versionsFrom(t, p, migrate.SeedVersion-1), kfsdbVersions(ctx, t, db.Pool))
 			require.Equal(t, []string{string(wantMode)}, recordedMode(ctx, t, db.Pool))
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -107,6 +108,27 @@ func provider(ctx context.Context, t *testing.T, url string) *migrate.Provider {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, p.Close()) })
 	return p
+}
+
+// concurrentUps runs up from runs providers at once, each on its own
+// connections, and returns their results; none may fail.
+func concurrentUps(ctx context.Context, t *testing.T, url string, runs int) []*migrate.Result {
+	t.Helper()
+	providers := make([]*migrate.Provider, runs)
+	for i := range providers {
+		providers[i] = provider(ctx, t, url)
+	}
+	results := make([]*migrate.Result, runs)
+	errs := make([]error, runs)
+	var wg sync.WaitGroup
+	for i, p := range providers {
+		wg.Go(func() { results[i], errs[i] = p.Up(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "run %d", i)
+	}
+	return results
 }
 
 // appliedVersions returns kfsdb's applied versions (including the initial 0

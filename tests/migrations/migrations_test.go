@@ -3,7 +3,6 @@ package migrations
 import (
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -105,26 +104,12 @@ func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
 	ctx := t.Context()
 	db := pgtest.NewEmptyDB(t)
 
-	const runs = 4
-	providers := make([]*migrate.Provider, runs)
-	for i := range providers {
-		providers[i] = provider(ctx, t, db.URL) // each on its own connections
-	}
-	results := make([]*migrate.Result, runs)
-	errs := make([]error, runs)
-	var wg sync.WaitGroup
-	for i, p := range providers {
-		wg.Go(func() { results[i], errs[i] = p.Up(ctx) })
-	}
-	wg.Wait()
-
 	applied := 0
-	for i := range runs {
-		require.NoError(t, errs[i], "run %d", i)
-		applied += len(results[i].Applied)
-		require.Equal(t, migrate.ModeStandalone, results[i].Mode)
+	for _, res := range concurrentUps(ctx, t, db.URL, 4) {
+		applied += len(res.Applied)
+		require.Equal(t, migrate.ModeStandalone, res.Mode)
 	}
-	versions := migrationVersions(t, providers[0])
+	versions := migrationVersions(t, provider(ctx, t, db.URL))
 	require.Equal(t, len(versions), applied, "each migration is applied by exactly one run")
 
 	want := map[int64]int{0: 1} // goose's initial row
