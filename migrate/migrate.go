@@ -1,51 +1,37 @@
 // Package migrate runs kfsdb's goose migrations ([migrations.FS], embedded
-// from db/migrations) with goose's Provider API: no global registry, and
-// PostgreSQL's session lock around every run. `kfsdb migrate` is built on
-// it, and so is the test harness (tests/pgtest), which migrates its
-// template databases the same way.
+// from db/migrations) so that they coexist with the platform's tables and
+// an application's own goose history:
+//
+//   - kfsdb records its versions in its own table, [VersionTable]
+//     (kfsdb_db_version), never goose's default goose_db_version, and
+//     holds its own advisory lock, [LockID], around every run;
+//   - each run works in a [Mode], detected from the catalog before the
+//     first change and recorded in [ModeTable]: [ModeStandalone] (no
+//     platform tables: kfsdb's stand-ins 00001-00004 create them),
+//     [ModePlatform] (the platform's tables are there: checked, stand-ins
+//     skipped) or [ModePlatformSeeded] (the platform's runner applied the
+//     seed 0006 too: checked to be exactly the seed, recorded as a baseline,
+//     only later migrations run). Tables that fit no mode are refused with
+//     a *[SchemaError] naming what is missing or differs;
+//   - [SQL] prints the migrations' exact SQL for teams whose migrations are
+//     run by another tool.
+//
+// `kfsdb migrate` is built on it, and so is the test harness
+// (tests/pgtest), which migrates its template databases with [Up]. The
+// module requires only kfsdb, goose and pgx.
 package migrate
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 
-	"github.com/knowledgefs/kfsdb/db/migrations"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 )
-
-// NewProvider returns a goose Provider over [migrations.FS] for db.
-//
-// The Provider takes PostgreSQL's session-level lock (goose's
-// lock.NewPostgresSessionLocker, polled every second for up to five minutes)
-// around every run, so concurrent `up` runs against one database serialize
-// and each migration is applied once. It does not use goose's global
-// registry. extra options are appended. Closing the Provider closes db.
-func NewProvider(db *sql.DB, extra ...goose.ProviderOption) (*goose.Provider, error) {
-	if db == nil {
-		return nil, errors.New("could not create migration provider: db is nil")
-	}
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
-	if err != nil {
-		return nil, fmt.Errorf("could not create migration session locker: %w", err)
-	}
-	opts := append([]goose.ProviderOption{
-		goose.WithDisableGlobalRegistry(true),
-		goose.WithSessionLocker(locker),
-	}, extra...)
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("could not create migration provider: %w", err)
-	}
-	return p, nil
-}
 
 // OpenSQL opens a database/sql handle on url with the pgx stdlib driver and
 // checks that the server answers. The caller closes it. Errors name url
@@ -92,9 +78,10 @@ func OpenSQLWithLockTimeout(ctx context.Context, url string, lockTimeout time.Du
 	return db, nil
 }
 
-// Up applies every pending migration to the database at url and closes its
-// connections before returning.
-func Up(ctx context.Context, url string) ([]*goose.MigrationResult, error) {
+// Up applies every pending migration to the database at url, in the
+// database's mode (see [Provider.Up]), and closes its connections before
+// returning.
+func Up(ctx context.Context, url string) (*Result, error) {
 	db, err := OpenSQL(ctx, url)
 	if err != nil {
 		return nil, err

@@ -14,7 +14,19 @@
 #       no test harness: `go version -m` lists no testcontainers, moby or
 #       docker module (nor sqlc, chromedp, nats-server, nor the tests
 #       module). goose is expected there (kfsdb migrate), and nats.go
-#       (kfsdb work/relay/bench with NATS). Prints the binary's size.
+#       (kfsdb work/relay/bench with NATS). Prints the binary's size;
+#   (d) an application that migrates with kfsdb: a throwaway consumer that
+#       requires the root module and the migrate module only, and imports
+#       repo, worker, pgsource, db/migrations and migrate. Its package graph
+#       (what is compiled into the application) must have no test harness,
+#       Docker client, NATS, Prometheus, OpenTelemetry or sqlc package. Its
+#       module graph (`go list -m all`) must have no testcontainers, NATS,
+#       client_golang, sqlc, nor kfsdb's tests or cmd/kfsdb module; goose is
+#       expected, and the only moby/docker, OpenTelemetry or Prometheus
+#       modules allowed are those that goose's own go.mod requires (its
+#       CLI's drivers and its test tooling, never built): every one must be
+#       unreachable in `go mod graph` once goose's edges are removed.
+#       Prints both counts.
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
 set -euo pipefail
@@ -109,8 +121,87 @@ if bad=$(grep -E "$binary_forbidden" <<<"$linked"); then
 	fail=1
 fi
 
+echo "== (d) application consumer: repo, worker, pgsource, db/migrations and the migrate module"
+app="$tmp/app"
+mkdir -p "$app"
+cat >"$app/go.mod" <<GOMOD
+module example.com/kfsdbapp
+
+go $go_version
+
+require (
+	github.com/knowledgefs/kfsdb v0.0.0
+	github.com/knowledgefs/kfsdb/migrate v0.0.0
+)
+
+replace (
+	github.com/knowledgefs/kfsdb => $repo
+	github.com/knowledgefs/kfsdb/migrate => $repo/migrate
+)
+GOMOD
+cat >"$app/main.go" <<'GOSRC'
+// Package main is an application that migrates with kfsdb and runs a
+// worker on PostgreSQL: nothing else of kfsdb.
+package main
+
+import (
+	_ "github.com/knowledgefs/kfsdb/db/migrations"
+	_ "github.com/knowledgefs/kfsdb/migrate"
+	_ "github.com/knowledgefs/kfsdb/pgsource"
+	_ "github.com/knowledgefs/kfsdb/repo"
+	_ "github.com/knowledgefs/kfsdb/worker"
+)
+
+func main() {}
+GOSRC
+(cd "$app" && GOFLAGS=-mod=mod go mod tidy)
+(cd "$app" && go build ./...)
+app_pkgs=$(cd "$app" && go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./... | sed '/^$/d')
+app_pkg_forbidden='testcontainers|docker|moby|nats-io|prometheus|opentelemetry|sqlc|knowledgefs/kfsdb/tests|knowledgefs/kfsdb/cmd'
+echo "application package graph: $(wc -l <<<"$app_pkgs") packages outside the standard library"
+if bad=$(grep -E "$app_pkg_forbidden" <<<"$app_pkgs"); then
+	echo "FORBIDDEN packages compiled into the application:" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
+app_mods=$(cd "$app" && go list -m all)
+echo "application module graph (go list -m all): $(wc -l <<<"$app_mods") modules"
+app_mod_forbidden='testcontainers|nats-io|prometheus/client_golang|sqlc|knowledgefs/kfsdb/tests|knowledgefs/kfsdb/cmd'
+if bad=$(grep -E "$app_mod_forbidden" <<<"$app_mods"); then
+	echo "FORBIDDEN modules in the application's module graph:" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
+# Modules reachable from the application without going through goose.
+reachable=$(cd "$app" && go mod graph | awk '
+	{ from = $1; to = $2; sub(/@.*/, "", to); adj[from] = adj[from] " " $2; if (!(from in seen0)) { seen0[from] = 1; if (from !~ /@/) root = from } }
+	END {
+		queue[0] = root; head = 0; tail = 1; seen[root] = 1
+		while (head < tail) {
+			node = queue[head++]; p = node; sub(/@.*/, "", p)
+			if (p == "github.com/pressly/goose/v3") continue
+			print p
+			n = split(adj[node], next_, " ")
+			for (i = 1; i <= n; i++) if (!(next_[i] in seen)) { seen[next_[i]] = 1; queue[tail++] = next_[i] }
+		}
+	}' | sort -u)
+goose_only='moby|docker|opentelemetry|prometheus'
+goose_only_mods=$(awk '{print $1}' <<<"$app_mods" | grep -E "$goose_only" || true)
+if [ -n "$goose_only_mods" ]; then
+	if bad=$(grep -Fxf <(printf '%s\n' "$reachable") <<<"$goose_only_mods"); then
+		echo "FORBIDDEN modules reachable in the application's module graph other than through goose's go.mod:" >&2
+		sed 's/^/  /' <<<"$bad" >&2
+		fail=1
+	fi
+	echo "  of which only through goose v3's own go.mod (its CLI drivers and test tooling; none compiled in): $(wc -l <<<"$goose_only_mods") moby/docker/OpenTelemetry/Prometheus modules"
+fi
+if ! grep -q '^github.com/pressly/goose/v3 ' <<<"$app_mods"; then
+	echo "expected goose in the application's module graph (the migrate module runs it)" >&2
+	fail=1
+fi
+
 if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness or NATS server in the kfsdb binary)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness or NATS server in the kfsdb binary; an application with the migrate module compiles in no test, broker, metrics or tracing package)"

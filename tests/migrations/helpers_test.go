@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pmezard/go-difflib/difflib"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/migrate"
@@ -101,7 +101,7 @@ func requireSameCatalog(t *testing.T, wantName string, want []string, gotName st
 
 // provider returns a migration provider on its own connections to url,
 // closed when the test ends.
-func provider(ctx context.Context, t *testing.T, url string) *goose.Provider {
+func provider(ctx context.Context, t *testing.T, url string) *migrate.Provider {
 	t.Helper()
 	db, err := migrate.OpenSQL(ctx, url)
 	require.NoError(t, err)
@@ -111,11 +111,32 @@ func provider(ctx context.Context, t *testing.T, url string) *goose.Provider {
 	return p
 }
 
-// appliedVersions returns goose_db_version's applied versions (including the
-// initial 0 row) in order, with how many rows each has.
+// concurrentUps runs up from runs providers at once, each on its own
+// connections, and returns their results; none may fail.
+func concurrentUps(ctx context.Context, t *testing.T, url string, runs int) []*migrate.Result {
+	t.Helper()
+	providers := make([]*migrate.Provider, runs)
+	for i := range providers {
+		providers[i] = provider(ctx, t, url)
+	}
+	results := make([]*migrate.Result, runs)
+	errs := make([]error, runs)
+	var wg sync.WaitGroup
+	for i, p := range providers {
+		wg.Go(func() { results[i], errs[i] = p.Up(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "run %d", i)
+	}
+	return results
+}
+
+// appliedVersions returns kfsdb's applied versions (including the initial 0
+// row), with how many rows each has.
 func appliedVersions(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[int64]int {
 	t.Helper()
-	rows, err := pool.Query(ctx, `SELECT version_id, count(*) FROM goose_db_version WHERE is_applied GROUP BY version_id`)
+	rows, err := pool.Query(ctx, `SELECT version_id, count(*) FROM `+migrate.VersionTable+` WHERE is_applied GROUP BY version_id`)
 	require.NoError(t, err)
 	got := map[int64]int{}
 	for rows.Next() {
@@ -129,10 +150,10 @@ func appliedVersions(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[
 }
 
 // migrationVersions lists the versions of the embedded migrations.
-func migrationVersions(t *testing.T, p *goose.Provider) []int64 {
+func migrationVersions(t *testing.T, p *migrate.Provider) []int64 {
 	t.Helper()
 	var vs []int64
-	for _, s := range p.ListSources() {
+	for _, s := range p.Sources() {
 		vs = append(vs, s.Version)
 	}
 	require.NotEmpty(t, vs)

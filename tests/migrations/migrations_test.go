@@ -3,13 +3,12 @@ package migrations
 import (
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
@@ -28,16 +27,17 @@ func TestUpDownUpIsClean(t *testing.T) {
 
 	up, err := p.Up(ctx)
 	require.NoError(t, err)
-	require.Len(t, up, len(migrationVersions(t, p)))
+	require.Equal(t, migrate.ModeStandalone, up.Mode)
+	require.Len(t, up.Applied, len(migrationVersions(t, p)))
 	afterFirstUp := catalog(ctx, t, db.Pool)
 
 	down, err := p.DownTo(ctx, 0)
 	require.NoError(t, err)
-	require.Len(t, down, len(up))
+	require.Len(t, down.Applied, len(up.Applied))
 	v, err := p.GetDBVersion(ctx)
 	require.NoError(t, err)
 	require.Zero(t, v)
-	// Only goose's own table is left.
+	// Only kfsdb's version and mode tables are left, the mode cleared.
 	var tables []string
 	rows, err := db.Pool.Query(ctx, `SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`)
 	require.NoError(t, err)
@@ -47,7 +47,10 @@ func TestUpDownUpIsClean(t *testing.T) {
 		tables = append(tables, name)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"goose_db_version"}, tables)
+	require.Equal(t, []string{migrate.ModeTable, migrate.VersionTable}, tables)
+	var modes int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+migrate.ModeTable).Scan(&modes))
+	require.Zero(t, modes)
 
 	_, err = p.Up(ctx)
 	require.NoError(t, err)
@@ -62,12 +65,13 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 
 	first, err := p.Up(ctx)
 	require.NoError(t, err)
-	require.NotEmpty(t, first)
+	require.NotEmpty(t, first.Applied)
 	before := catalog(ctx, t, db.Pool)
 
 	second, err := p.Up(ctx)
 	require.NoError(t, err)
-	require.Empty(t, second)
+	require.Empty(t, second.Applied)
+	require.Equal(t, first.Mode, second.Mode)
 	requireSameCatalog(t, "after first up", before, "after second up", catalog(ctx, t, db.Pool))
 }
 
@@ -100,25 +104,12 @@ func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
 	ctx := t.Context()
 	db := pgtest.NewEmptyDB(t)
 
-	const runs = 4
-	providers := make([]*goose.Provider, runs)
-	for i := range providers {
-		providers[i] = provider(ctx, t, db.URL) // each on its own connections
-	}
-	results := make([][]*goose.MigrationResult, runs)
-	errs := make([]error, runs)
-	var wg sync.WaitGroup
-	for i, p := range providers {
-		wg.Go(func() { results[i], errs[i] = p.Up(ctx) })
-	}
-	wg.Wait()
-
 	applied := 0
-	for i := range runs {
-		require.NoError(t, errs[i], "run %d", i)
-		applied += len(results[i])
+	for _, res := range concurrentUps(ctx, t, db.URL, 4) {
+		applied += len(res.Applied)
+		require.Equal(t, migrate.ModeStandalone, res.Mode)
 	}
-	versions := migrationVersions(t, providers[0])
+	versions := migrationVersions(t, provider(ctx, t, db.URL))
 	require.Equal(t, len(versions), applied, "each migration is applied by exactly one run")
 
 	want := map[int64]int{0: 1} // goose's initial row
@@ -185,7 +176,8 @@ func TestDownFromAttemptsRestoresVersion4(t *testing.T) {
 
 	res, err := p.Down(ctx)
 	require.NoError(t, err)
-	require.EqualValues(t, versionAttempts, res.Source.Version)
+	require.Len(t, res.Applied, 1)
+	require.EqualValues(t, versionAttempts, res.Applied[0].Source.Version)
 	v, err = p.GetDBVersion(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, versionBeforeAttempts, v)

@@ -145,7 +145,7 @@ func TestLeastPrivilege(t *testing.T) {
 			`TRUNCATE document_compilation_attempts CASCADE`,
 			`CREATE ROLE probe`,
 			`ALTER ROLE kfsdb_app SUPERUSER`,
-			`SELECT count(*) FROM goose_db_version`,
+			`SELECT count(*) FROM kfsdb_db_version`,
 			`INSERT INTO knowledge_spaces (id, tenant_id, slug, name) VALUES (gen_random_uuid(), 't', 's', 'n')`,
 			`UPDATE projection_set_publications SET status = 'published'`,
 			`DELETE FROM document_assets`,

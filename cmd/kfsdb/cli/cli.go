@@ -17,6 +17,7 @@ import (
 	"os"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
+	"github.com/knowledgefs/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -32,7 +33,8 @@ var ErrUsage = errors.New("usage error")
 const usage = `Usage: kfsdb <command> [flags]
 
 Commands:
-  migrate up|down|status|version   apply, roll back one, list or show migrations (--lock-timeout D bounds each lock wait)
+  migrate up|down|status|version   apply, roll back one, list or show migrations, saying the mode (--lock-timeout D bounds each lock wait)
+  migrate sql --up|--down          print the migrations' SQL, for teams whose migrations another tool runs (--from N)
   relay                            publish the outbox to NATS (--nats-url) or print each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
   work                             run workers on a database's attempts for a while (--delivery postgres|relay|nats), then print counters
@@ -120,14 +122,19 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		"PostgreSQL lock_timeout of the migration session (e.g. 2s): a migration whose statement waits longer for a lock fails and is rolled back, "+
 			"instead of queueing the application's queries on that table behind it; 0 keeps the server's setting")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb migrate [--database-url URL] [--lock-timeout D] up|down|status|version [flags]")
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb migrate [--database-url URL] [--lock-timeout D] up|down|status|version [flags]\n"+
+			"       kfsdb migrate sql --up|--down [--from N]\n"+
+			"kfsdb records its versions in "+migrate.VersionTable+" and prints the mode it ran in: standalone, platform or platform-seeded.")
 		fs.PrintDefaults()
 	}
 	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
-	// Flags may also follow the subcommand (kfsdb migrate up --lock-timeout 2s).
 	positional := fs.Args()
+	if len(positional) > 0 && positional[0] == "sql" {
+		return runMigrateSQL(positional[1:], stdout, stderr)
+	}
+	// Flags may also follow the subcommand (kfsdb migrate up --lock-timeout 2s).
 	if len(positional) > 1 {
 		if err := ParseFlags(fs, positional[1:]); err != nil {
 			return err
@@ -136,7 +143,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	}
 	if len(positional) != 1 {
 		fs.Usage()
-		return fmt.Errorf("%w: migrate needs exactly one of up, down, status, version", ErrUsage)
+		return fmt.Errorf("%w: migrate needs exactly one of up, down, status, version, sql", ErrUsage)
 	}
 	opts.Command = MigrateCommand(positional[0])
 	if opts.DatabaseURL == "" {
@@ -146,6 +153,32 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	return Migrate(ctx, opts)
+}
+
+func runMigrateSQL(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kfsdb migrate sql", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	up := fs.Bool("up", false, "the SQL that applies the migrations after --from, oldest first")
+	down := fs.Bool("down", false, "the SQL that rolls back the migrations after --from, newest first")
+	opts := &MigrateSQLOpts{Out: stdout}
+	fs.Int64Var(&opts.From, "from", 0, "start after this version: 0 (all), 4 (the platform's tables exist, not the seed), 6 (the platform applied the seed)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: kfsdb migrate sql --up|--down [--from N]\n"+
+			"Prints the exact SQL of kfsdb's migrations, in order, to vendor into another tool's migrations; needs no database and records nothing.")
+		fs.PrintDefaults()
+	}
+	if err := ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 || *up == *down {
+		fs.Usage()
+		return fmt.Errorf("%w: migrate sql needs exactly one of --up, --down and no arguments", ErrUsage)
+	}
+	opts.Direction = migrate.DirectionUp
+	if *down {
+		opts.Direction = migrate.DirectionDown
+	}
+	return MigrateSQL(opts)
 }
 
 func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -20,7 +19,8 @@ import (
 type MigrateCommand string
 
 const (
-	// MigrateDown rolls back the most recent migration.
+	// MigrateDown rolls back the most recent migration (in the platform
+	// modes never the seed, 0006, nor what comes before it).
 	MigrateDown MigrateCommand = "down"
 	// MigrateStatus lists every migration with when it was applied.
 	MigrateStatus MigrateCommand = "status"
@@ -80,9 +80,11 @@ func (o *MigrateOpts) Validate() error {
 	return nil
 }
 
-// Migrate runs opts.Command against opts.DatabaseURL with goose's Provider
-// over the embedded migrations. Runs hold PostgreSQL's session lock, so
-// concurrent `up` runs serialize. Errors never contain the password.
+// Migrate runs opts.Command against opts.DatabaseURL with the migrate
+// package's Provider: kfsdb's own version table (kfsdb_db_version) and
+// advisory lock, in the mode the database calls for, which every command
+// prints first ("mode: ..."). Runs hold the lock, so concurrent `up` runs
+// serialize. Errors never contain the password.
 func Migrate(ctx context.Context, opts *MigrateOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
@@ -111,41 +113,64 @@ func migrateDB(ctx context.Context, opts *MigrateOpts) (retErr error) {
 	return runMigrateCommand(ctx, p, opts.Command, opts.Out, opts.LockTimeout)
 }
 
-func runMigrateCommand(ctx context.Context, p *goose.Provider, cmd MigrateCommand, out io.Writer, lockTimeout time.Duration) error {
+func runMigrateCommand(ctx context.Context, p *migrate.Provider, cmd MigrateCommand, out io.Writer, lockTimeout time.Duration) error {
 	switch cmd {
 	case MigrateUp:
 		res, err := p.Up(ctx)
-		var partial *goose.PartialError
-		if errors.As(err, &partial) {
-			res = partial.Applied // goose returns the applied ones only here
+		if res.Mode != "" {
+			printMode(out, res.Mode, true)
 		}
-		printResults(out, res)
+		if res.Baseline {
+			fmt.Fprintf(out, "BASELINE %05d: the seed, applied by the platform's runner and identical to it, recorded in %s without running it\n",
+				migrate.SeedVersion, migrate.VersionTable)
+		}
+		printResults(out, res.Applied)
 		if err != nil {
-			return lockWaitError(ctx, p, "could not migrate up", lockTimeout, err)
+			return lockWaitError(res, "could not migrate up", lockTimeout, err)
 		}
-		if len(res) == 0 {
+		if len(res.Applied) == 0 {
 			fmt.Fprintln(out, "no migrations to apply")
 		}
-		return printVersion(ctx, p, out)
+		fmt.Fprintf(out, "version: %d\n", res.Version)
+		return nil
 	case MigrateDown:
 		res, err := p.Down(ctx)
-		if res != nil {
-			printResults(out, []*goose.MigrationResult{res})
+		if res.Mode != "" {
+			printMode(out, res.Mode, true)
 		}
-		if err != nil {
-			if errors.Is(err, goose.ErrNoNextVersion) {
-				fmt.Fprintln(out, "no migrations to roll back")
-				return nil
-			}
-			return lockWaitError(ctx, p, "could not migrate down", lockTimeout, err)
+		printResults(out, res.Applied)
+		var floor *migrate.FloorError
+		switch {
+		case errors.Is(err, goose.ErrNoNextVersion):
+			fmt.Fprintln(out, "no migrations to roll back")
+		case errors.As(err, &floor):
+			fmt.Fprintf(out, "no migrations to roll back: %s\n", floor)
+		case err != nil:
+			return lockWaitError(res, "could not migrate down", lockTimeout, err)
 		}
-		return printVersion(ctx, p, out)
+		fmt.Fprintf(out, "version: %d\n", res.Version)
+		return nil
 	case MigrateStatus:
 		return printStatus(ctx, p, out)
 	case MigrateVersion:
-		return printVersion(ctx, p, out)
+		st, err := p.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("could not read the migration state: %w", err)
+		}
+		printMode(out, st.Mode, st.Recorded)
+		fmt.Fprintf(out, "version: %d\n", st.Version)
+		return nil
 	}
 	return fmt.Errorf("unknown migrate command %q", cmd)
+}
+
+// printMode prints the mode line every migrate command starts with.
+func printMode(out io.Writer, mode migrate.Mode, recorded bool) {
+	if recorded {
+		fmt.Fprintf(out, "mode: %s (%s)\n", mode, mode.Describe())
+		return
+	}
+	fmt.Fprintf(out, "mode: %s, not recorded yet: the next up detects it again (%s)\n", mode, mode.Describe())
 }
 
 // lockWaitError wraps err, a failed migration, with what before says. When
@@ -153,15 +178,12 @@ func runMigrateCommand(ctx context.Context, p *goose.Provider, cmd MigrateComman
 // a deadlock's victim (40P01), it says so and names the version the
 // database stayed at: goose runs each migration in its own transaction, so
 // the one that failed changed nothing and can be retried.
-func lockWaitError(ctx context.Context, p *goose.Provider, before string, lockTimeout time.Duration, err error) error {
+func lockWaitError(res *migrate.Result, before string, lockTimeout time.Duration, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || (pgErr.Code != pgLockNotAvailable && pgErr.Code != pgDeadlockDetected) {
 		return fmt.Errorf("%s: %w", before, err)
 	}
-	stayed := "unknown"
-	if v, verr := p.GetDBVersion(context.WithoutCancel(ctx)); verr == nil {
-		stayed = fmt.Sprint(v)
-	}
+	stayed := fmt.Sprint(res.Version)
 	if pgErr.Code == pgDeadlockDetected {
 		return fmt.Errorf("%s: the migration deadlocked with another session (typically the application writing a table that references one the migration alters) and was rolled back; the database stays at version %s; retry, with those writes paused: %w",
 			before, stayed, err)
@@ -188,32 +210,51 @@ func printResults(out io.Writer, res []*goose.MigrationResult) {
 	}
 }
 
-func printStatus(ctx context.Context, p *goose.Provider, out io.Writer) error {
+func printStatus(ctx context.Context, p *migrate.Provider, out io.Writer) error {
 	st, err := p.Status(ctx)
 	if err != nil {
 		return fmt.Errorf("could not read migration status: %w", err)
 	}
+	printMode(out, st.Mode, st.Recorded)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "VERSION\tSTATE\tAPPLIED AT\tMIGRATION")
-	for _, s := range st {
+	for _, m := range st.Migrations {
 		applied := "-"
-		if s.State == goose.StateApplied {
-			applied = s.AppliedAt.UTC().Format(time.RFC3339)
+		if !m.AppliedAt.IsZero() {
+			applied = m.AppliedAt.Format(time.RFC3339)
 		}
-		name := s.Source.Path
-		if i := strings.LastIndex(name, "/"); i >= 0 {
-			name = name[i+1:]
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.State, applied, name)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", m.Version, m.State, applied, m.Name)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "version: %d\n", st.Version)
+	return nil
 }
 
-func printVersion(ctx context.Context, p *goose.Provider, out io.Writer) error {
-	v, err := p.GetDBVersion(ctx)
-	if err != nil {
-		return fmt.Errorf("could not read database version: %w", err)
+// MigrateSQLOpts are the options of MigrateSQL.
+type MigrateSQLOpts struct {
+	// Direction is up (apply) or down (roll back). Required.
+	Direction migrate.Direction
+	// From is the version the SQL starts after: 0 for every migration, 4
+	// for the platform's tables without the seed, 6 for a platform that
+	// applied the seed. Defaults to 0.
+	From int64
+	// Out receives the SQL. Required.
+	Out io.Writer
+}
+
+// MigrateSQL prints the exact SQL of the migrations after opts.From, in
+// the order they run (migrate.SQL), for a team whose migrations another
+// tool runs. It needs no database.
+func MigrateSQL(opts *MigrateSQLOpts) error {
+	if opts.Out == nil {
+		return errors.New("invalid options: Out is required")
 	}
-	fmt.Fprintf(out, "version: %d\n", v)
-	return nil
+	text, err := migrate.SQL(opts.Direction, opts.From)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	_, err = io.WriteString(opts.Out, text)
+	return err
 }
