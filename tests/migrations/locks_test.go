@@ -46,8 +46,8 @@ const (
 	appCommitBlocker = "commit-blocker"
 )
 
-// versionTable is the goose version table the migrations record into.
-const versionTable = "goose_db_version"
+// versionTable is the version table the migrations record into.
+const versionTable = migrate.VersionTable
 
 // lockSampleInterval is how often the sampler reads pg_locks.
 const lockSampleInterval = 20 * time.Millisecond
