@@ -300,7 +300,8 @@ type PublicationHeadGetRevisionParams struct {
 
 // The head revision of a tenant's space, what Start's base_head_revision
 // must equal: 0 while the space has no head row. No row when the space does
-// not exist or is another tenant's. Two primary-key lookups.
+// not exist or is another tenant's. Two index lookups (a key of the space,
+// the heads' primary key), checked with EXPLAIN on 5·10^4 spaces.
 func (q *Queries) PublicationHeadGetRevision(ctx context.Context, db DBTX, arg *PublicationHeadGetRevisionParams) (int32, error) {
 	row := db.QueryRow(ctx, publicationHeadGetRevision, arg.KnowledgeSpaceID, arg.TenantID)
 	var head_revision int32

@@ -53,7 +53,8 @@ SELECT t.attempt_id, t.traceparent, t.tracestate
 -- name: PublicationHeadGetRevision :one
 -- The head revision of a tenant's space, what Start's base_head_revision
 -- must equal: 0 while the space has no head row. No row when the space does
--- not exist or is another tenant's. Two primary-key lookups.
+-- not exist or is another tenant's. Two index lookups (a key of the space,
+-- the heads' primary key), checked with EXPLAIN on 5·10^4 spaces.
 SELECT coalesce(h.head_revision, 0)::integer AS head_revision
   FROM knowledge_spaces ks
   LEFT JOIN projection_set_publication_heads h
