@@ -184,9 +184,9 @@ func Example_workerPgsource() {
 	// succeeded published candidate bound: true
 }
 
-// waitEnded reads the attempt until it has ended (at most 30 s).
+// waitEnded reads the attempt until it has ended (at most a minute).
 func waitEnded(ctx context.Context, r *repo.Repo, db *kfsdbtest.DB, id uuid.UUID) *kfstype.Attempt {
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		a, err := r.GetAttempt(ctx, db.Pool, "acme", id)
 		if err != nil {
 			log.Fatal(err)

@@ -74,7 +74,10 @@ func run(ctx context.Context, databaseURL string) error {
 	handler := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
 		// … compile job.Attempt's document version into the candidate …
 		job.CompleteThrough(candidate, fingerprint) // bind it; the worker completes
-		ran <- struct{}{}
+		select {
+		case ran <- struct{}{}:
+		default:
+		}
 		return nil
 	})
 	src, err := pgsource.New(pool, nil)
