@@ -10,7 +10,7 @@
 //		db := kfsdbtest.NewDB(t)                  // migrated, this test's own
 //		doc := db.Document(t, "acme")             // space, asset, candidate
 //		a := db.Start(t, doc.StartParams())       // dispatch_pending
-//		res := db.Work(t, myHandler, nil)         // lease, handler, outcome
+//		db.Work(t, myHandler, nil)                // lease, handler, outcome
 //		db.RequireAttempt(t, a.ID, kfsdbtest.AttemptWant{RunState: kfstype.RunStateSucceeded})
 //	}
 //
