@@ -1,6 +1,7 @@
 # kfsdb development tasks. Run `make help` for the list.
 #
-# Five modules: the library (.), the test harness, integration tests, demo
+# Modules: the library (.), the migrations (migrate/), the test kit for
+# application teams (kfsdbtest/, with the README's quick start), the test harness, integration tests, demo
 # and bench-kfsdb programs (tests/), the deploy command (cmd/kfsdb/), the
 # Prometheus adapter (observe/prom/), the OpenTelemetry one (observe/otel/)
 # and the NATS JetStream broker adapter (natsjs/). Every target runs each
@@ -12,7 +13,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . migrate tests cmd/kfsdb observe/prom observe/otel natsjs
+MODULES := . migrate kfsdbtest tests cmd/kfsdb observe/prom observe/otel natsjs
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 
@@ -167,7 +168,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); and that the kfsdb binary links no testcontainers, moby or nats-server module.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby or nats-server module; and that testcontainers reaches an application only through the test kit, in its tests.
 	scripts/check-deps.sh
 
 .PHONY: check-tree

@@ -76,6 +76,9 @@ type CancelParams struct {
 //
 // Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
 // (the attempt is already terminal).
+//
+// Runnable example: Example_cancel in package
+// github.com/knowledgefs/kfsdb/kfsdbtest.
 func (r *Repo) Cancel(ctx context.Context, db DBTX, p *CancelParams) (*kfstype.Attempt, error) {
 	v := r.call(ctx, db)
 	if set(v, "CancelParams", p) {
@@ -144,6 +147,9 @@ func terminalReason(a *kfstype.Attempt, _ *kfstype.OutboxMessage) string {
 // Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
 // (not failed), ErrLiveAttemptExists (another attempt is live for the
 // document version).
+//
+// Runnable example: Example_retryFailed in package
+// github.com/knowledgefs/kfsdb/kfsdbtest.
 func (r *Repo) RetryFailed(ctx context.Context, db DBTX, ref *AttemptRef) (*kfstype.Attempt, error) {
 	v := r.call(ctx, db)
 	ref.validate(v)

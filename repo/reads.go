@@ -46,6 +46,30 @@ func (r *Repo) GetAttemptWithOutbox(ctx context.Context, db DBTX, tenantID strin
 	return a, o, nil
 }
 
+// HeadRevision reads the publication head revision of a tenant's space:
+// the BaseHeadRevision a Start of one of its documents must carry (0 while
+// the space has no head). The platform bumps the head when it promotes a
+// candidate publication, so a Start in the same transaction as this read
+// cannot get a *HeadConflictError unless that transaction's snapshot is
+// older than the bump.
+//
+// Errors: *InputError, ErrNotFound (no such space, or another tenant's).
+func (r *Repo) HeadRevision(ctx context.Context, db DBTX, tenantID string, knowledgeSpaceID uuid.UUID) (int32, error) {
+	v := r.call(ctx, db)
+	v.text("TenantID", tenantID, MaxTenantIDLength)
+	v.uuid("KnowledgeSpaceID", knowledgeSpaceID)
+	if err := v.result(); err != nil {
+		return 0, err
+	}
+	rev, err := r.q.PublicationHeadGetRevision(ctx, db, &gen.PublicationHeadGetRevisionParams{
+		KnowledgeSpaceID: knowledgeSpaceID, TenantID: tenantID,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("head revision of space %s: %w", knowledgeSpaceID, mapError(err))
+	}
+	return rev, nil
+}
+
 // DocumentVersion names a tenant's document version.
 type DocumentVersion struct {
 	TenantID         string

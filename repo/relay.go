@@ -137,7 +137,8 @@ func (r *Repo) OutboxListenerIdle(ctx context.Context, db DBTX, p *ListenerIdleP
 	}
 	res := &ListenerIdleResult{Registered: row.Registered, Inserted: row.Inserted}
 	if row.HasNextDue {
-		res.NextDueIn = new(time.Duration(row.NextDueInUs) * time.Microsecond)
+		d := time.Duration(row.NextDueInUs) * time.Microsecond
+		res.NextDueIn = &d
 	}
 	return res, nil
 }

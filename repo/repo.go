@@ -11,6 +11,19 @@
 //
 // Inputs are validated before any round trip; outputs are kfstype values,
 // never generated rows. A Repo is safe for concurrent use.
+//
+// Who owns what: kfsdb owns the attempts and their outbox rows; the
+// knowledge spaces, document assets, projection set publications and
+// publication heads are the platform's, and repo only reads them. A Start
+// carries the space's head revision ([Repo.HeadRevision]); after
+// [Repo.Complete] the platform promotes the bound candidate and bumps the
+// head.
+//
+// Runnable examples against a real database (Start, Start in the caller's
+// transaction, a worker on pgsource, Cancel, RetryFailed) are in package
+// [github.com/knowledgefs/kfsdb/kfsdbtest], the test kit, whose module
+// brings the database they need; this module cannot require it without
+// putting testcontainers in every importer's graph.
 package repo
 
 import (

@@ -90,6 +90,9 @@ const startRaceRetries = 3
 // version missing); *HeadConflictError; ErrRetryTransaction when the
 // caller's REPEATABLE READ or SERIALIZABLE transaction raced a concurrent
 // Start of the same version (PostgreSQL aborts it: run it again).
+//
+// Runnable examples: Example_start and Example_startInTransaction in
+// package github.com/knowledgefs/kfsdb/kfsdbtest.
 func (r *Repo) Start(ctx context.Context, db DBTX, p *StartParams) (*StartResult, error) {
 	v := r.call(ctx, db)
 	p.validate(v)

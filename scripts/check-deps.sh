@@ -26,7 +26,11 @@
 #       modules allowed are those that goose's own go.mod requires (its
 #       CLI's drivers and its test tooling, never built): every one must be
 #       unreachable in `go mod graph` once goose's edges are removed.
-#       Prints both counts.
+#       Prints both counts;
+#   (e) testcontainers reaches an application only through the test kit
+#       (module kfsdbtest): neither the root module nor migrate has it in
+#       its module graph, and an application whose tests use the kit gets
+#       it in its tests' packages, not in its build.
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
 set -euo pipefail
@@ -200,8 +204,76 @@ if ! grep -q '^github.com/pressly/goose/v3 ' <<<"$app_mods"; then
 	fail=1
 fi
 
+echo "== (e) the test kit is the only module that brings testcontainers to an application"
+# The library and the migrations must not have testcontainers even in
+# their module graph (natsjs and observe/* require the tests module for
+# their own tests, so theirs has it); an application that uses the kit in
+# its tests must get it in its tests' packages only.
+for m in . migrate; do
+	mods=$(cd "$repo/$m" && go list -m all)
+	if grep -q testcontainers <<<"$mods"; then
+		echo "FORBIDDEN: module $m has testcontainers in its module graph" >&2
+		fail=1
+	fi
+done
+kit="$tmp/kitconsumer"
+mkdir -p "$kit"
+cat >"$kit/go.mod" <<GOMOD
+module example.com/kfsdbkitconsumer
+
+go $(cd "$repo/kfsdbtest" && go list -m -f '{{.GoVersion}}')
+
+require (
+	github.com/knowledgefs/kfsdb v0.0.0
+	github.com/knowledgefs/kfsdb/kfsdbtest v0.0.0
+	github.com/knowledgefs/kfsdb/migrate v0.0.0
+)
+
+replace github.com/knowledgefs/kfsdb => $repo
+
+replace github.com/knowledgefs/kfsdb/kfsdbtest => $repo/kfsdbtest
+
+replace github.com/knowledgefs/kfsdb/migrate => $repo/migrate
+GOMOD
+cat >"$kit/app.go" <<'GO'
+// Package app is an application: its code imports the library and the
+// migrations, its tests the kit.
+package app
+
+import (
+	_ "github.com/knowledgefs/kfsdb/migrate"
+	_ "github.com/knowledgefs/kfsdb/pgsource"
+	_ "github.com/knowledgefs/kfsdb/repo"
+	_ "github.com/knowledgefs/kfsdb/worker"
+)
+GO
+cat >"$kit/app_test.go" <<'GO'
+package app
+
+import (
+	"testing"
+
+	"github.com/knowledgefs/kfsdb/kfsdbtest"
+)
+
+func TestMain(m *testing.M) { kfsdbtest.Main(m) }
+GO
+(cd "$kit" && GOFLAGS=-mod=mod go mod tidy && go vet ./...)
+app_pkgs=$(cd "$kit" && go list -deps .)
+test_pkgs=$(cd "$kit" && go list -deps -test .)
+echo "application using the kit: $(cd "$kit" && go list -m all | wc -l) modules; its build $(wc -l <<<"$app_pkgs") packages, with its tests $(wc -l <<<"$test_pkgs")"
+if bad=$(grep -E 'testcontainers|docker|moby' <<<"$app_pkgs"); then
+	echo "FORBIDDEN packages in the application's build (not its tests):" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
+if ! grep -q 'testcontainers' <<<"$test_pkgs"; then
+	echo "expected the kit to bring testcontainers to the application's tests" >&2
+	fail=1
+fi
+
 if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness or NATS server in the kfsdb binary; an application with the migrate module compiles in no test, broker, metrics or tracing package)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness or NATS server in the kfsdb binary; an application with the migrate module compiles in no test, broker, metrics or tracing package; testcontainers only through the test kit, in tests)"

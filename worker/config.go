@@ -75,6 +75,16 @@ type Config struct {
 	// meanwhile in one statement (repo.CompleteMany) and acknowledges each
 	// delivery after that commit, while the slot takes the next delivery.
 	SingleCompletions bool
+	// RetryPlainErrors retries a plain handler error (one that is not a
+	// *Error: worker.Fatal, worker.Retryable) like a Retryable one: the
+	// attempt goes to retry_wait (DOCUMENT_COMPILATION_RETRYABLE) after
+	// the backoff while execution attempts remain, and fails with
+	// EXECUTION_ATTEMPTS_EXHAUSTED once they are spent. worker.Fatal, a
+	// panic and an unusable error (a nil pointer) still fail the attempt
+	// at once. Defaults to false, upstream's rule: a plain error fails the
+	// attempt (DOCUMENT_COMPILATION_FAILED), and only Retryable errors and
+	// transient database errors (repo.IsRetryable) are retried.
+	RetryPlainErrors bool
 }
 
 func (c *Config) withDefaults() *Config {

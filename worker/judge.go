@@ -55,7 +55,7 @@ func (w *Worker) judge(herr error, stopping bool) (v verdict) {
 		v.shutdown, v.retry, v.code = true, true, ErrorCodeWorkerShutdown
 		v.message = repo.TruncateMessage(ErrorCodeWorkerShutdown + ": " + herr.Error())
 		return v
-	case marked && e.Retryable, repo.IsRetryable(herr):
+	case marked && e.Retryable, repo.IsRetryable(herr), !marked && w.cfg.RetryPlainErrors:
 		v.retry, v.code = true, kfstype.ErrorCodeCompilationRetryable
 	default:
 		v.code = kfstype.ErrorCodeCompilationFailed

@@ -21,12 +21,14 @@ func FuzzJudgeRecordable(f *testing.F) {
 		{strings.Repeat("🔥", 70), "a\xffb"}, {"BAD\xffCODE", "\x00"}, {"NUL\x00", "a\x00b"},
 		{strings.Repeat("x", 64) + "é", strings.Repeat("é", repo.MaxErrorMessageRunes+1)},
 	} {
-		for form := range uint8(3) {
+		for form := range uint8(6) {
 			f.Add(s.code, s.message, form%2 == 0, form)
 		}
 	}
-	w := &Worker{cfg: (&Config{}).withDefaults()}
+	// Both error rules: upstream's, and RetryPlainErrors.
+	ws := []*Worker{{cfg: (&Config{}).withDefaults()}, {cfg: (&Config{RetryPlainErrors: true}).withDefaults()}}
 	f.Fuzz(func(t *testing.T, code, message string, retryable bool, form uint8) {
+		w := ws[form/3%2]
 		var herr error = &Error{Code: code, Retryable: retryable, Err: errors.New(message)}
 		switch form % 3 {
 		case 1:

@@ -4,6 +4,16 @@
 // (Complete, ScheduleRetry, Fail) before acknowledging the delivery. Stale,
 // duplicate and forged deliveries are acknowledged (discarded, for a
 // Discarder) without running the handler.
+//
+// What a handler returns decides the outcome: nil completes the attempt; a
+// plain error fails it for good (DOCUMENT_COMPILATION_FAILED), and so do
+// [Fatal] with its code and a panic; [Retryable] and transient database
+// errors (repo.IsRetryable) retry it after a backoff while execution
+// attempts remain. [Config.RetryPlainErrors] retries plain errors too.
+//
+// Package github.com/knowledgefs/kfsdb/kfsdbtest runs one attempt through a
+// handler with [Worker.Process], for tests, and holds a runnable example of
+// a worker on pgsource (Example_workerPgsource).
 package worker
 
 import (

@@ -283,6 +283,32 @@ func (q *Queries) OutboxGetByAttemptID(ctx context.Context, db DBTX, attemptID u
 	return &i, err
 }
 
+const publicationHeadGetRevision = `-- name: PublicationHeadGetRevision :one
+SELECT coalesce(h.head_revision, 0)::integer AS head_revision
+  FROM knowledge_spaces ks
+  LEFT JOIN projection_set_publication_heads h
+    ON h.tenant_id = ks.tenant_id
+   AND h.knowledge_space_id = ks.id
+ WHERE ks.id = $1
+   AND ks.tenant_id = $2
+`
+
+type PublicationHeadGetRevisionParams struct {
+	KnowledgeSpaceID uuid.UUID
+	TenantID         string
+}
+
+// The head revision of a tenant's space, what Start's base_head_revision
+// must equal: 0 while the space has no head row. No row when the space does
+// not exist or is another tenant's. Two index lookups (a key of the space,
+// the heads' primary key), checked with EXPLAIN on 5·10^4 spaces.
+func (q *Queries) PublicationHeadGetRevision(ctx context.Context, db DBTX, arg *PublicationHeadGetRevisionParams) (int32, error) {
+	row := db.QueryRow(ctx, publicationHeadGetRevision, arg.KnowledgeSpaceID, arg.TenantID)
+	var head_revision int32
+	err := row.Scan(&head_revision)
+	return head_revision, err
+}
+
 const traceContextGetMany = `-- name: TraceContextGetMany :many
 SELECT t.attempt_id, t.traceparent, t.tracestate
   FROM document_compilation_trace_contexts t

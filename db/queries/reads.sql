@@ -49,3 +49,16 @@ SELECT *
 SELECT t.attempt_id, t.traceparent, t.tracestate
   FROM document_compilation_trace_contexts t
  WHERE t.attempt_id = ANY(@attempt_ids::uuid[]);
+
+-- name: PublicationHeadGetRevision :one
+-- The head revision of a tenant's space, what Start's base_head_revision
+-- must equal: 0 while the space has no head row. No row when the space does
+-- not exist or is another tenant's. Two index lookups (a key of the space,
+-- the heads' primary key), checked with EXPLAIN on 5·10^4 spaces.
+SELECT coalesce(h.head_revision, 0)::integer AS head_revision
+  FROM knowledge_spaces ks
+  LEFT JOIN projection_set_publication_heads h
+    ON h.tenant_id = ks.tenant_id
+   AND h.knowledge_space_id = ks.id
+ WHERE ks.id = @knowledge_space_id
+   AND ks.tenant_id = @tenant_id;

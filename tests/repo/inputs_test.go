@@ -160,6 +160,7 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.OutboxListenerAwake":  {Fn: (*repo.Repo).OutboxListenerAwake, Args: []any{r, ctx, pool, "relay"}},
 		"Repo.GetAttempt":           {Fn: (*repo.Repo).GetAttempt, Args: []any{r, ctx, pool, "tenant", id()}, Deep: []int{3}},
 		"Repo.GetAttemptWithOutbox": {Fn: (*repo.Repo).GetAttemptWithOutbox, Args: []any{r, ctx, pool, "tenant", id()}, Deep: []int{3}},
+		"Repo.HeadRevision":         {Fn: (*repo.Repo).HeadRevision, Args: []any{r, ctx, pool, "tenant", id()}, Deep: []int{3}},
 		"Repo.ListDocumentVersionAttempts": {Fn: (*repo.Repo).ListDocumentVersionAttempts, Args: []any{r, ctx, pool, &repo.DocumentVersion{
 			TenantID: "tenant", KnowledgeSpaceID: id(), DocumentAssetID: id(), DocumentVersion: 1}}, Deep: []int{3}},
 		"Repo.SetTenantLimit":    {Fn: (*repo.Repo).SetTenantLimit, Args: []any{r, ctx, pool, &repo.TenantLimit{TenantID: "tenant", MaxRunning: 2}}, Deep: []int{3}},

@@ -108,3 +108,37 @@ func TestCountLiveAttempts(t *testing.T) {
 		requireInputError(t, err, "TenantID")
 	})
 }
+
+// TestHeadRevision: the read gives the revision Start's BaseHeadRevision
+// must carry (0 before the space has a head, then the head's), and
+// ErrNotFound for an unknown space or another tenant's.
+func TestHeadRevision(t *testing.T) {
+	b := setup(t)
+	s := b.scope(t)
+	rev, err := b.repo.HeadRevision(b.ctx, b.db.Pool, s.TenantID, s.KnowledgeSpaceID)
+	require.NoError(t, err)
+	require.Zero(t, rev, "a space without a head row is at revision 0")
+
+	s.SetHead(b.ctx, t, b.db.Pool, 7)
+	rev, err = b.repo.HeadRevision(b.ctx, b.db.Pool, s.TenantID, s.KnowledgeSpaceID)
+	require.NoError(t, err)
+	require.EqualValues(t, 7, rev)
+
+	stale := s.StartParams()
+	stale.BaseHeadRevision = rev - 1
+	_, err = b.repo.Start(b.ctx, b.db.Pool, stale)
+	var conflict *repo.HeadConflictError
+	require.ErrorAs(t, err, &conflict)
+	require.Equal(t, rev, conflict.Actual, "Start checks the revision the read returns")
+	p := s.StartParams()
+	p.BaseHeadRevision = rev
+	res, err := b.repo.Start(b.ctx, b.db.Pool, p)
+	require.NoError(t, err)
+	require.True(t, res.Created)
+
+	other := b.scope(t)
+	_, err = b.repo.HeadRevision(b.ctx, b.db.Pool, other.TenantID, s.KnowledgeSpaceID)
+	require.ErrorIs(t, err, repo.ErrNotFound, "another tenant's space")
+	_, err = b.repo.HeadRevision(b.ctx, b.db.Pool, s.TenantID, uuid.New())
+	require.ErrorIs(t, err, repo.ErrNotFound, "an unknown space")
+}
