@@ -120,7 +120,14 @@ func TestMigrationLocksSmall(t *testing.T) {
 				releaseWhen: holdsAll,
 			},
 		},
-		settle: 300 * time.Millisecond,
+		// Not the inserts into document_assets: one that has taken its
+		// table's ROW EXCLUSIVE lock but not yet begun to wait on
+		// knowledge_spaces when 0006 asks for SHARE there deadlocks with
+		// 0006, and PostgreSQL then aborts 0006 (it waited first); a loaded
+		// machine widens that window (seen once in a -race run). That
+		// deadlock is TestMigrationLocks' subject, not this study's.
+		skipStreams: []string{streamInsertAssets},
+		settle:      300 * time.Millisecond,
 	})
 	blocked.print(&report)
 	require.NoError(t, blocked.err)
