@@ -48,8 +48,9 @@ type DemoOpts struct {
 	Out io.Writer
 	// Seed shuffles which attempt follows which scenario. Defaults to 1.
 	Seed uint64
-	// Timeout bounds the workload: if the attempts are not all terminal by
-	// then, Demo fails. Defaults to 45 s.
+	// Timeout bounds a stall: if no attempt is started and none changes
+	// state for that long before all are terminal, Demo fails. A slow
+	// (loaded) machine only makes the run longer. Defaults to 45 s.
 	Timeout time.Duration
 	// Verbose logs the runtime's INFO records too (relay, sources, workers).
 	// Defaults to false: WARN and above.
@@ -98,7 +99,7 @@ func (o *DemoOpts) Validate() error {
 // The workers lease straight from the outbox (delivery.Postgres), or
 // receive from a relay over an in-process queue (delivery.Relay), which
 // adds dead letters and a broker outage. It fails if any
-// check fails or the workload does not settle within Timeout.
+// check fails or the workload makes no progress for Timeout.
 func Demo(ctx context.Context, opts *DemoOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err

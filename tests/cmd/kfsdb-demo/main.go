@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	fs.Var(&opts.Delivery, "delivery", "how attempts reach workers: postgres (workers lease straight from the outbox) or relay (relay → in-process queue → workers, with dead letters and a broker outage); default "+string(delivery.Default))
 	fs.IntVar(&opts.Attempts, "attempts", DemoAttemptsDefault, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
 	fs.Uint64Var(&opts.Seed, "seed", DemoSeedDefault, "shuffles which attempt follows which scenario")
-	fs.DurationVar(&opts.Timeout, "timeout", DemoTimeoutDefault, "fail if the workload has not settled by then")
+	fs.DurationVar(&opts.Timeout, "timeout", DemoTimeoutDefault, "fail if no attempt starts or changes state for this long before the workload settles")
 	fs.BoolVar(&opts.Keep, "keep", false, "keep the demo database (and a throwaway server) for kfsdb console; its URL goes to a file only you can read")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log the runtime's INFO records too (relay, sources, workers; default: WARN and above)")
 	fs.Usage = func() {

@@ -179,22 +179,21 @@ func (w *workload) startProducers(ctx context.Context, errs chan<- error) <-chan
 // awaitSettled polls the run states every demoSettlePoll, printing a
 // progress line every demoProgressEvery and once settled, until
 // allIssued is closed and the attempts are settled. It returns the first
-// error from errs, and fails when ctx ends or deadline passes.
-func (w *workload) awaitSettled(ctx context.Context, deadline time.Duration, errs <-chan error, allIssued <-chan struct{}) error {
-	timeout := time.After(deadline)
+// error from errs, and fails when ctx ends or when nothing moved (no
+// attempt started, no state count changed) for stall.
+func (w *workload) awaitSettled(ctx context.Context, stall time.Duration, errs <-chan error, allIssued <-chan struct{}) error {
 	tick := time.NewTicker(demoSettlePoll)
 	defer tick.Stop()
 	lastPrint := time.Now()
 	issued := false
+	var lastProgress string
+	lastMoved := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-errs:
 			return err
-		case <-timeout:
-			counts, _ := w.stateCounts(ctx)
-			return fmt.Errorf("workload did not settle within %s: %s", deadline, w.progressLine(counts))
 		case <-allIssued:
 			issued = true
 			allIssued = nil
@@ -204,6 +203,11 @@ func (w *workload) awaitSettled(ctx context.Context, deadline time.Duration, err
 		counts, err := w.stateCounts(ctx)
 		if err != nil {
 			return fmt.Errorf("count attempts: %w", err)
+		}
+		if progress := fmt.Sprint(w.started.Load(), counts); progress != lastProgress {
+			lastProgress, lastMoved = progress, time.Now()
+		} else if time.Since(lastMoved) > stall {
+			return fmt.Errorf("workload stalled: no attempt started or changed state for %s: %s", stall, w.progressLine(counts))
 		}
 		settled := issued && w.settled(counts)
 		if settled || time.Since(lastPrint) >= demoProgressEvery {
