@@ -13,8 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/benchcli"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
@@ -125,9 +126,9 @@ func demo(ctx context.Context, opts *DemoOpts) error {
 			return nil
 		}
 		if !opts.Keep {
-			return cli.WithScratchDatabase(ctx, srv, "kfsdb_demo", out, run)
+			return benchcli.WithScratchDatabase(ctx, srv, "kfsdb_demo", out, run)
 		}
-		if err := cli.WithKeptScratchDatabase(ctx, srv, "kfsdb_demo", out, run); err != nil {
+		if err := benchcli.WithKeptScratchDatabase(ctx, srv, "kfsdb_demo", out, run); err != nil {
 			return err
 		}
 		containerID = srv.Keep()

@@ -28,8 +28,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 )
 
 func main() {

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/natstest"
@@ -94,7 +94,7 @@ func TestNATSURLUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
-// TestWorkCompletesAttempts runs `kfsdb work` with each delivery on a
+// TestWorkCompletesAttempts runs `kfsdb-bench work` with each delivery on a
 // database with started attempts: each is compiled (its space's candidate
 // bound) and succeeds once.
 func TestWorkCompletesAttempts(t *testing.T) {
