@@ -1,9 +1,11 @@
 # kfsdb development tasks. Run `make help` for the list.
 #
-# Five modules: the library (.), the test harness, integration tests, demo
-# and bench-kfsdb programs (tests/), the deploy command (cmd/kfsdb/), the
-# Prometheus adapter (observe/prom/), the OpenTelemetry one (observe/otel/)
-# and the NATS JetStream broker adapter (natsjs/). Every target runs each
+# Modules (MODULES): the library (.), the migration helper (migrate/), the
+# test harness, integration tests, demo and bench-kfsdb programs (tests/),
+# the deploy command (cmd/kfsdb/), the bench and demo binary kfsdb-bench
+# (bench/kfsdb-bench/: work, relay, bench, the load driver), the Prometheus
+# adapter (observe/prom/), the OpenTelemetry one (observe/otel/) and the
+# NATS JetStream broker adapter (natsjs/). Every target runs each
 # module with GOWORK=off, so it checks that module's own go.mod exactly as
 # CI and importers see it; go.work is only a convenience for editors and
 # ad-hoc runs.
@@ -12,7 +14,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . migrate tests cmd/kfsdb observe/prom observe/otel natsjs
+MODULES := . migrate tests cmd/kfsdb bench/kfsdb-bench observe/prom observe/otel natsjs
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 
@@ -112,7 +114,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats, and that the kfsdb binary links no testcontainers, moby or nats-server module.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats, and that the kfsdb binary links no testcontainers, moby, NATS or load driver.
 	scripts/check-deps.sh
 
 .PHONY: tidy
@@ -138,7 +140,7 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 	@echo "== repo/raw summary (medians of $(BENCH_COUNT) runs; benchstat: benchstat -col /impl $(BENCH_OUT)/bench.txt)"
 	cd tests && GOWORK=off go run ./bench/benchsummary $(CURDIR)/$(BENCH_OUT)/bench.txt | tee $(CURDIR)/$(BENCH_OUT)/summary.md
 
-# Flags of `kfsdb bench` for bench-kfsdb, e.g. BENCH_ARGS='--duration 30s --rate 300'.
+# Flags of `kfsdb-bench bench` for bench-kfsdb, e.g. BENCH_ARGS='--duration 30s --rate 300'.
 BENCH_ARGS ?=
 
 .PHONY: bench-lifecycle
@@ -146,12 +148,12 @@ bench-lifecycle: ## The lifecycle side by side on one fsync-on server: kfsdb dir
 	scripts/bench-lifecycle.sh
 
 .PHONY: bench-kfsdb
-bench-kfsdb: ## `kfsdb bench` (lifecycle load driver, report table) on a throwaway server, or on KFS_BENCH_DATABASE_URL's; BENCH_ARGS passes its flags.
+bench-kfsdb: ## `kfsdb-bench bench` (lifecycle load driver, report table) on a throwaway server, or on KFS_BENCH_DATABASE_URL's; BENCH_ARGS passes its flags.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
-	$(if $(KFS_BENCH_DATABASE_URL),cd cmd/kfsdb && GOWORK=off go run . bench --database-url "$$KFS_BENCH_DATABASE_URL" $(BENCH_ARGS),cd tests && GOWORK=off go run ./cmd/kfsdb-bench $(BENCH_ARGS))
+	$(if $(KFS_BENCH_DATABASE_URL),cd bench/kfsdb-bench && GOWORK=off go run . bench --database-url "$$KFS_BENCH_DATABASE_URL" $(BENCH_ARGS),cd tests && GOWORK=off go run ./cmd/kfsdb-bench $(BENCH_ARGS))
 
 .PHONY: loadgen
-loadgen: ## Lifecycle load driver (cmd/kfsdb/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_PENDING_WAIT, LOADGEN_INDEXES, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.
+loadgen: ## Lifecycle load driver (bench/kfsdb-bench/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_PENDING_WAIT, LOADGEN_INDEXES, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	mkdir -p $(BENCH_OUT)
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLoadgen$$' -v -timeout 30m ./bench/ \

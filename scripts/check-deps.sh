@@ -11,10 +11,16 @@
 #       checkout) and imports its public packages must, after `go mod tidy`,
 #       have no forbidden module in `go list -m all`;
 #   (c) the deploy binary, cmd/kfsdb built as operators build it, must link
-#       no test harness: `go version -m` lists no testcontainers, moby or
-#       docker module (nor sqlc, chromedp, nats-server, nor the tests
-#       module). goose is expected there (kfsdb migrate), and nats.go
-#       (kfsdb work/relay/bench with NATS). Prints the binary's size.
+#       no test harness and nothing that runs a handler, a relay or a load:
+#       `go version -m` lists no testcontainers, moby or docker module (nor
+#       sqlc, chromedp, nats-server, nats.go, natsjs, the OpenTelemetry SDK,
+#       the tests module or the kfsdb-bench module, which holds work, relay,
+#       bench and the load driver), and `go version -m` names no package of
+#       those. goose is expected there (kfsdb migrate), and client_golang
+#       (--metrics-listen). Prints the binary's size and module count;
+#   (d) the bench binary, bench/kfsdb-bench, must link no testcontainers,
+#       moby, docker or NATS server (it uses a real broker's URL). Prints its
+#       size.
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
 set -euo pipefail
@@ -38,7 +44,9 @@ consumer_imports=(
 forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk|nats-io'
 # What the kfsdb binary must not link: the harness, its Docker client, the
 # browser driver of tests/console and the NATS server of natsjs's tests.
-binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-server'
+binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-io|knowledgefs/kfsdb/natsjs|go.opentelemetry.io/otel/sdk|knowledgefs/kfsdb/bench'
+# What kfsdb-bench must not link: the harness's containers and a NATS server.
+bench_forbidden='sqlc|testcontainers|docker|moby|chromedp|nats-server'
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export GOWORK=off
@@ -108,9 +116,27 @@ if bad=$(grep -E "$binary_forbidden" <<<"$linked"); then
 	sed 's/^/  /' <<<"$bad" >&2
 	fail=1
 fi
+# The load driver and the stand-in handler by package, wherever they live.
+if bad=$(cd "$repo/cmd/kfsdb" && go list -deps . | grep -E '/(loadgen|delivery|benchcli|natsjs)$'); then
+	echo "FORBIDDEN packages in the kfsdb binary (load driver, delivery, NATS):" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
+
+echo "== (d) the bench binary bench/kfsdb-bench"
+bench_bin="$tmp/kfsdb-bench"
+(cd "$repo/bench/kfsdb-bench" && go build -o "$bench_bin" .)
+bench_linked=$(go version -m "$bench_bin" | awk '$1 == "mod" || $1 == "dep" || $1 == "=>" { print $2 }')
+bench_size=$(wc -c <"$bench_bin")
+echo "kfsdb-bench binary: $bench_size bytes ($((bench_size / 1024 / 1024)) MiB), $(wc -l <<<"$bench_linked") modules linked"
+if bad=$(grep -E "$bench_forbidden" <<<"$bench_linked"); then
+	echo "FORBIDDEN modules linked into the kfsdb-bench binary (go version -m):" >&2
+	sed 's/^/  /' <<<"$bad" >&2
+	fail=1
+fi
 
 if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness or NATS server in the kfsdb binary)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness, NATS or load driver in the kfsdb binary; no containers or NATS server in kfsdb-bench)"

@@ -73,8 +73,8 @@ func (o *DemoOpts) Validate() error {
 		return fmt.Errorf("invalid options: Delivery: %w", err)
 	}
 	if mode == delivery.NATS {
-		// The demo starts no broker; NATS runs through kfsdb work and bench.
-		return fmt.Errorf("invalid options: Delivery: %w %q for the demo: want %q or %q (NATS: kfsdb work or kfsdb bench --delivery nats --nats-url URL)",
+		// The demo starts no broker; NATS runs through kfsdb-bench work and bench.
+		return fmt.Errorf("invalid options: Delivery: %w %q for the demo: want %q or %q (NATS: kfsdb-bench work or kfsdb-bench bench --delivery nats --nats-url URL)",
 			delivery.ErrUnknown, mode, delivery.Postgres, delivery.Relay)
 	}
 	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
