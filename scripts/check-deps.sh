@@ -103,19 +103,25 @@ if bad=$(grep -E "$forbidden" <<<"$pkgs"); then
 	fail=1
 fi
 
+# check_binary NAME DIR FORBIDDEN builds the binary NAME from DIR (a module
+# of this checkout), prints its size and how many modules it links (the
+# main module (mod), its dependencies (dep) and their replacements (=>) in
+# `go version -m`), and fails on a linked module matching FORBIDDEN.
+check_binary() {
+	local name=$1 dir=$2 forbidden=$3 bin="$tmp/$1" linked size bad
+	(cd "$repo/$dir" && go build -o "$bin" .)
+	linked=$(go version -m "$bin" | awk '$1 == "mod" || $1 == "dep" || $1 == "=>" { print $2 }')
+	size=$(wc -c <"$bin")
+	echo "$name binary: $size bytes ($((size / 1024 / 1024)) MiB), $(wc -l <<<"$linked") modules linked"
+	if bad=$(grep -E "$forbidden" <<<"$linked"); then
+		echo "FORBIDDEN modules linked into the $name binary (go version -m):" >&2
+		sed 's/^/  /' <<<"$bad" >&2
+		fail=1
+	fi
+}
+
 echo "== (c) the deploy binary cmd/kfsdb"
-bin="$tmp/kfsdb"
-(cd "$repo/cmd/kfsdb" && go build -o "$bin" .)
-# Linked modules: the main module (mod), its dependencies (dep) and their
-# replacements (=>), one per line.
-linked=$(go version -m "$bin" | awk '$1 == "mod" || $1 == "dep" || $1 == "=>" { print $2 }')
-size=$(wc -c <"$bin")
-echo "kfsdb binary: $size bytes ($((size / 1024 / 1024)) MiB), $(wc -l <<<"$linked") modules linked"
-if bad=$(grep -E "$binary_forbidden" <<<"$linked"); then
-	echo "FORBIDDEN modules linked into the kfsdb binary (go version -m):" >&2
-	sed 's/^/  /' <<<"$bad" >&2
-	fail=1
-fi
+check_binary kfsdb cmd/kfsdb "$binary_forbidden"
 # The load driver and the stand-in handler by package, wherever they live.
 if bad=$(cd "$repo/cmd/kfsdb" && go list -deps . | grep -E '/(loadgen|delivery|benchcli|natsjs)$'); then
 	echo "FORBIDDEN packages in the kfsdb binary (load driver, delivery, NATS):" >&2
@@ -124,16 +130,7 @@ if bad=$(cd "$repo/cmd/kfsdb" && go list -deps . | grep -E '/(loadgen|delivery|b
 fi
 
 echo "== (d) the bench binary bench/kfsdb-bench"
-bench_bin="$tmp/kfsdb-bench"
-(cd "$repo/bench/kfsdb-bench" && go build -o "$bench_bin" .)
-bench_linked=$(go version -m "$bench_bin" | awk '$1 == "mod" || $1 == "dep" || $1 == "=>" { print $2 }')
-bench_size=$(wc -c <"$bench_bin")
-echo "kfsdb-bench binary: $bench_size bytes ($((bench_size / 1024 / 1024)) MiB), $(wc -l <<<"$bench_linked") modules linked"
-if bad=$(grep -E "$bench_forbidden" <<<"$bench_linked"); then
-	echo "FORBIDDEN modules linked into the kfsdb-bench binary (go version -m):" >&2
-	sed 's/^/  /' <<<"$bad" >&2
-	fail=1
-fi
+check_binary kfsdb-bench bench/kfsdb-bench "$bench_forbidden"
 
 if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2

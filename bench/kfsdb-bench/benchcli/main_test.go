@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 func TestMain(m *testing.M) {
@@ -15,16 +16,8 @@ func TestMain(m *testing.M) {
 
 func noEnv(string) string { return "" }
 
-// requireValidateErr asserts an options Validate result: no error when
-// wantErr is empty, else an error containing it.
-func requireValidateErr(t *testing.T, err error, wantErr string) {
-	t.Helper()
-	if wantErr == "" {
-		require.NoError(t, err)
-		return
-	}
-	require.ErrorContains(t, err, wantErr)
-}
+// requireValidateErr is testfactory.RequireValidateErr.
+var requireValidateErr = testfactory.RequireValidateErr
 
 // TestMainUsageErrorsExitTwo: bad command lines exit 2 before anything
 // runs (work's and bench's own cases: their tests).

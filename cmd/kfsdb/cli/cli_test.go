@@ -24,16 +24,8 @@ func TestMain(m *testing.M) {
 
 func noEnv(string) string { return "" }
 
-// requireValidateErr asserts an options Validate result: no error when
-// wantErr is empty, else an error containing it.
-func requireValidateErr(t *testing.T, err error, wantErr string) {
-	t.Helper()
-	if wantErr == "" {
-		require.NoError(t, err)
-		return
-	}
-	require.ErrorContains(t, err, wantErr)
-}
+// requireValidateErr is testfactory.RequireValidateErr.
+var requireValidateErr = testfactory.RequireValidateErr
 
 func TestMigrateOptsValidate(t *testing.T) {
 	t.Parallel()
