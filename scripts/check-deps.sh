@@ -18,7 +18,7 @@
 #       bench and the load driver), and `go version -m` names no package of
 #       those. goose is expected there (kfsdb migrate), and client_golang
 #       (--metrics-listen). Prints the binary's size and module count;
-#   (d) the bench binary, bench/kfsdb-bench, must link no testcontainers,
+#   (f) the bench binary, bench/kfsdb-bench, must link no testcontainers,
 #       moby, docker or NATS server (it uses a real broker's URL). Prints its
 #       size.
 #
@@ -129,7 +129,7 @@ if bad=$(cd "$repo/cmd/kfsdb" && go list -deps . | grep -E '/(loadgen|delivery|b
 	fail=1
 fi
 
-echo "== (d) the bench binary bench/kfsdb-bench"
+echo "== (f) the bench binary bench/kfsdb-bench"
 check_binary kfsdb-bench bench/kfsdb-bench "$bench_forbidden"
 
 if [ "$fail" -ne 0 ]; then
