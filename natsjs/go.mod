@@ -94,3 +94,5 @@ replace (
 )
 
 replace github.com/knowledgefs/kfsdb/observe/otel => ../observe/otel
+
+replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../bench/kfsdb-bench

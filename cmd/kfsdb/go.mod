@@ -102,3 +102,5 @@ replace (
 replace github.com/knowledgefs/kfsdb/observe/otel => ../../observe/otel
 
 replace github.com/knowledgefs/kfsdb/migrate => ../../migrate
+
+replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../../bench/kfsdb-bench

@@ -84,3 +84,5 @@ replace (
 	github.com/knowledgefs/kfsdb/cmd/kfsdb => ../../cmd/kfsdb
 	github.com/knowledgefs/kfsdb/tests => ../../tests
 )
+
+replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../../bench/kfsdb-bench

@@ -93,3 +93,5 @@ replace (
 )
 
 replace github.com/knowledgefs/kfsdb/observe/otel => ../otel
+
+replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../../bench/kfsdb-bench
