@@ -1,8 +1,10 @@
 # kfsdb development tasks. Run `make help` for the list.
 #
-# Modules: the library (.), the migrations (migrate/), the test kit for
-# application teams (kfsdbtest/, with the README's quick start), the test harness, integration tests, demo
-# and bench-kfsdb programs (tests/), the deploy command (cmd/kfsdb/), the
+# Modules (MODULES): the library (.), the migration helper (migrate/), the
+# test kit for application teams (kfsdbtest/, with the README's quick
+# start), the test harness, integration tests, demo and bench-kfsdb programs
+# (tests/), the deploy command (cmd/kfsdb/), the bench and demo binary
+# kfsdb-bench (bench/kfsdb-bench/: work, relay, bench, the load driver), the
 # Prometheus adapter (observe/prom/), the OpenTelemetry one (observe/otel/)
 # and the NATS JetStream broker adapter (natsjs/). Every target runs each
 # module with GOWORK=off, so it checks that module's own go.mod exactly as
@@ -13,7 +15,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . migrate kfsdbtest tests cmd/kfsdb observe/prom observe/otel natsjs
+MODULES := . migrate kfsdbtest tests cmd/kfsdb bench/kfsdb-bench observe/prom observe/otel natsjs
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 
@@ -103,7 +105,7 @@ test: test-deps ## Run every test of every module (-race), building kfsdb-postgr
 # brokers, as module:package-pattern.
 FLAKE_PACKAGES ?= tests:./runtime/ tests:./multiproc/ tests:./faults/ tests:./repo/ tests:./migrations/ \
 	tests:./pgbouncer/ tests:./console/ tests:./model/ tests:./cmd/... .:./internal/... .:./worker/... .:./relay/... \
-	.:./pgsource/... natsjs:./... observe/prom:./... observe/otel:./... cmd/kfsdb:./...
+	.:./pgsource/... natsjs:./... observe/prom:./... observe/otel:./... cmd/kfsdb:./... bench/kfsdb-bench:./... kfsdbtest:./...
 FLAKE_COUNT ?= 5
 # CPU hogs beside the tests (stress-ng --cpu N, or shell busy loops).
 FLAKE_LOAD ?= 2
@@ -168,7 +170,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby or nats-server module; and that testcontainers reaches an application only through the test kit, in its tests.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby, NATS or load driver; and that testcontainers reaches an application only through the test kit, in its tests.
 	scripts/check-deps.sh
 
 .PHONY: check-tree
@@ -198,7 +200,7 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 	@echo "== repo/raw summary (medians of $(BENCH_COUNT) runs; benchstat: benchstat -col /impl $(BENCH_OUT)/bench.txt)"
 	cd tests && GOWORK=off go run ./bench/benchsummary $(CURDIR)/$(BENCH_OUT)/bench.txt | tee $(CURDIR)/$(BENCH_OUT)/summary.md
 
-# Flags of `kfsdb bench` for bench-kfsdb, e.g. BENCH_ARGS='--duration 30s --rate 300'.
+# Flags of `kfsdb-bench bench` for bench-kfsdb, e.g. BENCH_ARGS='--duration 30s --rate 300'.
 BENCH_ARGS ?=
 
 .PHONY: bench-lifecycle
@@ -206,12 +208,12 @@ bench-lifecycle: ## The lifecycle side by side on one fsync-on server: kfsdb dir
 	scripts/bench-lifecycle.sh
 
 .PHONY: bench-kfsdb
-bench-kfsdb: ## `kfsdb bench` (lifecycle load driver, report table) on a throwaway server, or on KFS_BENCH_DATABASE_URL's; BENCH_ARGS passes its flags.
+bench-kfsdb: ## `kfsdb-bench bench` (lifecycle load driver, report table) on a throwaway server, or on KFS_BENCH_DATABASE_URL's; BENCH_ARGS passes its flags.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
-	$(if $(KFS_BENCH_DATABASE_URL),cd cmd/kfsdb && GOWORK=off go run . bench --database-url "$$KFS_BENCH_DATABASE_URL" $(BENCH_ARGS),cd tests && GOWORK=off go run ./cmd/kfsdb-bench $(BENCH_ARGS))
+	$(if $(KFS_BENCH_DATABASE_URL),cd bench/kfsdb-bench && GOWORK=off go run . bench --database-url "$$KFS_BENCH_DATABASE_URL" $(BENCH_ARGS),cd tests && GOWORK=off go run ./cmd/kfsdb-bench $(BENCH_ARGS))
 
 .PHONY: loadgen
-loadgen: ## Lifecycle load driver (cmd/kfsdb/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_PENDING_WAIT, LOADGEN_INDEXES, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.
+loadgen: ## Lifecycle load driver (bench/kfsdb-bench/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_PENDING_WAIT, LOADGEN_INDEXES, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	mkdir -p $(BENCH_OUT)
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLoadgen$$' -v -timeout 30m ./bench/ \

@@ -41,7 +41,6 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/knowledgefs/kfsdb/cmd/kfsdb v0.0.0 // indirect
 	github.com/knowledgefs/kfsdb/migrate v0.0.0 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
@@ -97,3 +96,5 @@ replace (
 replace github.com/knowledgefs/kfsdb/observe/otel => ../observe/otel
 
 replace github.com/knowledgefs/kfsdb/migrate => ../migrate
+
+replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../bench/kfsdb-bench

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The lifecycle, side by side on one server: kfsdb's direct delivery
-# (`kfsdb bench --delivery postgres`), kfsdb's relay path (`--delivery
+# (`kfsdb-bench bench --delivery postgres`), kfsdb's relay path (`--delivery
 # relay`), the relay through NATS JetStream (`--delivery nats`, against
 # tests/cmd/kfsdb-nats, an in-process JetStream server on loopback started
 # here), direct delivery with metrics and tracing on (side
@@ -44,8 +44,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== building kfsdb and the River peer"
-(cd cmd/kfsdb && go build -o "$bin/kfsdb" .)
+echo "== building kfsdb-bench and the River peer"
+(cd bench/kfsdb-bench && go build -o "$bin/kfsdb-bench" .)
 (cd bench/river && go build -o "$bin/riverbench" .)
 nats_url=
 if [[ " $SIDES " == *" nats "* ]]; then
@@ -106,13 +106,13 @@ run() {
 		"$bin/riverbench" -url "$url" -producers "$PRODUCERS" -workers "$SLOTS" -seconds "$SECONDS_PER_RUN" \
 			-fetch-cooldown 1ms -rate "$rate" >"$log" 2>&1 ;;
 	*)
-		# "default": whatever kfsdb bench does without --delivery; a side
+		# "default": whatever kfsdb-bench bench does without --delivery; a side
 		# "D+observe" is delivery D with --observe.
 		local delivery=() mode=${side%+observe}
 		[ "$mode" = default ] || delivery=(--delivery "$mode")
 		[ "$mode" = nats ] && delivery+=(--nats-url "$nats_url")
 		[ "$mode" = "$side" ] || delivery+=(--observe)
-		"$bin/kfsdb" bench --database-url "$url" "${delivery[@]}" --producers "$PRODUCERS" --workers "$SLOTS" \
+		"$bin/kfsdb-bench" bench --database-url "$url" "${delivery[@]}" --producers "$PRODUCERS" --workers "$SLOTS" \
 			--duration "${SECONDS_PER_RUN}s" --rate "$rate" >"$log" 2>&1 ;;
 	esac
 	s1=$(calls)

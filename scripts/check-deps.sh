@@ -11,10 +11,13 @@
 #       checkout) and imports its public packages must, after `go mod tidy`,
 #       have no forbidden module in `go list -m all`;
 #   (c) the deploy binary, cmd/kfsdb built as operators build it, must link
-#       no test harness: `go version -m` lists no testcontainers, moby or
-#       docker module (nor sqlc, chromedp, nats-server, nor the tests
-#       module). goose is expected there (kfsdb migrate), and nats.go
-#       (kfsdb work/relay/bench with NATS). Prints the binary's size;
+#       no test harness and nothing that runs a handler, a relay or a load:
+#       `go version -m` lists no testcontainers, moby or docker module (nor
+#       sqlc, chromedp, nats-server, nats.go, natsjs, the OpenTelemetry SDK,
+#       the tests module or the kfsdb-bench module, which holds work, relay,
+#       bench and the load driver), and `go version -m` names no package of
+#       those. goose is expected there (kfsdb migrate), and client_golang
+#       (--metrics-listen). Prints the binary's size and module count;
 #   (d) an application that migrates with kfsdb: a throwaway consumer that
 #       requires the root module and the migrate module only, and imports
 #       repo, worker, pgsource, db/migrations and migrate. Its package graph
@@ -30,7 +33,10 @@
 #   (e) testcontainers reaches an application only through the test kit
 #       (module kfsdbtest): neither the root module nor migrate has it in
 #       its module graph, and an application whose tests use the kit gets
-#       it in its tests' packages, not in its build.
+#       it in its tests' packages, not in its build;
+#   (f) the bench binary, bench/kfsdb-bench, must link no testcontainers,
+#       moby, docker or NATS server (it uses a real broker's URL). Prints its
+#       size.
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
 set -euo pipefail
@@ -54,7 +60,9 @@ consumer_imports=(
 forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk|nats-io'
 # What the kfsdb binary must not link: the harness, its Docker client, the
 # browser driver of tests/console and the NATS server of natsjs's tests.
-binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-server'
+binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-io|knowledgefs/kfsdb/natsjs|go.opentelemetry.io/otel/sdk|knowledgefs/kfsdb/bench'
+# What kfsdb-bench must not link: the harness's containers and a NATS server.
+bench_forbidden='sqlc|testcontainers|docker|moby|chromedp|nats-server'
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export GOWORK=off
@@ -111,16 +119,28 @@ if bad=$(grep -E "$forbidden" <<<"$pkgs"); then
 	fail=1
 fi
 
+# check_binary NAME DIR FORBIDDEN builds the binary NAME from DIR (a module
+# of this checkout), prints its size and how many modules it links (the
+# main module (mod), its dependencies (dep) and their replacements (=>) in
+# `go version -m`), and fails on a linked module matching FORBIDDEN.
+check_binary() {
+	local name=$1 dir=$2 forbidden=$3 bin="$tmp/$1" linked size bad
+	(cd "$repo/$dir" && go build -o "$bin" .)
+	linked=$(go version -m "$bin" | awk '$1 == "mod" || $1 == "dep" || $1 == "=>" { print $2 }')
+	size=$(wc -c <"$bin")
+	echo "$name binary: $size bytes ($((size / 1024 / 1024)) MiB), $(wc -l <<<"$linked") modules linked"
+	if bad=$(grep -E "$forbidden" <<<"$linked"); then
+		echo "FORBIDDEN modules linked into the $name binary (go version -m):" >&2
+		sed 's/^/  /' <<<"$bad" >&2
+		fail=1
+	fi
+}
+
 echo "== (c) the deploy binary cmd/kfsdb"
-bin="$tmp/kfsdb"
-(cd "$repo/cmd/kfsdb" && go build -o "$bin" .)
-# Linked modules: the main module (mod), its dependencies (dep) and their
-# replacements (=>), one per line.
-linked=$(go version -m "$bin" | awk '$1 == "mod" || $1 == "dep" || $1 == "=>" { print $2 }')
-size=$(wc -c <"$bin")
-echo "kfsdb binary: $size bytes ($((size / 1024 / 1024)) MiB), $(wc -l <<<"$linked") modules linked"
-if bad=$(grep -E "$binary_forbidden" <<<"$linked"); then
-	echo "FORBIDDEN modules linked into the kfsdb binary (go version -m):" >&2
+check_binary kfsdb cmd/kfsdb "$binary_forbidden"
+# The load driver and the stand-in handler by package, wherever they live.
+if bad=$(cd "$repo/cmd/kfsdb" && go list -deps . | grep -E '/(loadgen|delivery|benchcli|natsjs)$'); then
+	echo "FORBIDDEN packages in the kfsdb binary (load driver, delivery, NATS):" >&2
 	sed 's/^/  /' <<<"$bad" >&2
 	fail=1
 fi
@@ -272,8 +292,11 @@ if ! grep -q 'testcontainers' <<<"$test_pkgs"; then
 	fail=1
 fi
 
+echo "== (f) the bench binary bench/kfsdb-bench"
+check_binary kfsdb-bench bench/kfsdb-bench "$bench_forbidden"
+
 if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness or NATS server in the kfsdb binary; an application with the migrate module compiles in no test, broker, metrics or tracing package; testcontainers only through the test kit, in tests)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness, NATS or load driver in the kfsdb binary; no containers or NATS server in kfsdb-bench; an application with the migrate module compiles in no test, broker, metrics or tracing package; testcontainers only through the test kit, in tests)"

@@ -11,12 +11,15 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/knowledgefs/kfsdb v0.0.0
+	github.com/knowledgefs/kfsdb/bench/kfsdb-bench v0.0.0
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	github.com/pmezard/go-difflib v1.0.0
 	github.com/pressly/goose/v3 v3.30.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.74.0
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
@@ -39,8 +42,6 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pandatix/go-abnf v0.5.5 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
-	github.com/prometheus/client_model v0.6.3 // indirect
-	github.com/prometheus/common v0.74.0 // indirect
 	github.com/prometheus/procfs v0.23.0 // indirect
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
@@ -115,3 +116,5 @@ replace github.com/knowledgefs/kfsdb/observe/prom => ../observe/prom
 replace github.com/knowledgefs/kfsdb/observe/otel => ../observe/otel
 
 replace github.com/knowledgefs/kfsdb/migrate => ../migrate
+
+replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../bench/kfsdb-bench

@@ -2,7 +2,7 @@
 // producers each insert one job per transaction (client.Insert on the
 // pool), a River client with W worker slots runs a no-op worker, for T
 // seconds. It prints jobs/s (completed within the window) and p50/p99 of
-// insert → completed, like cmd/kfsdb/loadgen does for kfsdb.
+// insert → completed, like bench/kfsdb-bench/loadgen does for kfsdb.
 //
 //	go run . -url "$KFS_BENCH_DATABASE_URL" -producers 8 -workers 8 -seconds 10
 //

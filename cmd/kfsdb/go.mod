@@ -1,10 +1,11 @@
-// Module kfsdb is the kfsdb command (migrate, relay, purge, work, bench) and
-// the packages it shares with the test harness (migrate, redact, scratch,
-// loadgen). It is a separate module so that importers of the library never
-// get goose (nor, through observe/prom, client_golang) in their module
-// graph. It requires the tests module for its
-// _test files only: the kfsdb binary links no testcontainers or Docker
-// client (make check-deps checks its `go version -m`).
+// Module kfsdb is the deploy binary, kfsdb: what operators run against a
+// production database (migrate, purge, attempts, outbox, stuck, console).
+// Nothing here runs a handler or a relay: work, relay and bench are
+// kfsdb-bench's (module bench/kfsdb-bench). It is a separate module so that
+// importers of the library never get goose (nor, through observe/prom,
+// client_golang) in their module graph. It requires the tests module for
+// its _test files only: the kfsdb binary links no testcontainers, Docker
+// client, NATS or load driver (make check-deps checks its `go version -m`).
 module github.com/knowledgefs/kfsdb/cmd/kfsdb
 
 go 1.26.0
@@ -13,23 +14,22 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/knowledgefs/kfsdb v0.0.0
-	github.com/knowledgefs/kfsdb/natsjs v0.0.0
 	github.com/knowledgefs/kfsdb/observe/prom v0.0.0
 	github.com/knowledgefs/kfsdb/tests v0.0.0
-	github.com/nats-io/nats.go v1.56.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.25.0
-	github.com/prometheus/client_model v0.6.3
-	github.com/prometheus/common v0.74.0
 	github.com/stretchr/testify v1.12.1
-	go.opentelemetry.io/otel/sdk v1.47.0
+)
+
+require (
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.74.0 // indirect
 )
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
 	github.com/Azure/go-ansiterm v0.0.0-20261006220739-8c912ac31dd4 // indirect
 	github.com/Microsoft/go-winio v0.6.4 // indirect
-	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -46,17 +46,14 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
-	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/knowledgefs/kfsdb/migrate v0.0.0
-	github.com/knowledgefs/kfsdb/observe/otel v0.0.0
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
-	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/moby/docker-image-spec v1.3.1 // indirect
 	github.com/moby/go-archive v0.3.3 // indirect
 	github.com/moby/moby/api v1.56.1 // indirect
@@ -67,10 +64,6 @@ require (
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/moby/term v0.5.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/nats-io/jwt/v2 v2.8.3 // indirect
-	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
-	github.com/nats-io/nkeys v0.4.17 // indirect
-	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
 	github.com/pandatix/go-abnf v0.5.5 // indirect
@@ -89,14 +82,13 @@ require (
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
-	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
@@ -110,3 +102,5 @@ replace (
 replace github.com/knowledgefs/kfsdb/observe/otel => ../../observe/otel
 
 replace github.com/knowledgefs/kfsdb/migrate => ../../migrate
+
+replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../../bench/kfsdb-bench

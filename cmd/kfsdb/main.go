@@ -1,8 +1,11 @@
-// Command kfsdb is the binary operators deploy: it manages kfsdb's
-// PostgreSQL schema (kfsdb migrate) and offers operator commands (kfsdb
-// relay, purge, work) and a lifecycle load driver (kfsdb bench), all on the
-// database a URL names. It links no test harness; the demo is
-// tests/cmd/kfsdb-demo (`make demo`). See `kfsdb -h`.
+// Command kfsdb is the binary operators deploy against a production
+// database: it manages kfsdb's PostgreSQL schema (kfsdb migrate), inspects
+// attempts and the outbox (attempts, outbox, stuck, console) and acts on
+// attempts only through the guarded transitions (attempts
+// cancel|retry|supersede, purge), all on the database a URL names. It runs
+// no handler and publishes nothing: work, relay and bench are kfsdb-bench's
+// (bench/kfsdb-bench), the demo is tests/cmd/kfsdb-demo (`make demo`). See
+// `kfsdb -h`.
 package main
 
 import (

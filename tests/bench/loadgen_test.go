@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/loadgen"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/loadgen"
 )
 
 // TestLoadgen runs the lifecycle load driver when KFS_LOADGEN=1 and logs

@@ -80,7 +80,7 @@ func requireEndPairs(ctx context.Context, t *testing.T, db *pgtest.DB, started i
 func requireNoDeadlocks(ctx context.Context, t *testing.T, db *pgtest.DB, procs []*process) {
 	t.Helper()
 	for _, p := range procs {
-		require.NotContains(t, p.out.String(), "40P01", "kfsdb work %s", p.id)
+		require.NotContains(t, p.out.String(), "40P01", "kfsdb-bench work %s", p.id)
 	}
 	require.Eventually(t, func() bool {
 		var sessions int

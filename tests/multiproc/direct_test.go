@@ -52,14 +52,14 @@ type orphan struct {
 	token     uuid.UUID
 }
 
-// TestThreeDirectProcessesOneKilled runs three `kfsdb work --delivery
+// TestThreeDirectProcessesOneKilled runs three `kfsdb-bench work --delivery
 // postgres` processes on attempts of several tenants, started up front and
 // during the run, and kills one of them with SIGKILL while it holds
 // leases. The two others must finish everything: the victim's attempts
 // once its leases expire.
 func TestThreeDirectProcessesOneKilled(t *testing.T) {
 	n, window := directShape()
-	bin := buildKfsdb(t)
+	bin := buildKfsdbBench(t)
 	ctx := context.Background()
 	db := pgtest.NewDB(t)
 	r := repo.New(nil)
@@ -112,7 +112,7 @@ func TestThreeDirectProcessesOneKilled(t *testing.T) {
 			FROM document_compilation_attempts
 			WHERE worker_id LIKE $1 AND run_state = 'running' AND lease_expires_at > now()`, victim+"-%").Scan(&held, &fresh))
 		return held >= directLeasesAtKill && fresh > 0
-	}, 20*time.Second, 2*time.Millisecond, "kfsdb work %s never held %d leases, one of them fresh:\n%s", victim, directLeasesAtKill, victimProc.out.String())
+	}, 20*time.Second, 2*time.Millisecond, "kfsdb-bench work %s never held %d leases, one of them fresh:\n%s", victim, directLeasesAtKill, victimProc.out.String())
 	victimProc.kill(t)
 	killedAfter := time.Since(start)
 
@@ -120,7 +120,7 @@ func TestThreeDirectProcessesOneKilled(t *testing.T) {
 	// those leases back, they have to expire.
 	waitSessionsEnded(ctx, t, db, victim)
 	orphans := victimLeases(ctx, t, db)
-	require.NotEmpty(t, orphans, "kfsdb work %s held no lease when its sessions ended", victim)
+	require.NotEmpty(t, orphans, "kfsdb-bench work %s held no lease when its sessions ended", victim)
 
 	producer.Wait()
 	require.NoError(t, errors.Join(startErrs...))
@@ -176,7 +176,7 @@ func TestThreeDirectProcessesOneKilled(t *testing.T) {
 	var perProc []string
 	for _, p := range survivors {
 		c := p.counters()
-		require.Positive(t, c["source_fetched_leases"], "kfsdb work %s fetched no lease:\n%s", p.id, p.out.String())
+		require.Positive(t, c["source_fetched_leases"], "kfsdb-bench work %s fetched no lease:\n%s", p.id, p.out.String())
 		completed += c["worker_completed"]
 		perProc = append(perProc, fmt.Sprintf("%s: fetched %d, leases %d, completed %d, lost %d, stale %d",
 			p.id, c["source_fetched_leases"], c["worker_leases_acquired"], c["worker_completed"], c["worker_leases_lost"], c["worker_stale_deliveries"]))
@@ -185,7 +185,7 @@ func TestThreeDirectProcessesOneKilled(t *testing.T) {
 
 	requireNoDeadlocks(ctx, t, db, append(survivors, victimProc))
 
-	t.Logf("FIGURES multiproc direct: %d attempts over %d tenants (%d up front, the rest over %s) in %s; 3 kfsdb work --delivery postgres processes "+
+	t.Logf("FIGURES multiproc direct: %d attempts over %d tenants (%d up front, the rest over %s) in %s; 3 kfsdb-bench work --delivery postgres processes "+
 		"(2 workers x 2 each, lease %s); %s took %d leases, killed (SIGKILL) at %s holding %d, %d orphaned, all fetched again by a survivor after expiry "+
 		"and completed (max execution attempts %d); succeeded %d, each once; completions: %s %d + survivors %d; leases %d, 0 overlapping; "+
 		"fenced writes %d+%d, 0 after expiry; deadlocks 0 (pg_stat_database), 0 in output; %s",

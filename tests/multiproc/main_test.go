@@ -1,11 +1,11 @@
-// Package multiproc_test runs `kfsdb work` as separate OS processes on
+// Package multiproc_test runs `kfsdb-bench work` as separate OS processes on
 // one database.
 //
-// TestProcessesRaceOnTheSameRows races two `kfsdb work --delivery relay`
+// TestProcessesRaceOnTheSameRows races two `kfsdb-bench work --delivery relay`
 // processes, a relay and a worker in the test process, and goroutines
 // cancelling, superseding and retrying attempts, all on the same rows.
 //
-// TestThreeDirectProcessesOneKilled runs three `kfsdb work --delivery
+// TestThreeDirectProcessesOneKilled runs three `kfsdb-bench work --delivery
 // postgres` processes (each worker leases straight from the outbox) on
 // several tenants' attempts and kills one with SIGKILL while it holds
 // leases; the two others finish everything, the dead one's attempts once

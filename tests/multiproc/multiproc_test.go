@@ -47,13 +47,13 @@ const (
 	maxAttempts = 10
 )
 
-// TestProcessesRaceOnTheSameRows runs two `kfsdb work` processes and a
+// TestProcessesRaceOnTheSameRows runs two `kfsdb-bench work` processes and a
 // relay and worker in the test process on the same attempts, while
 // goroutines cancel, supersede (and start a replacement) and manually
 // retry failed attempts.
 func TestProcessesRaceOnTheSameRows(t *testing.T) {
 	n, window := shape()
-	bin := buildKfsdb(t)
+	bin := buildKfsdbBench(t)
 	ctx := context.Background()
 	db := pgtest.NewDB(t)
 	cfg, err := pgxpool.ParseConfig(db.URL)
@@ -236,11 +236,11 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 	var perProc []string
 	for _, p := range procs {
 		c := p.counters()
-		require.Positive(t, c["worker_leases_acquired"], "kfsdb work %s took no lease:\n%s", p.id, p.out.String())
+		require.Positive(t, c["worker_leases_acquired"], "kfsdb-bench work %s took no lease:\n%s", p.id, p.out.String())
 		perProc = append(perProc, fmt.Sprintf("%s: published %d, leases %d, completed %d, failed %d, stale %d",
 			p.id, c["relay_published"], c["worker_leases_acquired"], c["worker_completed"], c["worker_failed"], c["worker_stale_deliveries"]))
 	}
-	t.Logf("FIGURES multiproc: %d attempts (%d document versions + %d replacements) in %s; actors: %d kfsdb work processes (2 workers x 2 each) + in-process relay and worker (4) "+
+	t.Logf("FIGURES multiproc: %d attempts (%d document versions + %d replacements) in %s; actors: %d kfsdb-bench work processes (2 workers x 2 each) + in-process relay and worker (4) "+
 		"+ 3 racer goroutines for %s; cancels applied %d, supersedes %d, manual retries %d; outcomes %v, reactivations %d; end pairs %v; "+
 		"leases %d, 0 overlapping; fenced writes %d+%d, 0 after expiry; deadlocks 0 (pg_stat_database), 0 in output; racer answers %v; %s",
 		len(ids), n, replacements.Load(), duration.Round(100*time.Millisecond), processes, window, cancels.Load(), supersedes.Load(), retries.Load(),

@@ -16,24 +16,25 @@ import (
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// buildKfsdb builds cmd/kfsdb into a temporary directory (with -race when
-// the test has it) and returns the binary's path.
-func buildKfsdb(t *testing.T) string {
+// buildKfsdbBench builds bench/kfsdb-bench, whose work command the
+// processes run, into a temporary directory (with -race when the test has
+// it) and returns the binary's path.
+func buildKfsdbBench(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "kfsdb")
+	bin := filepath.Join(t.TempDir(), "kfsdb-bench")
 	args := []string{"build", "-o", bin}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
 	cmd := exec.Command("go", append(args, ".")...)
-	cmd.Dir = filepath.Join("..", "..", "cmd", "kfsdb")
+	cmd.Dir = filepath.Join("..", "..", "bench", "kfsdb-bench")
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "go build cmd/kfsdb:\n%s", out)
+	require.NoError(t, err, "go build bench/kfsdb-bench:\n%s", out)
 	return bin
 }
 
-// process is one running `kfsdb work`.
+// process is one running `kfsdb-bench work`.
 type process struct {
 	id   string
 	cmd  *exec.Cmd
@@ -41,7 +42,7 @@ type process struct {
 	done chan error
 }
 
-// workFlags are the `kfsdb work` flags a test picks; the others are fixed:
+// workFlags are the `kfsdb-bench work` flags a test picks; the others are fixed:
 // two workers of two slots each, running until the test stops them.
 type workFlags struct {
 	delivery  string // postgres or relay
@@ -51,7 +52,7 @@ type workFlags struct {
 	extra     []string // the delivery's own flags (relay: --visibility)
 }
 
-// startWork starts `kfsdb work` as id on the database at dbURL. Its
+// startWork starts `kfsdb-bench work` as id on the database at dbURL. Its
 // sessions carry id as their application_name, so that the test can tell
 // when they have ended (waitSessionsEnded).
 func startWork(t *testing.T, bin, dbURL, id string, f *workFlags) *process {
@@ -85,11 +86,11 @@ func (p *process) kill(t *testing.T) {
 	select {
 	case err := <-p.done:
 		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "kfsdb work %s:\n%s", p.id, p.out.String())
+		require.ErrorAs(t, err, &exit, "kfsdb-bench work %s:\n%s", p.id, p.out.String())
 		ws, ok := exit.Sys().(syscall.WaitStatus)
-		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "kfsdb work %s ended with %v, not SIGKILL", p.id, err)
+		require.True(t, ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL, "kfsdb-bench work %s ended with %v, not SIGKILL", p.id, err)
 	case <-time.After(10 * time.Second):
-		require.FailNow(t, "kfsdb work did not die within 10 s of SIGKILL", p.id)
+		require.FailNow(t, "kfsdb-bench work did not die within 10 s of SIGKILL", p.id)
 	}
 }
 
@@ -100,16 +101,16 @@ func (p *process) stop(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	select {
 	case err := <-p.done:
-		require.NoError(t, err, "kfsdb work %s:\n%s", p.id, p.out.String())
+		require.NoError(t, err, "kfsdb-bench work %s:\n%s", p.id, p.out.String())
 	case <-time.After(60 * time.Second):
 		_ = p.cmd.Process.Kill()
-		require.FailNow(t, "kfsdb work did not stop within 60 s", "%s:\n%s", p.id, p.out.String())
+		require.FailNow(t, "kfsdb-bench work did not stop within 60 s", "%s:\n%s", p.id, p.out.String())
 	}
 }
 
 var counterRe = regexp.MustCompile(`(?m)^\s+([a-z_]+)\s+(\d+)$`)
 
-// counters parses the counters `kfsdb work` printed at the end.
+// counters parses the counters `kfsdb-bench work` printed at the end.
 func (p *process) counters() map[string]int64 {
 	m := map[string]int64{}
 	for _, sub := range counterRe.FindAllStringSubmatch(p.out.String(), -1) {

@@ -2,5 +2,5 @@
 
 package multiproc_test
 
-// raceEnabled builds the kfsdb binary with -race when the test runs with it.
+// raceEnabled builds the kfsdb-bench binary with -race when the test runs with it.
 const raceEnabled = true

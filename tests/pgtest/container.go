@@ -18,7 +18,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
+	"github.com/knowledgefs/kfsdb/tests/scratch"
 )
 
 func startContainer(ctx context.Context, image string, sopts Options) (*Server, error) {

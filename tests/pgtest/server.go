@@ -31,8 +31,8 @@
 //
 // The non-testing API ([StartServer], [ConnectServer], [Server]) serves
 // programs such as the demo with the same environment variables. Creating
-// and dropping databases is the embedded [scratch.Server]'s, which the
-// deploy binary uses on its own for `kfsdb bench`.
+// and dropping databases is the embedded [scratch.Server]'s (tests/scratch),
+// which `kfsdb-bench bench` uses on its own.
 package pgtest
 
 import (
@@ -46,9 +46,9 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
+	"github.com/knowledgefs/kfsdb/tests/scratch"
 )
 
 const (

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
+	"github.com/knowledgefs/kfsdb/tests/scratch"
 )
 
 // pkgState is the server and template of the running test package, set by

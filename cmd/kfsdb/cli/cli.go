@@ -1,11 +1,14 @@
-// Package cli implements the kfsdb command, the binary operators deploy:
-// argument parsing, and one function per command (Migrate, Relay, Purge,
-// Work, Bench) that takes an options struct with a Validate method and
-// writes its output to an injected io.Writer, so tests can call the
-// commands directly. It never imports the test harness: commands run on the
-// database a URL names. The demo, which needs a throwaway server, is
-// tests/cmd/kfsdb-demo (`make demo`); it reuses Migrate,
-// WithScratchDatabase, NewLogger and ExitCode from here.
+// Package cli implements the kfsdb command, the binary operators deploy
+// against a production database: argument parsing, and one function per
+// command (Migrate, Purge, the attempts/outbox/stuck commands, Console)
+// that takes an options struct with a Validate method and writes its output
+// to an injected io.Writer, so tests can call the commands directly. No
+// command runs a handler or a relay: attempts change only through the
+// guarded transitions an operator asks for. What runs a stand-in handler or
+// publishes the outbox for a demo or a bench (work, relay, bench) is
+// kfsdb-bench (module bench/kfsdb-bench), which reuses Migrate, ParseFlags,
+// NewLogger, ExitCode and the exports of kfsdbbench.go; the demo is
+// tests/cmd/kfsdb-demo (`make demo`).
 package cli
 
 import (
@@ -16,7 +19,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -32,23 +34,36 @@ var ErrUsage = errors.New("usage error")
 
 const usage = `Usage: kfsdb <command> [flags]
 
+kfsdb is the binary operators deploy against a production database: it
+migrates kfsdb's schema, inspects attempts and the outbox, and acts on
+attempts only through the guarded transitions (cancel, retry, supersede,
+purge). It runs no handler and publishes nothing.
+
 Commands:
   migrate up|down|status|version   apply, roll back one, list or show migrations, saying the mode (--lock-timeout D bounds each lock wait)
   migrate sql --up|--down          print the migrations' SQL, for teams whose migrations another tool runs (--from N)
-  relay                            publish the outbox to NATS (--nats-url) or print each message (until Ctrl-C)
   purge --tenant T --older-than D  delete a tenant's terminal attempts completed before now-D
-  work                             run workers on a database's attempts for a while (--delivery postgres|relay|nats), then print counters
   attempts list|show --tenant T    find and inspect a tenant's attempts (filters, pages, --json)
   attempts cancel|retry|supersede  act on attempts through the guarded transitions (--tenant, --dry-run, --yes)
   outbox stats                     attempts by state, the outbox's due backlog and its oldest due row
   stuck                            attempts that are not moving, each with the reason
   console --listen 127.0.0.1:8080  web console: overview, attempts, actions (--tenant, --read-only, --auth-token)
-  bench                            lifecycle load driver: producers and workers on a scratch database of the server, with a report
 
-Run 'kfsdb <command> -h' for a command's flags. The demo and a bench on a
-throwaway server need the test harness: run 'make demo' or 'make bench-kfsdb'
-in a kfsdb checkout.
+Run 'kfsdb <command> -h' for a command's flags.
+
+work, relay and bench moved to kfsdb-bench (bench/kfsdb-bench in a kfsdb
+checkout): they run a stand-in handler, or publish the outbox, for demos
+and benchmarks, and have no place on a production database. The demo is
+'make demo' in a kfsdb checkout.
 `
+
+// movedToBench are the commands that left this binary for kfsdb-bench,
+// with why.
+var movedToBench = map[string]string{
+	"work":  "it runs a stand-in handler that completes or fails real attempts",
+	"bench": "it runs the load driver and its stand-in handler",
+	"relay": "it marks outbox rows dispatched to stdout, which no worker reads, or to a NATS stream with natsjs's defaults, not the application's broker",
+}
 
 // Main runs the command line args and returns the process exit code (see
 // ExitCode).
@@ -88,14 +103,11 @@ func RunWithInput(ctx context.Context, args []string, stdin io.Reader, stdout, s
 		return runMigrate(ctx, rest, stdout, stderr, getenv)
 	case "demo":
 		return fmt.Errorf("%w: demo needs a throwaway server and is not part of the kfsdb binary: run `make demo` in a kfsdb checkout", ErrUsage)
-	case "relay":
-		return runRelayCmd(ctx, rest, stdout, stderr, getenv)
 	case "purge":
 		return runPurge(ctx, rest, stdout, stderr, getenv)
-	case "bench":
-		return runBench(ctx, args[1:], stdout, stderr, getenv)
-	case "work":
-		return runWork(ctx, rest, stdout, stderr, getenv)
+	case "work", "relay", "bench":
+		return fmt.Errorf("%w: %s is not part of the deploy binary (%s): run `kfsdb-bench %s` (go build ./bench/kfsdb-bench in a kfsdb checkout)",
+			ErrUsage, cmd, movedToBench[cmd], cmd)
 	case "attempts":
 		return runAttempts(ctx, rest, stdin, stdout, stderr, getenv)
 	case "outbox":
@@ -181,36 +193,6 @@ func runMigrateSQL(args []string, stdout, stderr io.Writer) error {
 	return MigrateSQL(opts)
 }
 
-func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb relay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := &RelayOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
-	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
-	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
-	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
-	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
-	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (default: print each message instead of publishing)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb relay [--database-url URL] [--nats-url URL] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]")
-		fs.PrintDefaults()
-	}
-	if err := ParseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: relay takes no arguments", ErrUsage)
-	}
-	if opts.DatabaseURL == "" {
-		opts.DatabaseURL = getenv(EnvDatabaseURL)
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	return Relay(ctx, opts)
-}
-
 func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("kfsdb purge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -248,49 +230,6 @@ func runPurge(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	return err
 }
 
-func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb work", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := &WorkOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
-	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
-	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only)")
-	fs.DurationVar(&opts.Duration, "duration", WorkDurationDefault, "how long to run (Ctrl-C stops earlier)")
-	fs.IntVar(&opts.Workers, "workers", WorkWorkersDefault, "workers to run (1..64)")
-	fs.IntVar(&opts.Concurrency, "concurrency", WorkConcurrencyDefault, "deliveries each worker runs at once (1..64)")
-	fs.DurationVar(&opts.LeaseDuration, "lease", 0, "worker lease (default: the worker's, 60s)")
-	fs.DurationVar(&opts.VisibilityTimeout, "visibility", 0, "relay delivery: republish a message no worker took within this (default: the relay's, 60s)")
-	fs.DurationVar(&opts.StepDelay, "step-delay", WorkStepDelayDefault, "time the handler spends on each checkpoint")
-	fs.Float64Var(&opts.FailRate, "fail-rate", 0, "fraction (0..1) of executions that fail on purpose ("+ErrorCodeInjectedFailure+")")
-	fs.StringVar(&opts.ID, "id", "", "prefix of the workers' (and relay's) ids (default work-<host>-<pid>)")
-	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
-	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
-	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
-	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb work [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]")
-		fs.PrintDefaults()
-	}
-	if err := ParseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: work takes no arguments", ErrUsage)
-	}
-	if opts.DatabaseURL == "" {
-		opts.DatabaseURL = getenv(EnvDatabaseURL)
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	_, err := Work(ctx, opts)
-	return err
-}
-
-// natsURLUsage is the --nats-url flag's help text.
-const natsURLUsage = "NATS server, e.g. nats://127.0.0.1:4222 (comma-separated for a cluster); the JetStream stream and consumer are created if missing"
-
 // ParseFlags parses args with fs. Every error but -h (flag.ErrHelp, which
 // fs already answered with its usage) wraps ErrUsage.
 func ParseFlags(fs *flag.FlagSet, args []string) error {
@@ -310,5 +249,3 @@ func envDatabaseURL(getenv func(string) string) string {
 	}
 	return getenv(EnvDatabaseURL)
 }
-
-const asyncProgressUsage = "claims, marks, leases, heartbeats and checkpoints commit without waiting for the WAL flush; a crash can make them be redone (repo.Config.AsyncProgressCommits)"

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -13,7 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/db/migrations"
+	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 func TestMain(m *testing.M) {
@@ -22,16 +25,8 @@ func TestMain(m *testing.M) {
 
 func noEnv(string) string { return "" }
 
-// requireValidateErr asserts an options Validate result: no error when
-// wantErr is empty, else an error containing it.
-func requireValidateErr(t *testing.T, err error, wantErr string) {
-	t.Helper()
-	if wantErr == "" {
-		require.NoError(t, err)
-		return
-	}
-	require.ErrorContains(t, err, wantErr)
-}
+// requireValidateErr is testfactory.RequireValidateErr.
+var requireValidateErr = testfactory.RequireValidateErr
 
 func TestMigrateOptsValidate(t *testing.T) {
 	t.Parallel()
@@ -134,4 +129,62 @@ func TestDemoNamesMakeDemo(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 2, Main(t.Context(), []string{"demo"}, &stdout, &stderr, noEnv))
 	require.Contains(t, stderr.String(), "`make demo`")
+}
+
+// TestMovedCommandsNameKfsdbBench: work, relay and bench left the deploy
+// binary. Each, given a database with a due attempt and every flag it used
+// to take, exits 2 naming kfsdb-bench, and the attempt and its outbox row
+// are as they were: nothing was leased, published or completed.
+func TestMovedCommandsNameKfsdbBench(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	s := testfactory.NewScope(t.Context(), t, db.Pool, nil)
+	res, err := repo.New(nil).Start(t.Context(), db.Pool, s.StartParams())
+	require.NoError(t, err)
+	snapshot := func() string {
+		t.Helper()
+		var row string
+		require.NoError(t, db.Pool.QueryRow(t.Context(), `
+			SELECT a::text || o::text FROM document_compilation_attempts a
+			  JOIN document_compilation_outbox o ON o.attempt_id = a.id WHERE a.id = $1`, res.Attempt.ID).Scan(&row))
+		return row
+	}
+	before := snapshot()
+	for _, args := range [][]string{
+		{"work", "--database-url", db.URL, "--duration", "1s", "--delivery", "postgres"},
+		{"relay", "--database-url", db.URL},
+		{"bench", "--database-url", db.URL, "--duration", "1s"},
+		{"work"}, {"relay", "-h"}, {"bench", "--help"},
+	} {
+		var stdout, stderr bytes.Buffer
+		// A bound, should a command run again (the relay would until
+		// canceled): it then exits 0 and the snapshot tells what it did.
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		code := Main(ctx, args, &stdout, &stderr, envWith(db.URL))
+		cancel()
+		require.Equal(t, 2, code, "args %q", args)
+		require.Contains(t, stderr.String(), "is not part of the deploy binary", "args %q", args)
+		require.Contains(t, stderr.String(), "run `kfsdb-bench "+args[0]+"`", "args %q", args)
+		require.Empty(t, stdout.String(), "args %q", args)
+	}
+	require.Equal(t, before, snapshot(), "a moved command changed the attempt or its outbox row")
+}
+
+// TestHelpSaysWhatTheBinaryIsFor: `kfsdb --help` says the binary is for
+// operators on a production database, lists no command that runs a
+// handler or a relay, and says where work, relay and bench went.
+func TestHelpSaysWhatTheBinaryIsFor(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, Main(t.Context(), []string{"--help"}, &stdout, &stderr, noEnv))
+	help := stdout.String()
+	require.Contains(t, help, "the binary operators deploy against a production database")
+	require.Contains(t, help, "It runs no handler and publishes nothing.")
+	require.Contains(t, help, "work, relay and bench moved to kfsdb-bench")
+	for _, cmd := range []string{"work", "relay", "bench"} {
+		require.NotContains(t, help, "\n  "+cmd+" ", "kfsdb --help lists %s as a command", cmd)
+	}
+	for _, cmd := range []string{"migrate", "purge", "attempts", "outbox", "stuck", "console"} {
+		require.Contains(t, help, "\n  "+cmd+" ")
+	}
 }

@@ -9,180 +9,24 @@ import (
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
+	"github.com/knowledgefs/kfsdb/tests/promtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-// TestOptsValidateMetricsListen: work, relay and console refuse a
-// --metrics-listen that is not host:port.
+// TestOptsValidateMetricsListen: the console refuses a --metrics-listen
+// that is not host:port (kfsdb-bench's work and relay: their own test).
 func TestOptsValidateMetricsListen(t *testing.T) {
 	t.Parallel()
-	const url = "postgres://u@h/db"
-	for name, validate := range map[string]func(addr string) error{
-		"work": func(addr string) error {
-			return (&WorkOpts{DatabaseURL: url, Out: &bytes.Buffer{}, Duration: time.Second, MetricsListen: addr}).Validate()
-		},
-		"relay": func(addr string) error {
-			return (&RelayOpts{DatabaseURL: url, Out: &bytes.Buffer{}, MetricsListen: addr}).Validate()
-		},
-		"console": func(addr string) error {
-			return (&ConsoleOpts{DatabaseURL: url, Out: &bytes.Buffer{}, MetricsListen: addr}).Validate()
-		},
-	} {
-		requireValidateErr(t, validate("9090"), "MetricsListen must be host:port")
-		require.NoError(t, validate("127.0.0.1:9090"), name)
-		require.NoError(t, validate(""), name)
+	validate := func(addr string) error {
+		return (&ConsoleOpts{DatabaseURL: "postgres://u@h/db", Out: &bytes.Buffer{}, MetricsListen: addr}).Validate()
 	}
-}
-
-// runServing runs serve (a command given out) in a goroutine until the
-// returned stop is called, and waits for its "serving metrics on" line:
-// it returns the /metrics URL and a reader of what the command wrote.
-func runServing(t *testing.T, serve func(ctx context.Context, out io.Writer) error) (url string, written func() string, stop func()) {
-	t.Helper()
-	// The commands wrap Out in their own syncWriter: reading buf under
-	// out.mu reads what they have written so far.
-	var buf bytes.Buffer
-	out := &syncWriter{w: &buf}
-	written = func() string {
-		out.mu.Lock()
-		defer out.mu.Unlock()
-		return buf.String()
-	}
-	done := make(chan error, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { done <- serve(ctx, out) }()
-	stopped := false
-	stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Fatal("the command did not stop")
-		}
-		_, err := http.Get(url) //nolint:bodyclose // fails: the server is shut down
-		require.Error(t, err, "the metrics server still answers after the command returned")
-	}
-	t.Cleanup(stop)
-	addr := regexp.MustCompile(`serving metrics on (http://\S+/metrics)`)
-	require.Eventually(t, func() bool {
-		m := addr.FindStringSubmatch(written())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil
-	}, 10*time.Second, 10*time.Millisecond, written())
-	return url, written, stop
-}
-
-// startedDB is a test database with spaces×perSpace attempts started.
-func startedDB(t *testing.T, spaces, perSpace int) (*pgtest.DB, []*kfstype.Attempt) {
-	t.Helper()
-	db := pgtest.NewDB(t)
-	docs := testfactory.SeedDocuments(t.Context(), t, db.Pool, spaces, perSpace)
-	return db, testfactory.StartAll(t.Context(), t, repo.New(nil), db.Pool, docs, 0)
-}
-
-// scrapeMetrics reads url as Prometheus would.
-func scrapeMetrics(t *testing.T, url string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	p := expfmt.NewTextParser(model.LegacyValidation)
-	mfs, err := p.TextToMetricFamilies(resp.Body)
-	require.NoError(t, err)
-	return mfs
-}
-
-// counterValue is a label-less counter's value, 0 when it is absent.
-func counterValue(mfs map[string]*dto.MetricFamily, name string) float64 {
-	mf := mfs[name]
-	if mf == nil || len(mf.Metric) == 0 {
-		return 0
-	}
-	return mf.Metric[0].GetCounter().GetValue()
-}
-
-// statementCount is how many statements named query the histogram saw.
-func statementCount(mfs map[string]*dto.MetricFamily, query string) uint64 {
-	var n uint64
-	for _, m := range mfs["kfsdb_statement_duration_seconds"].GetMetric() {
-		if m.Label[0].GetValue() == query {
-			n += m.GetHistogram().GetSampleCount()
-		}
-	}
-	return n
-}
-
-// TestWorkServesMetrics runs `kfsdb work --metrics-listen` and scrapes
-// /metrics while it runs: the completions, the statement histogram and
-// the backlog gauges are there.
-func TestWorkServesMetrics(t *testing.T) {
-	t.Parallel()
-	db, attempts := startedDB(t, 2, 5)
-
-	url, written, stop := runServing(t, func(ctx context.Context, out io.Writer) error {
-		_, err := Work(ctx, &WorkOpts{DatabaseURL: db.URL, Out: out, Duration: 20 * time.Second, Workers: 1,
-			StepDelay: time.Millisecond, ID: "work-metrics", MetricsListen: "127.0.0.1:0"})
-		return err
-	})
-	var mfs map[string]*dto.MetricFamily
-	require.Eventually(t, func() bool {
-		mfs = scrapeMetrics(t, url)
-		return counterValue(mfs, "kfsdb_worker_completed_total") == float64(len(attempts))
-	}, 15*time.Second, 50*time.Millisecond, written())
-	for _, name := range []string{"kfsdb_source_fetched_leases_total", "kfsdb_statement_duration_seconds",
-		"kfsdb_attempts", "kfsdb_outbox_due", "kfsdb_outbox_oldest_due_age_seconds", "go_goroutines"} {
-		require.Contains(t, mfs, name)
-	}
-	require.Positive(t, statementCount(mfs, "FetchLeases"), "no FetchLeases statements observed")
-	// Work's Metrics (a tee of its summary counts and Prometheus) passes
-	// the worker's durations on.
-	took := mfs["kfsdb_attempt_start_to_succeeded_seconds"]
-	require.NotNil(t, took)
-	require.EqualValues(t, len(attempts), took.Metric[0].GetHistogram().GetSampleCount())
-	// The backlog is sampled at most every 15 s: the first scrape's sample
-	// may predate the completions, so only its presence is checked.
-	require.Len(t, mfs["kfsdb_attempts"].Metric, 8)
-
-	stop()
-	require.Contains(t, written(), "worker_completed")
-}
-
-// TestRelayServesMetrics runs `kfsdb relay --metrics-listen`: what it
-// publishes is counted, its claims are timed by query name, and the
-// backlog gauges are served.
-func TestRelayServesMetrics(t *testing.T) {
-	t.Parallel()
-	db, attempts := startedDB(t, 1, 4)
-
-	url, written, _ := runServing(t, func(ctx context.Context, out io.Writer) error {
-		return Relay(ctx, &RelayOpts{DatabaseURL: db.URL, Out: out, MetricsListen: "127.0.0.1:0"})
-	})
-	var mfs map[string]*dto.MetricFamily
-	require.Eventually(t, func() bool {
-		mfs = scrapeMetrics(t, url)
-		return counterValue(mfs, "kfsdb_relay_published_total") == float64(len(attempts))
-	}, 15*time.Second, 50*time.Millisecond, written())
-	require.EqualValues(t, len(attempts), counterValue(mfs, "kfsdb_relay_claimed_total"))
-	require.Positive(t, statementCount(mfs, "ClaimOutbox"))
-	require.Positive(t, statementCount(mfs, "MarkDispatched"))
-	require.Contains(t, mfs, "kfsdb_outbox_due")
-	require.Contains(t, mfs, "process_cpu_seconds_total")
+	requireValidateErr(t, validate("9090"), "MetricsListen must be host:port")
+	require.NoError(t, validate("127.0.0.1:9090"))
+	require.NoError(t, validate(""))
 }
 
 // TestConsoleServesMetrics runs `kfsdb console --metrics-listen`: the
@@ -190,9 +34,11 @@ func TestRelayServesMetrics(t *testing.T) {
 // gauges match the database.
 func TestConsoleServesMetrics(t *testing.T) {
 	t.Parallel()
-	db, attempts := startedDB(t, 1, 3)
+	db := pgtest.NewDB(t)
+	docs := testfactory.SeedDocuments(t.Context(), t, db.Pool, 1, 3)
+	attempts := testfactory.StartAll(t.Context(), t, repo.New(nil), db.Pool, docs, 0)
 
-	url, written, _ := runServing(t, func(ctx context.Context, out io.Writer) error {
+	url, written, _ := promtest.Serve(t, func(ctx context.Context, out io.Writer) error {
 		return Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0"})
 	})
 	var page string
@@ -208,8 +54,8 @@ func TestConsoleServesMetrics(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 
-	mfs := scrapeMetrics(t, url)
-	require.Positive(t, statementCount(mfs, "AttemptCountByRunStateAllTenants"), "the overview's counts were not timed")
+	mfs := promtest.Scrape(t, url)
+	require.Positive(t, promtest.StatementCount(mfs, "AttemptCountByRunStateAllTenants"), "the overview's counts were not timed")
 	var pending float64
 	for _, m := range mfs["kfsdb_outbox_due"].GetMetric() {
 		if m.Label[0].GetValue() == "pending" {

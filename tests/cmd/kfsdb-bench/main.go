@@ -1,9 +1,9 @@
-// Command kfsdb-bench runs `kfsdb bench` on a throwaway PostgreSQL server
-// that the test harness starts (tests/pgtest: the server in
-// KFS_TEST_DATABASE_URL, else a container of KFS_TEST_POSTGRES_IMAGE) and
-// removes afterwards. It takes kfsdb bench's flags and prints its output;
-// `make bench-kfsdb` runs it. The deploy binary's `kfsdb bench` starts no
-// server: it needs --database-url.
+// Command kfsdb-bench runs `kfsdb-bench bench` (bench/kfsdb-bench) on a
+// throwaway PostgreSQL server that the test harness starts (tests/pgtest:
+// the server in KFS_TEST_DATABASE_URL, else a container of
+// KFS_TEST_POSTGRES_IMAGE) and removes afterwards. It takes the bench
+// command's flags and prints its output; `make bench-kfsdb` runs it. The
+// kfsdb-bench binary starts no server: it needs --database-url.
 package main
 
 import (
@@ -15,7 +15,7 @@ import (
 	"slices"
 	"syscall"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/benchcli"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
@@ -27,13 +27,13 @@ func main() {
 	os.Exit(code)
 }
 
-// run starts the server, runs `kfsdb bench --database-url SERVER args…`
+// run starts the server, runs `kfsdb-bench bench --database-url SERVER args…`
 // and returns its exit status; 1 if the server cannot be started or
 // removed. Help (-h) needs no server.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	bench := append([]string{"bench"}, args...)
 	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
-		return cli.Main(ctx, bench, stdout, stderr, getenv)
+		return benchcli.Main(ctx, bench, stdout, stderr, getenv)
 	}
 	fmt.Fprintln(stdout, "== starting a throwaway PostgreSQL server for kfsdb bench")
 	srv, err := pgtest.StartServer(ctx)
@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 	fmt.Fprintf(stdout, "throwaway server: %s\n", srv.Description())
 	// args come last, so they win over the throwaway server's URL.
-	code := cli.Main(ctx, slices.Insert(bench, 1, "--database-url", srv.AdminURL()), stdout, stderr, getenv)
+	code := benchcli.Main(ctx, slices.Insert(bench, 1, "--database-url", srv.AdminURL()), stdout, stderr, getenv)
 	if err := srv.Close(); err != nil {
 		fmt.Fprintf(stderr, "kfsdb-bench: %s\n", redact.Text(err.Error()))
 		code = max(code, 1)

@@ -23,7 +23,7 @@ func TestRunsKfsdbBenchOnAThrowawayServer(t *testing.T) {
 	code := run(t.Context(), []string{"--duration", "1s", "--producers", "2", "--workers", "2", "--rate", "50"}, &stdout, &stderr, noEnv)
 	s := stdout.String()
 	require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
-	// The report itself is TestBenchOnFreshDatabase's (cmd/kfsdb/cli).
+	// The report itself is TestBenchOnFreshDatabase's (bench/kfsdb-bench/benchcli).
 	require.Regexp(t, `(?s)^== starting a throwaway PostgreSQL server for kfsdb bench\n.*`+
 		`== created database kfsdb_bench_.*\| lifecycle throughput .*== dropped database kfsdb_bench_`, s)
 	require.NotContains(t, s+stderr.String(), "kfsdb-test-password")
@@ -33,6 +33,6 @@ func TestHelpNeedsNoServer(t *testing.T) {
 	t.Setenv(pgtest.EnvDatabaseURL, "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(t.Context(), []string{"-h"}, &stdout, &stderr, noEnv))
-	require.Contains(t, stderr.String(), "Usage: kfsdb bench")
+	require.Contains(t, stderr.String(), "Usage: kfsdb-bench bench")
 	require.NotContains(t, stdout.String(), "throwaway")
 }

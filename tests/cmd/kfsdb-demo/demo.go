@@ -13,8 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/benchcli"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
@@ -73,8 +74,8 @@ func (o *DemoOpts) Validate() error {
 		return fmt.Errorf("invalid options: Delivery: %w", err)
 	}
 	if mode == delivery.NATS {
-		// The demo starts no broker; NATS runs through kfsdb work and bench.
-		return fmt.Errorf("invalid options: Delivery: %w %q for the demo: want %q or %q (NATS: kfsdb work or kfsdb bench --delivery nats --nats-url URL)",
+		// The demo starts no broker; NATS runs through kfsdb-bench work and bench.
+		return fmt.Errorf("invalid options: Delivery: %w %q for the demo: want %q or %q (NATS: kfsdb-bench work or kfsdb-bench bench --delivery nats --nats-url URL)",
 			delivery.ErrUnknown, mode, delivery.Postgres, delivery.Relay)
 	}
 	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
@@ -126,9 +127,9 @@ func demo(ctx context.Context, opts *DemoOpts) error {
 			return nil
 		}
 		if !opts.Keep {
-			return cli.WithScratchDatabase(ctx, srv, "kfsdb_demo", out, run)
+			return benchcli.WithScratchDatabase(ctx, srv, "kfsdb_demo", out, run)
 		}
-		if err := cli.WithKeptScratchDatabase(ctx, srv, "kfsdb_demo", out, run); err != nil {
+		if err := benchcli.WithKeptScratchDatabase(ctx, srv, "kfsdb_demo", out, run); err != nil {
 			return err
 		}
 		containerID = srv.Keep()

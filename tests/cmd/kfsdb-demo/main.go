@@ -5,7 +5,7 @@
 // a lease, cancels, supersedes and manual retries), then prints an outcome
 // table, counters and latencies and checks the end state.
 //
-// --delivery picks how attempts reach the workers, as for `kfsdb work`:
+// --delivery picks how attempts reach the workers, as for `kfsdb-bench work`:
 // postgres, the default, has each worker lease straight from the outbox
 // (pgsource), with no relay and no broker; relay runs a real relay
 // publishing to an in-process queue (memqueue) the workers receive from,
@@ -15,7 +15,7 @@
 // It lives beside the test harness because, without --database-url or
 // $DATABASE_URL, it runs on a throwaway server that tests/pgtest starts
 // (KFS_TEST_DATABASE_URL, else a container of KFS_TEST_POSTGRES_IMAGE); the
-// deploy binary, cmd/kfsdb, carries no harness. Run `kfsdb-demo -h` for
+// deploy binary, cmd/kfsdb, carries no harness and runs no handler. Run `kfsdb-demo -h` for
 // its flags.
 package main
 
@@ -28,8 +28,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
 )
 
 func main() {

@@ -5,11 +5,11 @@
 //
 //	kfsdb-nats >nats.log & pid=$!
 //	until url=$(head -n 1 nats.log) && [ -n "$url" ]; do sleep 0.1; done
-//	kfsdb bench --delivery nats --nats-url "$url" …
+//	kfsdb-bench bench --delivery nats --nats-url "$url" …
 //	kill $pid
 //
-// The deploy binary kfsdb links no NATS server: outside benches, run a
-// real one (nats-server -js).
+// kfsdb-bench links no NATS server: outside benches, run a real one
+// (nats-server -js).
 package main
 
 import (

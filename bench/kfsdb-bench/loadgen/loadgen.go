@@ -12,10 +12,10 @@
 // attempt, WAL bytes and (with KFS_BENCH_CPU_FILE) server CPU per attempt,
 // and dead tuples after the run. RunNoisyTenant is the fairness scenario.
 //
-// `kfsdb bench` runs it on a scratch database of the server it is given,
-// and tests/bench's TestLoadgen (KFS_LOADGEN=1, `make loadgen`) runs it with
-// every knob. It imports only the library, pgx and uuid, never the test
-// harness, so the deploy binary can carry it.
+// `kfsdb-bench bench` runs it on a scratch database of the server it is
+// given, and tests/bench's TestLoadgen (KFS_LOADGEN=1, `make loadgen`) runs
+// it with every knob. It never imports the test harness. It runs a
+// stand-in handler, so the deploy binary (cmd/kfsdb) does not carry it.
 package loadgen
 
 import (
@@ -29,7 +29,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 )
 
 // Defaults of Config.

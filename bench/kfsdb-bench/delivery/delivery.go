@@ -1,4 +1,4 @@
-// Package delivery names the ways `kfsdb work`, `kfsdb bench` and the
+// Package delivery names the ways `kfsdb-bench work`, `kfsdb-bench bench` and the
 // demo get attempts to their workers, parses the --delivery flag, and
 // connects to NATS for the nats mode.
 package delivery

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/worker"
 )

@@ -1,7 +1,8 @@
 // Package scratch creates and drops throwaway databases on an existing
-// PostgreSQL server: `kfsdb bench` runs in one, and the test harness
-// (tests/pgtest) builds its servers on [Server], adding the containers it
-// starts. Database names are checked against ^[a-z_][a-z0-9_]{0,62}$
+// PostgreSQL server: the test harness (tests/pgtest) builds its servers on
+// [Server], adding the containers it starts, and `kfsdb-bench bench`
+// (bench/kfsdb-bench) runs in one on the server it is given. It imports
+// pgx and redact only, so a binary can link it without the harness. Database names are checked against ^[a-z_][a-z0-9_]{0,62}$
 // before they go into SQL.
 package scratch
 

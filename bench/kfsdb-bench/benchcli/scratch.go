@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -6,11 +6,12 @@ import (
 	"io"
 	"time"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/tests/scratch"
 )
 
 // ScratchServer is a server WithScratchDatabase creates its database on: a
-// *scratch.Server (`kfsdb bench`), or the test harness's *pgtest.Server,
+// *scratch.Server (`kfsdb-bench bench`), or the test harness's *pgtest.Server,
 // which may be a throwaway container (the demo).
 type ScratchServer interface {
 	// CreateDatabase creates database name (template "": an empty one)
@@ -66,7 +67,7 @@ func withScratchDatabase(ctx context.Context, srv ScratchServer, prefix string, 
 	}()
 
 	fmt.Fprintln(out, "== kfsdb migrate up")
-	if err := Migrate(ctx, &MigrateOpts{Command: MigrateUp, DatabaseURL: url, Out: out}); err != nil {
+	if err := cli.Migrate(ctx, &cli.MigrateOpts{Command: cli.MigrateUp, DatabaseURL: url, Out: out}); err != nil {
 		return err
 	}
 	return fn(url)

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"context"
@@ -8,10 +8,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/loadgen"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/loadgen"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
+	"github.com/knowledgefs/kfsdb/tests/scratch"
 )
 
 // Bench scenarios (BenchOpts.Scenario).
@@ -73,9 +74,9 @@ type BenchOpts struct {
 func (o *BenchOpts) Validate() error {
 	if o.DatabaseURL == "" {
 		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s to the server to create the bench database on "+
-			"(`make bench-kfsdb` in a kfsdb checkout runs kfsdb bench on a throwaway server)", EnvDatabaseURL)
+			"(`make bench-kfsdb` in a kfsdb checkout runs kfsdb-bench bench on a throwaway server)", cli.EnvDatabaseURL)
 	}
-	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
+	if err := cli.ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
 	mode, err := delivery.Parse(string(o.Delivery))
@@ -166,10 +167,10 @@ func bench(ctx context.Context, opts *BenchOpts) error {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb bench", flag.ContinueOnError)
+	fs := flag.NewFlagSet("kfsdb-bench bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	opts := &BenchOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "server to create the bench database on; defaults to $"+EnvDatabaseURL+" (one of the two is required; `make bench-kfsdb` starts a throwaway server)")
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "server to create the bench database on; defaults to $"+cli.EnvDatabaseURL+" (one of the two is required; `make bench-kfsdb` starts a throwaway server)")
 	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
 	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only; the run uses a stream of its own)")
 	fs.StringVar(&opts.Scenario, "scenario", ScenarioLifecycle, "lifecycle (throughput and latency) or noisy-tenant (one tenant's backlog of 5,000 beside 20 quiet tenants)")
@@ -180,14 +181,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
 	fs.BoolVar(&opts.Observe, "observe", false, "lifecycle: run with Prometheus metrics and OpenTelemetry tracing on (every trace sampled, spans counted and dropped), to measure their overhead")
-	if err := parseCommand(fs, args, "Usage: kfsdb bench [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress] [--observe]", 0, "bench takes no arguments"); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb-bench bench [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress] [--observe]"); err != nil {
 		return err
 	}
 	if opts.DatabaseURL == "" {
-		opts.DatabaseURL = getenv(EnvDatabaseURL)
+		opts.DatabaseURL = getenv(cli.EnvDatabaseURL)
 	}
 	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
 	}
 	return Bench(ctx, opts)
 }

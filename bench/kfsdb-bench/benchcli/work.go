@@ -1,8 +1,9 @@
-package cli
+package benchcli
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
@@ -36,7 +38,7 @@ const (
 	WorkWorkersDefault     = 4
 )
 
-// ErrorCodeInjectedFailure is the error code of the executions `kfsdb work`
+// ErrorCodeInjectedFailure is the error code of the executions `kfsdb-bench work`
 // fails on purpose (WorkOpts.FailRate).
 const ErrorCodeInjectedFailure = "WORK_INJECTED_FAILURE"
 
@@ -103,7 +105,7 @@ type WorkOpts struct {
 
 // Validate reports the first missing or invalid field.
 func (o *WorkOpts) Validate() error {
-	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
+	if err := cli.ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
 	mode, err := delivery.Parse(string(o.Delivery))
@@ -129,7 +131,7 @@ func (o *WorkOpts) Validate() error {
 	case len(o.ID) > 200:
 		return errors.New("invalid options: ID must be at most 200 characters")
 	}
-	if err := validateMetricsListen(o.MetricsListen); err != nil {
+	if err := cli.ValidateMetricsListen(o.MetricsListen); err != nil {
 		return err
 	}
 	return nil
@@ -173,7 +175,7 @@ type WorkResult struct {
 // in-process queue the workers receive from, with delivery.NATS to a NATS
 // JetStream stream. The handler walks each
 // attempt's checkpoints, binding the space's oldest candidate publication
-// at projection_built, and the worker completes it. Several `kfsdb work`
+// at projection_built, and the worker completes it. Several `kfsdb-bench work`
 // processes on one database share the outbox through SKIP LOCKED and the
 // attempts through leases. It returns nil when the duration is over or ctx
 // ends.
@@ -189,12 +191,12 @@ func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 }
 
 func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
-	out := &syncWriter{w: opts.Out}
-	log := NewLogger(out, opts.Verbose)
+	out := cli.NewSyncWriter(opts.Out)
+	log := cli.NewLogger(out, opts.Verbose)
 	// A connection per handler and per heartbeat, the relay's claims and
 	// its listener.
 	maxConns := int32(2*opts.Workers*opts.Concurrency + 4)
-	pool, reg, closeAll, err := openServedPool(ctx, opts.DatabaseURL, maxConns, opts.MetricsListen, out, log)
+	pool, reg, closeAll, err := cli.OpenServedPool(ctx, opts.DatabaseURL, maxConns, opts.MetricsListen, out, log)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +204,7 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	counts := &observe.Counts{}
 	var metrics observe.Metrics = counts
 	if reg != nil {
-		if metrics, err = runtimeMetrics(reg, counts); err != nil {
+		if metrics, err = cli.RuntimeMetrics(reg, counts); err != nil {
 			return nil, err
 		}
 	}
@@ -258,6 +260,38 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 		fmt.Fprintf(out, "  %-28s %d\n  %-28s %d\n  %-28s %d\n", "queue_published", res.Published, "queue_acked", res.Acked, "queue_retried", res.Retried)
 	}
 	return res, errors.Join(errs...)
+}
+
+func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("kfsdb-bench work", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := &WorkOpts{Out: stdout}
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+cli.EnvDatabaseURL)
+	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
+	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only)")
+	fs.DurationVar(&opts.Duration, "duration", WorkDurationDefault, "how long to run (Ctrl-C stops earlier)")
+	fs.IntVar(&opts.Workers, "workers", WorkWorkersDefault, "workers to run (1..64)")
+	fs.IntVar(&opts.Concurrency, "concurrency", WorkConcurrencyDefault, "deliveries each worker runs at once (1..64)")
+	fs.DurationVar(&opts.LeaseDuration, "lease", 0, "worker lease (default: the worker's, 60s)")
+	fs.DurationVar(&opts.VisibilityTimeout, "visibility", 0, "relay delivery: republish a message no worker took within this (default: the relay's, 60s)")
+	fs.DurationVar(&opts.StepDelay, "step-delay", WorkStepDelayDefault, "time the handler spends on each checkpoint")
+	fs.Float64Var(&opts.FailRate, "fail-rate", 0, "fraction (0..1) of executions that fail on purpose ("+ErrorCodeInjectedFailure+")")
+	fs.StringVar(&opts.ID, "id", "", "prefix of the workers' (and relay's) ids (default work-<host>-<pid>)")
+	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
+	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
+	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", cli.MetricsListenUsage)
+	if err := parseCommand(fs, args, "Usage: kfsdb-bench work [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]"); err != nil {
+		return err
+	}
+	if opts.DatabaseURL == "" {
+		opts.DatabaseURL = getenv(cli.EnvDatabaseURL)
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	_, err := Work(ctx, opts)
+	return err
 }
 
 // workDelivery is how Work's attempts reach its workers: nothing to run

@@ -1,4 +1,4 @@
-package cli
+package benchcli
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/delivery"
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
@@ -62,7 +62,7 @@ func TestBenchUsageErrorsExitTwo(t *testing.T) {
 	}
 }
 
-// TestBenchWithoutDatabaseURLNamesMakeTarget: the deploy binary starts no
+// TestBenchWithoutDatabaseURLNamesMakeTarget: kfsdb-bench starts no
 // server of its own; without a URL it says where a one-command run is.
 func TestBenchWithoutDatabaseURLNamesMakeTarget(t *testing.T) {
 	t.Parallel()
@@ -73,7 +73,7 @@ func TestBenchWithoutDatabaseURLNamesMakeTarget(t *testing.T) {
 	require.Empty(t, stdout.String(), "nothing ran")
 }
 
-// TestBenchOnFreshDatabase runs `kfsdb bench --database-url URL` with the
+// TestBenchOnFreshDatabase runs `kfsdb-bench bench --database-url URL` with the
 // URL of an empty database: it creates, migrates and drops a scratch
 // database beside it and prints the report lines scripts parse.
 func TestBenchOnFreshDatabase(t *testing.T) {
@@ -117,7 +117,7 @@ func TestBenchOnFreshDatabase(t *testing.T) {
 	}
 }
 
-// TestBenchObserved runs `kfsdb bench --observe` on both PostgreSQL-side
+// TestBenchObserved runs `kfsdb-bench bench --observe` on both PostgreSQL-side
 // deliveries: every attempt started (warm-up included) left a request
 // span, a StartAttempt span and a process span, and on the relay path a
 // publish span, all exported through the SDK.

@@ -102,7 +102,7 @@ func (b *Broker) Source(ctx context.Context) (*natsjs.Source, error) {
 }
 
 // DeleteStream deletes the stream and its consumer, for a run's own
-// stream (kfsdb bench).
+// stream (kfsdb-bench bench).
 func (b *Broker) DeleteStream(ctx context.Context) error {
 	return b.js.DeleteStream(ctx, cmp.Or(b.Config.Stream, natsjs.StreamDefault))
 }

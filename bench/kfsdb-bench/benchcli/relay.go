@@ -1,0 +1,161 @@
+package benchcli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/google/uuid"
+
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/migrate/redact"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/relay"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// RelayOpts are the options of Relay.
+type RelayOpts struct {
+	// DatabaseURL is the database whose outbox to publish. Required; the
+	// command line defaults it to $DATABASE_URL.
+	DatabaseURL string
+	// NATSURL, when set, makes the relay publish to NATS JetStream
+	// (comma-separated URLs of one cluster; the stream and consumer are
+	// created with natsjs's defaults) instead of printing. Defaults to
+	// empty: print.
+	NATSURL string
+	// Out receives one line per published message (none with NATSURL),
+	// and the relay's logs. Required.
+	Out io.Writer
+	// PollOnly disables LISTEN/NOTIFY (for PgBouncer in transaction
+	// pooling mode). Defaults to false.
+	PollOnly bool
+	// Verbose logs the relay's INFO records too. Defaults to false: WARN
+	// and above.
+	Verbose bool
+	// AsyncProgressCommits is repo.Config.AsyncProgressCommits: claims
+	// and marks commit without waiting for the WAL flush. Defaults to
+	// false.
+	AsyncProgressCommits bool
+	// MetricsListen is a host:port to serve Prometheus metrics on, at
+	// /metrics, while the relay runs: its counters, statement latencies
+	// and the backlog gauges. Defaults to "": off.
+	MetricsListen string
+}
+
+// Validate reports the first missing or invalid field.
+func (o *RelayOpts) Validate() error {
+	if err := cli.ValidateDatabaseURL(o.DatabaseURL); err != nil {
+		return err
+	}
+	if err := cli.ValidateMetricsListen(o.MetricsListen); err != nil {
+		return err
+	}
+	if o.Out == nil {
+		return errors.New("invalid options: Out is required")
+	}
+	if o.NATSURL != "" {
+		if err := delivery.CheckNATSURL(o.NATSURL); err != nil {
+			return fmt.Errorf("invalid options: NATSURL: %w", err)
+		}
+	}
+	return nil
+}
+
+// Relay runs the outbox relay against opts.DatabaseURL until ctx ends
+// (SIGINT). With opts.NATSURL it publishes to NATS JetStream, for workers
+// run with `kfsdb-bench work --delivery nats` (or any natsjs.Source). Without
+// it, it publishes through a Publisher that only prints each message and
+// answers with a generated job id: a way to watch what the relay would
+// publish, or to drain an outbox by hand. It returns nil when ctx ends.
+func Relay(ctx context.Context, opts *RelayOpts) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if err := runRelay(ctx, opts); err != nil {
+		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
+	}
+	return nil
+}
+
+func runRelay(ctx context.Context, opts *RelayOpts) error {
+	out := cli.NewSyncWriter(opts.Out)
+	log := cli.NewLogger(out, opts.Verbose)
+	pool, reg, closeAll, err := cli.OpenServedPool(ctx, opts.DatabaseURL, 0, opts.MetricsListen, out, log)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	var metrics observe.Metrics
+	if reg != nil {
+		if metrics, err = cli.RuntimeMetrics(reg, nil); err != nil {
+			return err
+		}
+	}
+	var pub relay.Publisher = &printingPublisher{out: out}
+	target := "printing each message"
+	if opts.NATSURL != "" {
+		b, err := delivery.DialNATS(ctx, opts.NATSURL, "kfsdb-relay", nil)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if pub, err = b.Publisher(); err != nil {
+			return err
+		}
+		target = "publishing to NATS subject " + b.Config.Subject()
+	}
+	rl, err := relay.New(pool, pub, &relay.Config{
+		Logger: log, Metrics: metrics, PollOnly: opts.PollOnly,
+		Repo: repo.New(&repo.Config{AsyncProgressCommits: opts.AsyncProgressCommits}),
+	})
+	if err != nil {
+		return err
+	}
+	mode := "LISTEN/NOTIFY and polling"
+	if opts.PollOnly {
+		mode = "polling only"
+	}
+	fmt.Fprintf(out, "relay %s running (%s), %s; Ctrl-C stops it\n", rl.ID(), mode, target)
+	err = rl.Run(ctx)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintf(out, "relay %s stopped\n", rl.ID())
+		return nil
+	}
+	return err
+}
+
+// printingPublisher prints each message and returns a generated job id.
+type printingPublisher struct{ out io.Writer }
+
+func (p *printingPublisher) Publish(_ context.Context, msg *relay.Message) (*relay.Publication, error) {
+	id := "log-" + uuid.NewString()
+	fmt.Fprintf(p.out, "published %s attempt=%s key=%s dispatch_attempt=%d job=%s payload=%s\n",
+		msg.EventType, msg.AttemptID, msg.IdempotencyKey, msg.DispatchAttempts, id, msg.Payload)
+	return &relay.Publication{QueueJobID: id}, nil
+}
+
+func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("kfsdb-bench relay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts := &RelayOpts{Out: stdout}
+	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+cli.EnvDatabaseURL)
+	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
+	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
+	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
+	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", cli.MetricsListenUsage)
+	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (default: print each message instead of publishing)")
+	if err := parseCommand(fs, args, "Usage: kfsdb-bench relay [--database-url URL] [--nats-url URL] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]"); err != nil {
+		return err
+	}
+	if opts.DatabaseURL == "" {
+		opts.DatabaseURL = getenv(cli.EnvDatabaseURL)
+	}
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	return Relay(ctx, opts)
+}
