@@ -5,6 +5,9 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"regexp"
 	"testing"
 	"time"
@@ -21,7 +24,8 @@ import (
 )
 
 // TestOptsValidateMetricsListen: work, relay and console refuse a
-// --metrics-listen that is not host:port.
+// --metrics-listen that is not host:port, or, without a metrics token,
+// not loopback.
 func TestOptsValidateMetricsListen(t *testing.T) {
 	t.Parallel()
 	const url = "postgres://u@h/db"
@@ -37,6 +41,8 @@ func TestOptsValidateMetricsListen(t *testing.T) {
 		},
 	} {
 		requireValidateErr(t, validate("9090"), "MetricsListen must be host:port")
+		// No metrics token in the environment: loopback only.
+		requireValidateErr(t, validate("0.0.0.0:9090"), "not a loopback address, so a token is required")
 		require.NoError(t, validate("127.0.0.1:9090"), name)
 		require.NoError(t, validate(""), name)
 	}
@@ -98,8 +104,14 @@ func startedDB(t *testing.T, spaces, perSpace int) (*pgtest.DB, []*kfstype.Attem
 // scrapeMetrics reads url as Prometheus would.
 func scrapeMetrics(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
+	return scrapeMetricsWith(t, url, "")
+}
+
+// scrapeMetricsWith reads url as Prometheus would, with token as its
+// bearer token when not "".
+func scrapeMetricsWith(t *testing.T, url, token string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp := getWith(t, url, token)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	p := expfmt.NewTextParser(model.LegacyValidation)
@@ -185,15 +197,15 @@ func TestRelayServesMetrics(t *testing.T) {
 	require.Contains(t, mfs, "process_cpu_seconds_total")
 }
 
-// TestConsoleServesMetrics runs `kfsdb console --metrics-listen`: the
-// console's own statements are timed by query name and the backlog
-// gauges match the database.
+// TestConsoleServesMetrics runs `kfsdb console --metrics-listen` with a
+// token: /metrics wants it too; the console's own statements are timed by
+// query name and the backlog gauges match the database.
 func TestConsoleServesMetrics(t *testing.T) {
 	t.Parallel()
 	db, attempts := startedDB(t, 1, 3)
 
 	url, written, _ := runServing(t, func(ctx context.Context, out io.Writer) error {
-		return Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0"})
+		return Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AuthToken: strongToken})
 	})
 	var page string
 	require.Eventually(t, func() bool {
@@ -203,12 +215,11 @@ func TestConsoleServesMetrics(t *testing.T) {
 		}
 		return m != nil
 	}, 10*time.Second, 10*time.Millisecond, written())
-	resp, err := http.Get(page)
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, http.StatusOK, getStatus(t, page, strongToken))
+	require.Equal(t, http.StatusUnauthorized, getStatus(t, url, ""), "/metrics without the token")
+	require.Equal(t, http.StatusUnauthorized, getStatus(t, url, "wrong-token-0123456789-abcdefghij"))
 
-	mfs := scrapeMetrics(t, url)
+	mfs := scrapeMetricsWith(t, url, strongToken)
 	require.Positive(t, statementCount(mfs, "AttemptCountByRunStateAllTenants"), "the overview's counts were not timed")
 	var pending float64
 	for _, m := range mfs["kfsdb_outbox_due"].GetMetric() {
@@ -219,4 +230,57 @@ func TestConsoleServesMetrics(t *testing.T) {
 	require.EqualValues(t, len(attempts), pending)
 	// The console runs no relay or worker: no runtime counters.
 	require.NotContains(t, mfs, "kfsdb_worker_completed_total")
+}
+
+// getWith GETs url, with token as bearer token when not "".
+func getWith(t *testing.T, url, token string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+// getStatus is getWith's status.
+func getStatus(t *testing.T, url, token string) int {
+	t.Helper()
+	resp := getWith(t, url, token)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestConfinedConsoleMetrics: a `--tenant` console's /metrics counts
+// only its tenant's attempts and leaves out the outbox (every tenant's
+// backlog), as its overview does. Without a token they answer loopback
+// only: a request through a proxy on this host is refused.
+func TestConfinedConsoleMetrics(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	attempts := testfactory.Workload(t.Context(), t, &testfactory.Driver{Repo: repo.New(nil), DB: db.Pool}, []string{"metrics-a", "metrics-b"}, 6, nil)
+
+	url, _, _ := runServing(t, func(ctx context.Context, out io.Writer) error {
+		return Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", TenantID: "metrics-a"})
+	})
+	mfs := scrapeMetrics(t, url)
+	var n float64
+	for _, m := range mfs["kfsdb_attempts"].GetMetric() {
+		n += m.GetGauge().GetValue()
+	}
+	require.EqualValues(t, len(attempts["metrics-a"]), n, "only tenant metrics-a's attempts are counted")
+	for _, name := range []string{"kfsdb_outbox_due", "kfsdb_outbox_due_capped", "kfsdb_outbox_oldest_due_age_seconds"} {
+		require.NotContains(t, mfs, name, "the outbox is every tenant's")
+	}
+
+	target, err := neturl.Parse(url)
+	require.NoError(t, err)
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(&neturl.URL{Scheme: "http", Host: target.Host}) // Host: 127.0.0.1:PORT
+		r.SetXForwarded()
+	}})
+	t.Cleanup(proxy.Close)
+	require.Equal(t, http.StatusForbidden, getStatus(t, proxy.URL+"/metrics", ""), "a tokenless /metrics behind a proxy")
 }
