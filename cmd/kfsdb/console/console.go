@@ -57,6 +57,10 @@ type Config struct {
 	DB repo.DBTX
 	// Logger receives failed requests. Defaults to slog.Default().
 	Logger *slog.Logger
+	// ThroughputCap is the most ended attempts the overview's throughput
+	// reads (repo.ThroughputParams.Cap); past it the counts read "≥".
+	// Defaults to repo.ThroughputCapDefault.
+	ThroughputCap int32
 	// QueryTimeout bounds each request, its database reads and writes
 	// included. Defaults to QueryTimeoutDefault.
 	QueryTimeout time.Duration
@@ -120,6 +124,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: PageSize must be 1..%d", ErrInvalidConfig, repo.MaxListLimit)
 	case len(cfg.TenantID) > repo.MaxTenantIDLength:
 		return nil, fmt.Errorf("%w: TenantID must be at most %d characters", ErrInvalidConfig, repo.MaxTenantIDLength)
+	case cfg.ThroughputCap < 0 || cfg.ThroughputCap > repo.MaxThroughputCap:
+		return nil, fmt.Errorf("%w: ThroughputCap must be 1..%d", ErrInvalidConfig, repo.MaxThroughputCap)
 	case cfg.QueryTimeout < 0 || cfg.SessionTTL < 0:
 		return nil, fmt.Errorf("%w: QueryTimeout and SessionTTL must not be negative", ErrInvalidConfig)
 	}

@@ -128,6 +128,7 @@ type overviewPage struct {
 	Throughput []repo.MinuteCount
 	MaxPerMin  int64
 	Ended      int64
+	EndedCap   bool // the read stopped at the cap: every count is a lower bound
 	Stuck      []stuckCount
 	StuckAny   []*repo.StuckAttempt // the longest stuck, at most 10
 	StuckCap   bool
@@ -153,13 +154,13 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if p.Throughput, err = s.repo.Throughput(ctx, s.cfg.DB, &repo.ThroughputParams{TenantID: tenant, AllTenants: all}); err != nil {
+	if p.Throughput, err = s.repo.Throughput(ctx, s.cfg.DB, &repo.ThroughputParams{TenantID: tenant, AllTenants: all, Cap: s.cfg.ThroughputCap}); err != nil {
 		s.serverError(w, r, err)
 		return
 	}
 	p.MaxPerMin = 1
 	for _, m := range p.Throughput {
-		p.MaxPerMin, p.Ended = max(p.MaxPerMin, m.Total()), p.Ended+m.Total()
+		p.MaxPerMin, p.Ended, p.EndedCap = max(p.MaxPerMin, m.Total()), p.Ended+m.Total(), m.AtLeast
 	}
 	stuck, err := s.repo.ListStuck(ctx, s.cfg.DB, &repo.StuckParams{TenantID: tenant, AllTenants: all, Limit: repo.MaxListLimit})
 	if err != nil {
