@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -124,6 +125,34 @@ func TestAttemptsShow(t *testing.T) {
 	code, _, stderr = runCmd(t, f.db.URL, "", "attempts", "show", "--tenant", f.tenant, f.other.ID.String())
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "not found")
+}
+
+// TestTextOutputEscapesControls: an error message and a worker id written
+// by a hostile worker reach the terminal with their escape sequences
+// escaped (no ESC, BEL or CR byte), and a NATS URL's credentials in an
+// error are redacted.
+func TestTextOutputEscapesControls(t *testing.T) {
+	t.Parallel()
+	f := newOperatorFixture(t)
+	_, err := f.db.Pool.Exec(t.Context(), `UPDATE document_compilation_attempts
+		SET last_error_message = CASE WHEN id = $1 THEN E'boom\x1b]0;owned\x07\x1b[2J\rfake line\u202e' ELSE last_error_message END,
+		    worker_id = CASE WHEN id = $2 THEN E'w\x1b[31m' ELSE worker_id END
+		WHERE id IN ($1, $2)`, f.failed.ID, f.running.ID)
+	require.NoError(t, err)
+	code, out, stderr := runCmd(t, f.db.URL, "", "attempts", "show", "--tenant", f.tenant, f.failed.ID.String())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, `boom\x1b]0;owned\x07\x1b[2J\x0dfake line\u{202e}`)
+	code, running, stderr := runCmd(t, f.db.URL, "", "attempts", "show", "--tenant", f.tenant, f.running.ID.String())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, running, `w\x1b[31m`)
+	out += running
+	for _, c := range []string{"\x1b", "\x07", "\r", "\u202e"} {
+		require.NotContains(t, out, c)
+	}
+
+	var buf bytes.Buffer
+	ExitCode("kfsdb", errors.New("dial nats://relay:s3cret@nats.example:4222: refused; then tls://tok3n@h2:4443\x1b[2J"), &buf, envWith(""))
+	require.Equal(t, "kfsdb: dial nats://relay:xxxxx@nats.example:4222: refused; then tls://xxxxx@h2:4443\\x1b[2J\n", buf.String())
 }
 
 func TestAttemptsActions(t *testing.T) {
