@@ -195,6 +195,7 @@ func TestAttemptsActions(t *testing.T) {
 			_, now := f.state(t, id)
 			require.Equal(t, v, now, "dry run changed %s", id)
 		}
+		require.NotContains(t, stderr, "msg=audit", "a dry run acts on nothing")
 	})
 
 	t.Run("BulkNeedsConfirmation", func(t *testing.T) {
@@ -213,7 +214,15 @@ func TestAttemptsActions(t *testing.T) {
 			st, _ := f.state(t, a.ID)
 			require.Equal(t, kfstype.RunStateCanceled, st)
 			testfactory.RequireInvariants(context.Background(), t, f.db.Pool, a.ID)
+			// One audit line per attempt, on stderr.
+			require.Regexp(t, `msg=audit at=\S+ session=cli:\S+ remote=\S+ forwarded="" tenant=`+f.tenant+` attempt=`+a.ID.String()+
+				` action=cancel from=dispatch_pending to=canceled result=applied reason=""`, stderr)
 		}
+
+		// A refusal is audited too.
+		code, _, stderr = runCmd(t, f.db.URL, "", "attempts", "cancel", "--tenant", f.tenant, f.pendingA.ID.String())
+		require.Equal(t, 1, code)
+		require.Regexp(t, `msg=audit .* attempt=`+f.pendingA.ID.String()+` action=cancel from=canceled to=canceled result=refused reason=".+"`, stderr)
 	})
 
 	t.Run("RetryBySelection", func(t *testing.T) {

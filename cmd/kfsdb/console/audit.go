@@ -1,14 +1,14 @@
 package console
 
 import (
-	"log/slog"
 	"net/http"
-	"time"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 )
 
 // AuditMessage is the message of every audit line: filter the console's
 // log on msg=audit.
-const AuditMessage = "audit"
+const AuditMessage = ops.AuditMessage
 
 // auditEntry is one action's audit line, applied or refused.
 type auditEntry struct {
@@ -17,24 +17,15 @@ type auditEntry struct {
 	Result, Reason          string
 }
 
-// audit writes one structured line to Config.AuditLogger: when, who (the
-// session, never its cookie), from where (the peer and what proxies
-// forwarded), on what, which change, and the result and its reason.
+// audit writes one structured line (ops.AuditLine) to
+// Config.AuditLogger: when, who (the session, never its cookie), from
+// where (the peer and what proxies forwarded), on what, which change, and
+// the result and its reason.
 func (s *Server) audit(r *http.Request, e auditEntry) {
 	who := "anonymous"
 	if p, ok := principalOf(r); ok {
 		who = p.String()
 	}
-	s.auditLog.LogAttrs(r.Context(), slog.LevelInfo, AuditMessage,
-		slog.Time("at", time.Now().UTC()),
-		slog.String("session", who),
-		slog.String("remote", r.RemoteAddr),
-		slog.String("forwarded", forwardedFor(r)),
-		slog.String("tenant", e.Tenant),
-		slog.String("attempt", e.Attempt),
-		slog.String("action", e.Action),
-		slog.String("from", e.From),
-		slog.String("to", e.To),
-		slog.String("result", e.Result),
-		slog.String("reason", e.Reason))
+	ops.AuditLine{Session: who, Remote: r.RemoteAddr, Forwarded: forwardedFor(r), Tenant: e.Tenant, Attempt: e.Attempt,
+		Action: e.Action, From: e.From, To: e.To, Result: e.Result, Reason: e.Reason}.Log(r.Context(), s.auditLog)
 }

@@ -2,10 +2,12 @@ package console_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +16,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 // TestOverviewNumbersEqualSQLCounts reads the overview's counts off the
@@ -125,7 +128,8 @@ func TestSecurityRules(t *testing.T) {
 // and checks that a confirmation for a version that changed is refused.
 func TestCancelThroughConfirmation(t *testing.T) {
 	b := setup(t)
-	base := b.start(t, console.Config{TenantID: tenantA})
+	var audit testfactory.SyncBuffer
+	base := b.start(t, console.Config{TenantID: tenantA, AuditLogger: slog.New(slog.NewTextHandler(&audit, nil))})
 	a := b.first(t, tenantA, kfstype.RunStateRunning)
 	page := get(t, base+"/attempts/"+a.ID.String())
 	require.Contains(t, page.body, `name="action" value="cancel"`)
@@ -156,6 +160,13 @@ func TestCancelThroughConfirmation(t *testing.T) {
 	after, err = b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, stale.ID)
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateCanceled, after.RunState)
+
+	// One audit line per action, applied or refused, with who and what.
+	lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
+	require.Len(t, lines, 2, audit.String())
+	require.Regexp(t, `msg=audit at=\S+ session=bearer remote=127.0.0.1:\d+ forwarded="" tenant=`+tenantA+` attempt=`+a.ID.String()+
+		` action=cancel from=running to=canceled result=applied reason=""`, lines[0])
+	require.Regexp(t, `msg=audit .* attempt=`+stale.ID.String()+` action=supersede from=canceled to=canceled result=refused reason=".*changed since it was confirmed`, lines[1])
 }
 
 // TestAttemptsPagesWalkEveryMatch follows the next-page links of a
