@@ -42,3 +42,32 @@ GRANT SELECT
 GRANT UPDATE
   ON TABLE document_compilation_attempts, document_compilation_outbox
   TO kfsdb_operator;
+
+-- Row-level security for a confined console (kfsdb console --tenant T):
+-- its connections set kfsdb.tenant = T (kfsdb console sends it as a
+-- startup parameter), and then the two roles above read and change only
+-- T's attempts and their outbox rows, even through a query that forgot
+-- the tenant filter. With kfsdb.tenant unset or empty (an unconfined
+-- console, the operator commands) they see every tenant. Every other role
+-- gets a permissive USING (true) policy, which the planner folds away:
+-- the application role's statements cost what they did. The table owner
+-- bypasses row-level security (it is not FORCEd).
+ALTER TABLE document_compilation_attempts ENABLE ROW LEVEL SECURITY;
+ALTER TABLE document_compilation_outbox ENABLE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS kfsdb_every_row ON document_compilation_attempts;
+CREATE POLICY kfsdb_every_row ON document_compilation_attempts USING (true) WITH CHECK (true);
+DROP POLICY IF EXISTS kfsdb_every_row ON document_compilation_outbox;
+CREATE POLICY kfsdb_every_row ON document_compilation_outbox USING (true) WITH CHECK (true);
+
+DROP POLICY IF EXISTS kfsdb_console_tenant ON document_compilation_attempts;
+CREATE POLICY kfsdb_console_tenant ON document_compilation_attempts AS RESTRICTIVE
+  TO kfsdb_console_ro, kfsdb_operator
+  USING (coalesce(current_setting('kfsdb.tenant', true), '') IN ('', tenant_id));
+-- The outbox has no tenant column: a row is its attempt's tenant's (the
+-- subquery is itself under the attempts' policy).
+DROP POLICY IF EXISTS kfsdb_console_tenant ON document_compilation_outbox;
+CREATE POLICY kfsdb_console_tenant ON document_compilation_outbox AS RESTRICTIVE
+  TO kfsdb_console_ro, kfsdb_operator
+  USING (coalesce(current_setting('kfsdb.tenant', true), '') = ''
+         OR EXISTS (SELECT FROM document_compilation_attempts a WHERE a.id = attempt_id));

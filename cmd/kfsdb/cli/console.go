@@ -25,6 +25,11 @@ import (
 // --auth-token-file is not given.
 const EnvConsoleToken = "KFSDB_CONSOLE_TOKEN"
 
+// TenantSetting is the PostgreSQL setting a confined console's
+// connections carry (its --tenant), which the row-level security policies
+// of db/roles/console_roles.sql key on.
+const TenantSetting = "kfsdb.tenant"
+
 // consoleQueryTimeout is the console pool's statement_timeout, and the
 // console's time limit for a whole request.
 const consoleQueryTimeout = 5 * time.Second
@@ -117,11 +122,17 @@ func serveConsole(ctx context.Context, opts *ConsoleOpts) error {
 		}
 	}
 	// Every statement is bounded by the server too, in case a request's
-	// deadline is not seen (a statement between two checks).
-	timeout := func(cfg *pgxpool.Config) {
+	// deadline is not seen (a statement between two checks). A confined
+	// console's connections name its tenant: under the roles of
+	// db/roles/console_roles.sql row-level security then hides every other
+	// tenant's rows from its queries.
+	tune := func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(consoleQueryTimeout.Milliseconds(), 10)
+		if opts.TenantID != "" {
+			cfg.ConnConfig.RuntimeParams[TenantSetting] = opts.TenantID
+		}
 	}
-	pool, _, closeAll, err := openServedPoolWith(ctx, opts.DatabaseURL, 4, ms, timeout, out, log)
+	pool, _, closeAll, err := openServedPoolWith(ctx, opts.DatabaseURL, 4, ms, tune, out, log)
 	if err != nil {
 		return err
 	}
