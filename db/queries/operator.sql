@@ -241,7 +241,7 @@ SELECT sqlc.embed(a), sqlc.embed(o), s.reason::text AS reason, s.since::timestam
 -- name: AttemptThroughputByMinute :many
 -- Attempts that ended per minute of the last `minutes` minutes, per
 -- terminal state: one row per minute, oldest first, the current (partial)
--- minute last, zeros included.
+-- minute last, zeros included; at most max_rows ended attempts are read.
 -- Each tenant's ended attempts are one range of tenant_completed_idx
 -- (tenant_id, completed_at), so the cost grows with the attempts ended in
 -- the window, not with the history. all_tenants walks the index's distinct
@@ -282,9 +282,15 @@ WITH RECURSIVE tenants AS (
       WHERE x.tenant_id = s.tenant_id
         AND x.completed_at >= b.since
         AND x.completed_at <= b.until
-     -- A fence: without it the planner flattens the subquery and, knowing
-     -- nothing of the walk's row count, hashes a sequential scan.
-     OFFSET 0) a
+      ORDER BY x.completed_at DESC
+     -- Newest first, at most max_rows per tenant (the LIMIT is also a
+     -- fence: without one the planner flattens the subquery and, knowing
+     -- nothing of the walk's row count, hashes a sequential scan).
+     LIMIT @max_rows::integer) a
+   -- At most max_rows in all: the nested loop stops reading there, so a
+   -- burst of ended attempts costs a bounded read; the counts are then
+   -- lower bounds (the caller sees their sum reach max_rows).
+   LIMIT @max_rows::integer
 )
 SELECT m.minute::timestamptz AS minute,
        (count(*) FILTER (WHERE e.run_state = 'succeeded'))::bigint AS succeeded,

@@ -1,8 +1,9 @@
-// Package redact removes PostgreSQL passwords from text before kfsdb prints
-// it: from URLs and keyword/value connection strings, and, given the DSN a
-// command was called with, that DSN's literal password wherever it appears
-// (a driver error may quote it out of context). The kfsdb command, the demo
-// and the test harness (tests/pgtest) all redact through Text.
+// Package redact removes passwords from text before kfsdb prints it: from
+// URLs of any scheme (postgres, nats, tls, ws, wss, http...), NATS tokens
+// (nats://TOKEN@host), keyword/value connection strings, and, given the DSN
+// a command was called with, that DSN's literal password wherever it
+// appears (a driver error may quote it out of context). The kfsdb command,
+// the demo and the test harness (tests/pgtest) all redact through Text.
 package redact
 
 import (
@@ -22,17 +23,24 @@ const minLiteralPassword = 4
 var (
 	kvPasswordRe  = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 	urlPasswordRe = regexp.MustCompile(`(?i)([?&]password=)[^&\s]*`)
-	urlUserinfoRe = regexp.MustCompile(`(?i)(postgres(?:ql)?://[^:@/\s]*:)[^@\s]*@`)
+	// user:password@ after any scheme.
+	urlUserinfoRe = regexp.MustCompile(`(?i)(\b[a-z][a-z0-9+.-]*://[^:@/\s]*:)[^@\s]*@`)
+	// A NATS URL's user alone is a token (nats://TOKEN@host), and the
+	// URLs of a NATS client list may be tls:// or ws(s)://.
+	natsTokenRe = regexp.MustCompile(`(?i)(\b(?:nats|tls|wss?)://)[^:@/\s]+@`)
 )
 
 // Text returns s with every password replaced by [Mask]: those in URLs
-// (postgres://user:secret@host/db, ?password=secret) and in keyword/value
+// (postgres://user:secret@host/db, nats://user:secret@host,
+// nats://TOKEN@host, wss://user:secret@host, ?password=secret) and in
+// keyword/value
 // strings (password=secret), also where s merely contains them, such as an
 // error message; and, for each of dsns, its literal password wherever it
 // appears, when it is at least 4 characters long. An empty or unparsable
 // DSN adds nothing.
 func Text(s string, dsns ...string) string {
 	s = urlUserinfoRe.ReplaceAllString(s, "${1}"+Mask+"@")
+	s = natsTokenRe.ReplaceAllString(s, "${1}"+Mask+"@")
 	s = urlPasswordRe.ReplaceAllString(s, "${1}"+Mask)
 	if !strings.Contains(s, "://") {
 		s = kvPasswordRe.ReplaceAllString(s, "${1}"+Mask)

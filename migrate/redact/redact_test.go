@@ -15,6 +15,11 @@ func TestTextRedactsURLsAndKeywordValueStrings(t *testing.T) {
 		"host=h password='p w' dbname=d":            "host=h password=xxxxx dbname=d",
 		"connect postgres://u:pw@h/db: refused":     "connect postgres://u:xxxxx@h/db: refused",
 		"postgres://u@h/db":                         "postgres://u@h/db",
+		"dial nats://user:secret@h:4222: refused":   "dial nats://user:xxxxx@h:4222: refused",
+		"nats://s3cr3t-token@h:4222":                "nats://xxxxx@h:4222",
+		"tls://u:pw@h:4443, wss://tok@h/ws":         "tls://u:xxxxx@h:4443, wss://xxxxx@h/ws",
+		"ws://u:pw@h:8080 and https://u:pw@h/x":     "ws://u:xxxxx@h:8080 and https://u:xxxxx@h/x",
+		"nats://h:4222":                             "nats://h:4222",
 	} {
 		require.Equal(t, want, Text(in))
 	}

@@ -36,6 +36,11 @@ type CollectorOptions struct {
 	// SampleTimeout bounds one sample's reads. Defaults to
 	// SampleTimeoutDefault.
 	SampleTimeout time.Duration
+	// TenantID confines the collector to one tenant (a confined console's
+	// metrics): kfsdb_attempts counts only its attempts, and the outbox
+	// series are left out, since the outbox has no tenant column and its
+	// backlog is every tenant's. Defaults to "": every tenant.
+	TenantID string
 }
 
 // Collector is a prometheus.Collector of the backlog gauges, read with
@@ -92,6 +97,8 @@ func NewCollector(db repo.DBTX, opts *CollectorOptions) (*Collector, error) {
 		return nil, fmt.Errorf("prom.NewCollector: SampleInterval must not be negative, got %s", o.SampleInterval)
 	case o.SampleTimeout < 0:
 		return nil, fmt.Errorf("prom.NewCollector: SampleTimeout must not be negative, got %s", o.SampleTimeout)
+	case len(o.TenantID) > repo.MaxTenantIDLength:
+		return nil, fmt.Errorf("prom.NewCollector: TenantID must be at most %d characters", repo.MaxTenantIDLength)
 	}
 	o.Cap = cmp.Or(o.Cap, repo.CountCapDefault)
 	o.Namespace = namespace(&Options{Namespace: o.Namespace})
@@ -103,7 +110,7 @@ func NewCollector(db repo.DBTX, opts *CollectorOptions) (*Collector, error) {
 	name := func(n string) string { return prometheus.BuildFQName(o.Namespace, "", n) }
 	return &Collector{
 		db: db, opts: o, now: time.Now,
-		attempts:       prometheus.NewDesc(name("attempts"), "Attempts per run state, every tenant, counted up to the cap.", []string{"state"}, nil),
+		attempts:       prometheus.NewDesc(name("attempts"), "Attempts per run state (every tenant, or the confined one), counted up to the cap.", []string{"state"}, nil),
 		attemptsCapped: prometheus.NewDesc(name("attempts_capped"), "1 when kfsdb_attempts of that state reached the cap and is a lower bound.", []string{"state"}, nil),
 		due:            prometheus.NewDesc(name("outbox_due"), "Outbox rows due now per status (what a relay or direct worker would take), counted up to the cap.", []string{"status"}, nil),
 		dueCapped:      prometheus.NewDesc(name("outbox_due_capped"), "1 when kfsdb_outbox_due of that status reached the cap and is a lower bound.", []string{"status"}, nil),
@@ -142,6 +149,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.attempts, prometheus.GaugeValue, float64(a.N), string(a.State))
 		ch <- prometheus.MustNewConstMetric(c.attemptsCapped, prometheus.GaugeValue, bool01(a.AtLeast), string(a.State))
 	}
+	if s.backlog == nil {
+		return // confined to a tenant
+	}
 	for _, d := range s.backlog.Due {
 		ch <- prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(d.N), string(d.Status))
 		ch <- prometheus.MustNewConstMetric(c.dueCapped, prometheus.GaugeValue, bool01(d.AtLeast), string(d.Status))
@@ -153,9 +163,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) read() (*backlogSample, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.SampleTimeout)
 	defer cancel()
-	attempts, err := c.opts.Repo.CountAttempts(ctx, c.db, &repo.CountParams{AllTenants: true, Cap: c.opts.Cap})
+	all := c.opts.TenantID == ""
+	attempts, err := c.opts.Repo.CountAttempts(ctx, c.db, &repo.CountParams{TenantID: c.opts.TenantID, AllTenants: all, Cap: c.opts.Cap})
 	if err != nil {
 		return nil, err
+	}
+	if !all {
+		return &backlogSample{attempts: attempts}, nil
 	}
 	backlog, err := c.opts.Repo.OutboxBacklog(ctx, c.db, &repo.BacklogParams{Cap: c.opts.Cap})
 	if err != nil {

@@ -5,6 +5,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"os"
@@ -80,9 +81,21 @@ func setup(t *testing.T) *testBundle {
 	return b
 }
 
-// start serves a console with cfg on a real listener on 127.0.0.1:0 and
-// returns its base URL.
+// token is the consoles' token, unless a test gives its own.
+const token = "correct-horse-battery-staple"
+
+// start serves a console with cfg (AuthToken token when empty) on a real
+// listener on 127.0.0.1:0 and returns its base URL.
 func (b *testBundle) start(t *testing.T, cfg console.Config) string {
+	t.Helper()
+	cfg.AuthToken = cmp.Or(cfg.AuthToken, token)
+	_, base := b.startServer(t, cfg)
+	return base
+}
+
+// startServer serves a console with cfg as it is (no AuthToken: the
+// console makes its own) and returns the server and its base URL.
+func (b *testBundle) startServer(t *testing.T, cfg console.Config) (*console.Server, string) {
 	t.Helper()
 	cfg.DB, cfg.Repo = b.db.Pool, b.repo
 	srv, err := console.New(cfg)
@@ -93,7 +106,16 @@ func (b *testBundle) start(t *testing.T, cfg console.Config) string {
 	done := make(chan error, 1)
 	go func() { done <- console.Serve(ctx, ln, srv.Handler()) }()
 	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
-	return "http://" + ln.Addr().String()
+	return srv, "http://" + ln.Addr().String()
+}
+
+// login logs the tab in to base as a person does: the login page, the
+// token typed, the form submitted; it waits for the overview.
+func (b *testBundle) login(t *testing.T, tab context.Context, base string) {
+	t.Helper()
+	do(t, tab, chromedp.Navigate(base+"/login"), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), token), chromedp.Submit(chromedp.CSS(`form.login`)),
+		chromedp.WaitVisible(chromedp.CSS(`#states`)))
 }
 
 // tab opens a browser tab that closes with the test.

@@ -31,7 +31,7 @@ var inputRules = apiwalk.Rules{
 		"FetchLeasesParams.MaxTenants": true, "FetchLeasesParams.PerTenant": true,
 		"ListAttemptsParams.KnowledgeSpaceID": true, "ListAttemptsParams.After": true, "AttemptCursor.CompletedAt": true,
 		"CountParams.Cap": true, "BacklogParams.Cap": true, "StuckParams.PendingOverdue": true,
-		"ThroughputParams.Minutes": true,
+		"ThroughputParams.Minutes": true, "ThroughputParams.Cap": true,
 	},
 	Sanitized: map[string]bool{
 		"CancelParams.Reason": true, "SupersedeParams.Reason": true, "FailParams.ErrorMessage": true,

@@ -17,7 +17,7 @@ import (
 )
 
 // TestOptsValidateMetricsListen: work and relay refuse a --metrics-listen
-// that is not host:port.
+// that is not host:port, or, without a metrics token, not loopback.
 func TestOptsValidateMetricsListen(t *testing.T) {
 	t.Parallel()
 	const url = "postgres://u@h/db"
@@ -30,6 +30,8 @@ func TestOptsValidateMetricsListen(t *testing.T) {
 		},
 	} {
 		requireValidateErr(t, validate("9090"), "MetricsListen must be host:port")
+		// No metrics token in the environment: loopback only.
+		requireValidateErr(t, validate("0.0.0.0:9090"), "not a loopback address, so a token is required")
 		require.NoError(t, validate("127.0.0.1:9090"), name)
 		require.NoError(t, validate(""), name)
 	}

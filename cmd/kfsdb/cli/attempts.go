@@ -9,6 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"os/user"
 	"strings"
 	"time"
 
@@ -48,6 +51,10 @@ type AttemptActionOpts struct {
 	// In answers the confirmation; Out receives the report. Required.
 	In  io.Reader
 	Out io.Writer
+	// Audit receives one audit line (ops.AuditLine, msg=audit) per
+	// attempt acted on, applied or refused; none in a dry run. `kfsdb
+	// attempts` sends them to stderr. Defaults to nil: none.
+	Audit io.Writer
 }
 
 // MaxActionAttempts bounds one action command.
@@ -115,12 +122,13 @@ func attemptAction(ctx context.Context, opts *AttemptActionOpts) ([]ops.Result, 
 			return results, err
 		}
 		for i, a := range read {
-			if a == nil {
-				continue
+			if a != nil {
+				if results[i], err = ops.Do(ctx, r, pool, opts.Action, a, opts.Reason); err != nil {
+					audit(ctx, opts, ops.Result{AttemptID: a.ID, Action: opts.Action, From: a.RunState, Outcome: ops.OutcomeRefused, Reason: "database error"})
+					return results, err
+				}
 			}
-			if results[i], err = ops.Do(ctx, r, pool, opts.Action, a, opts.Reason); err != nil {
-				return results, err
-			}
+			audit(ctx, opts, results[i])
 		}
 	}
 	if err := writeResults(opts.Out, opts.JSON, results); err != nil {
@@ -136,6 +144,21 @@ func attemptAction(ctx context.Context, opts *AttemptActionOpts) ([]ops.Result, 
 		return results, fmt.Errorf("%w: %d of %d attempts", ErrRefused, refused, len(results))
 	}
 	return results, nil
+}
+
+// audit writes res's audit line to opts.Audit, if set: who is the
+// operating system user, from where this host.
+func audit(ctx context.Context, opts *AttemptActionOpts, res ops.Result) {
+	if opts.Audit == nil {
+		return
+	}
+	who := "cli:unknown"
+	if u, err := user.Current(); err == nil {
+		who = "cli:" + u.Username
+	}
+	host, _ := os.Hostname()
+	ops.AuditLine{Session: who, Remote: host, Tenant: opts.TenantID, Attempt: res.AttemptID.String(), Action: string(res.Action),
+		From: string(res.From), To: string(res.To), Result: res.Outcome, Reason: res.Reason}.Log(ctx, slog.New(slog.NewTextHandler(opts.Audit, nil)))
 }
 
 // confirm asks before acting on more than one attempt, showing the plan.
@@ -309,7 +332,7 @@ func runAttempts(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if err != nil {
 		return fmt.Errorf("%w: attempts %s: want list, show, cancel, retry or supersede", ErrUsage, sub)
 	}
-	opts := &AttemptActionOpts{Action: action, In: stdin, Out: stdout}
+	opts := &AttemptActionOpts{Action: action, In: stdin, Out: stdout, Audit: stderr}
 	fs.StringVar(&opts.Reason, "reason", "", "reason stored with a cancel or supersede")
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "say what would change, change nothing")
 	fs.BoolVar(&opts.Yes, "yes", false, "do not ask before acting on more than one attempt")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -126,6 +127,34 @@ func TestAttemptsShow(t *testing.T) {
 	require.Contains(t, stderr, "not found")
 }
 
+// TestTextOutputEscapesControls: an error message and a worker id written
+// by a hostile worker reach the terminal with their escape sequences
+// escaped (no ESC, BEL or CR byte), and a NATS URL's credentials in an
+// error are redacted.
+func TestTextOutputEscapesControls(t *testing.T) {
+	t.Parallel()
+	f := newOperatorFixture(t)
+	_, err := f.db.Pool.Exec(t.Context(), `UPDATE document_compilation_attempts
+		SET last_error_message = CASE WHEN id = $1 THEN E'boom\x1b]0;owned\x07\x1b[2J\rfake line\u202e' ELSE last_error_message END,
+		    worker_id = CASE WHEN id = $2 THEN E'w\x1b[31m' ELSE worker_id END
+		WHERE id IN ($1, $2)`, f.failed.ID, f.running.ID)
+	require.NoError(t, err)
+	code, out, stderr := runCmd(t, f.db.URL, "", "attempts", "show", "--tenant", f.tenant, f.failed.ID.String())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, `boom\x1b]0;owned\x07\x1b[2J\x0dfake line\u{202e}`)
+	code, running, stderr := runCmd(t, f.db.URL, "", "attempts", "show", "--tenant", f.tenant, f.running.ID.String())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, running, `w\x1b[31m`)
+	out += running
+	for _, c := range []string{"\x1b", "\x07", "\r", "\u202e"} {
+		require.NotContains(t, out, c)
+	}
+
+	var buf bytes.Buffer
+	ExitCode("kfsdb", errors.New("dial nats://relay:s3cret@nats.example:4222: refused; then tls://tok3n@h2:4443\x1b[2J"), &buf, envWith(""))
+	require.Equal(t, "kfsdb: dial nats://relay:xxxxx@nats.example:4222: refused; then tls://xxxxx@h2:4443\\x1b[2J\n", buf.String())
+}
+
 func TestAttemptsActions(t *testing.T) {
 	t.Parallel()
 	f := newOperatorFixture(t)
@@ -166,6 +195,7 @@ func TestAttemptsActions(t *testing.T) {
 			_, now := f.state(t, id)
 			require.Equal(t, v, now, "dry run changed %s", id)
 		}
+		require.NotContains(t, stderr, "msg=audit", "a dry run acts on nothing")
 	})
 
 	t.Run("BulkNeedsConfirmation", func(t *testing.T) {
@@ -184,7 +214,15 @@ func TestAttemptsActions(t *testing.T) {
 			st, _ := f.state(t, a.ID)
 			require.Equal(t, kfstype.RunStateCanceled, st)
 			testfactory.RequireInvariants(context.Background(), t, f.db.Pool, a.ID)
+			// One audit line per attempt, on stderr.
+			require.Regexp(t, `msg=audit at=\S+ session=cli:\S+ remote=\S+ forwarded="" tenant=`+f.tenant+` attempt=`+a.ID.String()+
+				` action=cancel from=dispatch_pending to=canceled result=applied reason=""`, stderr)
 		}
+
+		// A refusal is audited too.
+		code, _, stderr = runCmd(t, f.db.URL, "", "attempts", "cancel", "--tenant", f.tenant, f.pendingA.ID.String())
+		require.Equal(t, 1, code)
+		require.Regexp(t, `msg=audit .* attempt=`+f.pendingA.ID.String()+` action=cancel from=canceled to=canceled result=refused reason=".+"`, stderr)
 	})
 
 	t.Run("RetryBySelection", func(t *testing.T) {

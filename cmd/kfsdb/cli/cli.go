@@ -47,7 +47,7 @@ Commands:
   attempts cancel|retry|supersede  act on attempts through the guarded transitions (--tenant, --dry-run, --yes)
   outbox stats                     attempts by state, the outbox's due backlog and its oldest due row
   stuck                            attempts that are not moving, each with the reason
-  console --listen 127.0.0.1:8080  web console: overview, attempts, actions (--tenant, --read-only, --auth-token)
+  console --listen 127.0.0.1:8080  web console: overview, attempts, actions (--tenant, --read-only, --auth-token-file)
 
 Run 'kfsdb <command> -h' for a command's flags.
 
@@ -79,7 +79,7 @@ func ExitCode(name string, err error, stderr io.Writer, getenv func(string) stri
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", name, redact.Text(err.Error(), envDatabaseURL(getenv)))
+	fmt.Fprintf(stderr, "%s: %s\n", name, escapeControls(redact.Text(err.Error(), envDatabaseURL(getenv))))
 	if errors.Is(err, ErrUsage) {
 		return 2
 	}
@@ -93,7 +93,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 }
 
 // RunWithInput is Run with the confirmations read from stdin.
+//
+// Everything a command writes goes through TermSafe: text from the
+// database (tenant ids, worker ids, error messages, reasons) reaches the
+// operator's terminal with its control characters escaped.
 func RunWithInput(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
+	stdout, stderr = TermSafe(stdout), TermSafe(stderr)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("%w: no command", ErrUsage)

@@ -9,23 +9,40 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
-// EnvConsoleToken names the environment variable read when --auth-token
-// is not given.
+// EnvConsoleToken names the environment variable read when
+// --auth-token-file is not given.
 const EnvConsoleToken = "KFSDB_CONSOLE_TOKEN"
+
+// TenantSetting is the PostgreSQL setting a confined console's
+// connections carry (its --tenant), which the row-level security policies
+// of db/roles/console_roles.sql key on.
+const TenantSetting = "kfsdb.tenant"
+
+// consoleQueryTimeout is the console pool's statement_timeout, and the
+// console's time limit for a whole request.
+const consoleQueryTimeout = 5 * time.Second
 
 // ConsoleListenDefault is ConsoleOpts.Listen's default: loopback only.
 const ConsoleListenDefault = "127.0.0.1:8080"
 
 // ConsoleOpts are the options of Console.
 type ConsoleOpts struct {
-	// AuthToken is console.Config.AuthToken. Required when Listen is not
-	// a loopback address.
+	// AuthToken is console.Config.AuthToken, read from --auth-token-file
+	// or $KFSDB_CONSOLE_TOKEN (never from argv). Required when Listen is
+	// not a loopback address; without it the console makes its own and
+	// prints a one-time login link. With it, /metrics wants it too.
 	AuthToken string
 	// DatabaseURL is the database shown. Required.
 	DatabaseURL string
@@ -35,8 +52,11 @@ type ConsoleOpts struct {
 	Out io.Writer
 	// ReadOnly is console.Config.ReadOnly.
 	ReadOnly bool
-	// TenantID is console.Config.TenantID: "" shows every tenant.
+	// TenantID is console.Config.TenantID: "" shows every tenant. It
+	// confines /metrics too.
 	TenantID string
+	// TrustedProxies is console.Config.TrustedProxies.
+	TrustedProxies []netip.Prefix
 	// MetricsListen is a host:port to serve Prometheus metrics on, at
 	// /metrics, apart from the console: the console's statement latencies
 	// and the backlog gauges. Defaults to "": off.
@@ -52,16 +72,28 @@ func (o *ConsoleOpts) Validate() error {
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return fmt.Errorf("invalid options: Listen %q is not host:port", listen)
 	}
-	if err := validateMetricsListen(o.MetricsListen); err != nil {
-		return err
+	if o.AuthToken == "" {
+		if err := validateMetricsListen(o.MetricsListen); err != nil {
+			return err
+		}
+	} else if o.MetricsListen != "" {
+		// /metrics takes the console's token.
+		if _, _, err := net.SplitHostPort(o.MetricsListen); err != nil {
+			return fmt.Errorf("invalid options: MetricsListen must be host:port: %w", err)
+		}
 	}
 	switch {
 	case o.Out == nil:
 		return errors.New("invalid options: Out is required")
-	case !console.ListenIsLoopback(listen) && o.AuthToken == "":
-		return fmt.Errorf("invalid options: Listen %q is not a loopback address, so an auth token is required (--auth-token or $%s)", listen, EnvConsoleToken)
+	case !httpguard.ListenIsLoopback(listen) && o.AuthToken == "":
+		return fmt.Errorf("invalid options: Listen %q is not a loopback address, so an auth token is required (--auth-token-file or $%s)", listen, EnvConsoleToken)
 	case len(o.TenantID) > repo.MaxTenantIDLength:
 		return fmt.Errorf("invalid options: TenantID must be at most %d characters", repo.MaxTenantIDLength)
+	}
+	if o.AuthToken != "" {
+		if err := httpguard.CheckToken(o.AuthToken); err != nil {
+			return fmt.Errorf("invalid options: AuthToken: %w", err)
+		}
 	}
 	return nil
 }
@@ -80,12 +112,33 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 func serveConsole(ctx context.Context, opts *ConsoleOpts) error {
 	out := &syncWriter{w: opts.Out}
 	log := slog.New(slog.NewTextHandler(out, nil))
-	pool, _, closeAll, err := openServedPool(ctx, opts.DatabaseURL, 4, opts.MetricsListen, out, log)
+	// /metrics takes the console's token, or else the metrics token, or
+	// else answers loopback only; a confined console's only its tenant.
+	ms := metricsServe{Addr: opts.MetricsListen, Token: opts.AuthToken, TenantID: opts.TenantID}
+	if ms.Addr != "" && ms.Token == "" {
+		var err error
+		if ms.Token, err = metricsToken(); err != nil {
+			return err
+		}
+	}
+	// Every statement is bounded by the server too, in case a request's
+	// deadline is not seen (a statement between two checks). A confined
+	// console's connections name its tenant: under the roles of
+	// db/roles/console_roles.sql row-level security then hides every other
+	// tenant's rows from its queries.
+	tune := func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(consoleQueryTimeout.Milliseconds(), 10)
+		if opts.TenantID != "" {
+			cfg.ConnConfig.RuntimeParams[TenantSetting] = opts.TenantID
+		}
+	}
+	pool, _, closeAll, err := openServedPoolWith(ctx, opts.DatabaseURL, 4, ms, tune, out, log)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID, Logger: log})
+	srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID,
+		Logger: log, QueryTimeout: consoleQueryTimeout, TrustedProxies: opts.TrustedProxies})
 	if err != nil {
 		return err
 	}
@@ -94,6 +147,9 @@ func serveConsole(ctx context.Context, opts *ConsoleOpts) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	fmt.Fprintf(out, "kfsdb console on http://%s/ (Ctrl-C stops)\n", ln.Addr())
+	if link := srv.LoginLink(); link != "" {
+		fmt.Fprintf(out, "no token was given, so the console made its own: log in once at http://%s%s (valid 30 minutes, one login)\n", ln.Addr(), link)
+	}
 	return console.Serve(ctx, ln, srv.Handler())
 }
 
@@ -105,15 +161,39 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	fs.StringVar(&opts.Listen, "listen", ConsoleListenDefault, "address to serve; a non-loopback one needs a token")
 	fs.StringVar(&opts.TenantID, "tenant", "", "confine the console to this tenant (default: every tenant)")
 	fs.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
-	fs.StringVar(&opts.AuthToken, "auth-token", "", "token every request must carry (Bearer or /login cookie); defaults to $"+EnvConsoleToken)
+	tokenFile := fs.String("auth-token-file", "", "file whose first line is the login token (at least 24 characters); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
+	argvToken := fs.String("auth-token", "", "refused: a token on the command line is visible to every local user (ps); use --auth-token-file or $"+EnvConsoleToken)
+	fs.Func("trusted-proxy", "IP or CIDR of the TLS-terminating proxy in front of the console (repeatable): its X-Forwarded-Proto/-Host/-For are believed, the cookie is Secure", func(v string) error {
+		p, err := parsePrefix(v)
+		opts.TrustedProxies = append(opts.TrustedProxies, p)
+		return err
+	})
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
-	if err := parseCommand(fs, args, "Usage: kfsdb console [--listen 127.0.0.1:8080] [--database-url URL] [--tenant T] [--read-only] [--auth-token TOKEN] [--metrics-listen ADDR]", 0, "console takes no arguments"); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb console [--listen 127.0.0.1:8080] [--database-url URL] [--tenant T] [--read-only] [--auth-token-file FILE] [--trusted-proxy IP] [--metrics-listen ADDR]", 0, "console takes no arguments"); err != nil {
 		return err
 	}
+	if *argvToken != "" {
+		return fmt.Errorf("%w: --auth-token is refused: every local user can read a command line (ps); put the token in a file (--auth-token-file) or $%s", ErrUsage, EnvConsoleToken)
+	}
 	opts.DatabaseURL = cmp.Or(opts.DatabaseURL, getenv(EnvDatabaseURL))
-	opts.AuthToken = cmp.Or(opts.AuthToken, getenv(EnvConsoleToken))
+	var err error
+	if opts.AuthToken, err = httpguard.ReadToken(*tokenFile, getenv(EnvConsoleToken)); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	return Console(ctx, opts)
+}
+
+// parsePrefix reads an IP (one address) or a CIDR prefix.
+func parsePrefix(v string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(v); err == nil {
+		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("not an IP or CIDR prefix: %q", v)
+	}
+	return p.Masked(), nil
 }

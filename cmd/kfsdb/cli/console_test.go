@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +37,8 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 		"DefaultListen":         {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Out: &out}, ""},
 		"LocalhostWithoutToken": {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "localhost:8080", Out: &out}, ""},
 		"IPv6LoopbackNoToken":   {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "[::1]:8080", Out: &out}, ""},
-		"AnyInterfaceWithToken": {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", AuthToken: "t", Out: &out}, ""},
+		"AnyInterfaceWithToken": {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", AuthToken: strongToken, Out: &out}, ""},
+		"WeakToken":             {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", AuthToken: "t", Out: &out}, "at least 24 characters"},
 		"AnyInterfaceNoToken":   {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", Out: &out}, "auth token is required"},
 		"ListenWithoutPort":     {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "127.0.0.1", Out: &out}, "not host:port"},
 		"MissingURL":            {ConsoleOpts{Out: &out}, "DatabaseURL is required"},
@@ -44,15 +49,28 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 			requireValidateErr(t, tc.opts.Validate(), tc.wantErr)
 		})
 	}
-	// The token may come from the environment.
+	// The token may come from the environment or a file, never argv.
 	var stderr bytes.Buffer
 	env := func(k string) string {
-		return map[string]string{EnvConsoleToken: "from-env"}[k]
+		return map[string]string{EnvConsoleToken: strongToken}[k]
 	}
 	code := Main(t.Context(), []string{"console", "--listen", "0.0.0.0:8080"}, &out, &stderr, env)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "DatabaseURL is required", "the token was taken from the environment")
+	file := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(file, []byte(strongToken+"\n"), 0o600))
+	stderr.Reset()
+	code = Main(t.Context(), []string{"console", "--listen", "0.0.0.0:8080", "--auth-token-file", file}, &out, &stderr, envWith(""))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), "DatabaseURL is required", "the token was taken from the file")
+	stderr.Reset()
+	code = Main(t.Context(), []string{"console", "--auth-token", strongToken, "--database-url", "postgres://u@h/db"}, &out, &stderr, envWith(""))
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr.String(), "--auth-token is refused")
 }
+
+// strongToken passes httpguard.CheckToken.
+const strongToken = "cli-test-token-0123456789-abcdef"
 
 // TestConsoleServesUntilCanceled runs the command on a real database and a
 // real listener: it prints its address, serves the overview, and returns
@@ -66,19 +84,29 @@ func TestConsoleServesUntilCanceled(t *testing.T) {
 	go func() {
 		done <- Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Listen: "127.0.0.1:0", ReadOnly: true, Out: &out})
 	}()
-	addr := regexp.MustCompile(`kfsdb console on (http://127\.0\.0\.1:\d+/)`)
-	var base string
+	// Without a token it makes one and prints a one-time login link.
+	link := regexp.MustCompile(`log in once at (http://127\.0\.0\.1:\d+)(/login\?once=\S+)`)
+	var m []string
 	require.Eventually(t, func() bool {
-		m := addr.FindStringSubmatch(out.String())
-		if m != nil {
-			base = m[1]
-		}
+		m = link.FindStringSubmatch(out.String())
 		return m != nil
-	}, 10*time.Second, 10*time.Millisecond, "no address printed: %s", out.String())
-	res, err := http.Get(base)
+	}, 10*time.Second, 10*time.Millisecond, "no login link printed: %s", out.String())
+	res, err := http.Get(m[1] + "/")
 	require.NoError(t, err)
 	res.Body.Close()
-	require.Equal(t, http.StatusOK, res.StatusCode)
+	require.Equal(t, http.StatusUnauthorized, res.StatusCode, "no page without a login")
+	u, err := url.Parse(m[2])
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m[1]+"/login", strings.NewReader(u.RawQuery))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", m[1])
+	noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err = noRedirects.Do(req)
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	require.NotEmpty(t, res.Header.Get("Set-Cookie"), "the link logged in")
 	cancel()
 	require.NoError(t, <-done)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/observe/prom"
 )
@@ -24,9 +26,25 @@ import (
 const metricsScrapeTimeout = 10 * time.Second
 
 // metricsListenUsage is the --metrics-listen flag's usage.
-const metricsListenUsage = "serve Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9090 (default: off)"
+const metricsListenUsage = "serve Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9090 (default: off); off loopback it needs a bearer token ($" + EnvMetricsTokenFile + " or $" + EnvMetricsToken + ")"
 
-// validateMetricsListen accepts "" (off) or host:port.
+// The metrics servers' token, read from the environment (never argv) by
+// every command that serves metrics: with one, every scrape must send it
+// as a bearer token; without one, only loopback scrapes through no proxy
+// are served, and only a loopback address may be listened on.
+const (
+	EnvMetricsToken     = "KFSDB_METRICS_TOKEN"
+	EnvMetricsTokenFile = "KFSDB_METRICS_TOKEN_FILE"
+)
+
+// metricsToken reads the metrics token from $KFSDB_METRICS_TOKEN_FILE or
+// $KFSDB_METRICS_TOKEN.
+func metricsToken() (string, error) {
+	return httpguard.ReadToken(os.Getenv(EnvMetricsTokenFile), os.Getenv(EnvMetricsToken))
+}
+
+// validateMetricsListen accepts "" (off) or host:port, the latter only on
+// loopback unless a strong metrics token is set.
 func validateMetricsListen(addr string) error {
 	if addr == "" {
 		return nil
@@ -34,7 +52,20 @@ func validateMetricsListen(addr string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("invalid options: MetricsListen must be host:port: %w", err)
 	}
+	token, err := metricsToken()
+	if err != nil {
+		return fmt.Errorf("invalid options: %w", err)
+	}
+	if err := httpguard.ListenAllowed(addr, token, "MetricsListen"); err != nil {
+		return fmt.Errorf("invalid options: %w (set $%s or $%s)", err, EnvMetricsTokenFile, EnvMetricsToken)
+	}
 	return nil
+}
+
+// metricsServe says how a command serves its metrics: where, with which
+// token ("": loopback only), and for a confined console which tenant.
+type metricsServe struct {
+	Addr, Token, TenantID string
 }
 
 // openServedPool opens a command's pool on url with maxConns connections
@@ -44,12 +75,28 @@ func validateMetricsListen(addr string) error {
 // collector (reg is nil without metricsAddr). closeAll stops the server,
 // then closes the pool.
 func openServedPool(ctx context.Context, url string, maxConns int32, metricsAddr string, out io.Writer, log *slog.Logger) (pool *pgxpool.Pool, reg *prometheus.Registry, closeAll func(), err error) {
+	ms := metricsServe{Addr: metricsAddr}
+	if metricsAddr != "" {
+		if ms.Token, err = metricsToken(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return openServedPoolWith(ctx, url, maxConns, ms, nil, out, log)
+}
+
+// openServedPoolWith is openServedPool with the metrics served as ms
+// says; tune, when not nil, adjusts the pool's config before it opens.
+func openServedPoolWith(ctx context.Context, url string, maxConns int32, ms metricsServe, tune func(*pgxpool.Config), out io.Writer, log *slog.Logger) (pool *pgxpool.Pool, reg *prometheus.Registry, closeAll func(), err error) {
+	metricsAddr := ms.Addr
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("could not parse database URL: %w", err)
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
+	}
+	if tune != nil {
+		tune(cfg)
 	}
 	if metricsAddr != "" {
 		if reg, err = newMetricsRegistry(cfg); err != nil {
@@ -62,7 +109,7 @@ func openServedPool(ctx context.Context, url string, maxConns int32, metricsAddr
 	if reg == nil {
 		return pool, nil, pool.Close, nil
 	}
-	stop, err := serveMetrics(reg, pool, metricsAddr, out, log)
+	stop, err := serveMetrics(reg, pool, ms, out, log)
 	if err != nil {
 		pool.Close()
 		return nil, nil, nil, err
@@ -100,21 +147,25 @@ func runtimeMetrics(reg *prometheus.Registry, counts *observe.Counts) (observe.M
 }
 
 // serveMetrics registers the backlog collector on reg and serves reg at
-// http://addr/metrics until stop is called.
-func serveMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, addr string, out io.Writer, log *slog.Logger) (stop func(), err error) {
-	c, err := prom.NewCollector(pool, nil)
+// http://ms.Addr/metrics, guarded by httpguard.Metrics, until stop is
+// called.
+func serveMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, ms metricsServe, out io.Writer, log *slog.Logger) (stop func(), err error) {
+	if err := httpguard.ListenAllowed(ms.Addr, ms.Token, "MetricsListen"); err != nil {
+		return nil, err
+	}
+	c, err := prom.NewCollector(pool, &prom.CollectorOptions{TenantID: ms.TenantID})
 	if err != nil {
 		return nil, err
 	}
 	if err := reg.Register(c); err != nil {
 		return nil, fmt.Errorf("register the backlog collector: %w", err)
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", ms.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: metricsScrapeTimeout}))
+	mux.Handle(httpguard.MetricsPath, httpguard.Metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: metricsScrapeTimeout}), ms.Token))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -96,46 +97,63 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	who, _ := principalOf(r)
 	p := confirmPage{View: ops.ViewOf(a, o), Plan: ops.Plan(action, a), Tenant: s.tenantParam(tenant),
-		CSRF: s.csrfToken(tenant, a.ID.String(), string(action))}
+		CSRF: s.csrfToken(who, tenant, a.ID.String(), string(action), a.RowVersion, time.Now())}
 	s.render(w, r, http.StatusOK, "confirm", fmt.Sprintf("Confirm %s", action), p)
 }
 
 // act applies the confirmed action through ops.Do at the row version the
 // operator confirmed: if the attempt changed since, it is refused. It
-// redirects to the attempt page with the outcome as a flash.
+// writes an audit line either way and redirects to the attempt page with
+// the outcome as a flash.
 func (s *Server) act(w http.ResponseWriter, r *http.Request) {
-	action, err := ops.ParseAction(r.PostFormValue("action"))
+	entry := auditEntry{Attempt: r.PathValue("id"), Action: r.PostFormValue("action"), Result: ops.OutcomeRefused}
+	refuse := func(status int, why, msg string) {
+		entry.Reason = why
+		s.audit(r, entry)
+		s.fail(w, r, status, msg)
+	}
+	action, err := ops.ParseAction(entry.Action)
 	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, err.Error())
+		refuse(http.StatusBadRequest, "unknown action", err.Error())
 		return
 	}
 	seen, err := strconv.ParseInt(r.PostFormValue("version"), 10, 32)
 	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, "version is not a row version")
+		refuse(http.StatusBadRequest, "bad row version", "version is not a row version")
 		return
 	}
 	tenant, err := s.tenantOf(r)
-	if err != nil || !s.csrfValid(r.PostFormValue("csrf"), tenant, r.PathValue("id"), string(action)) {
-		s.fail(w, r, http.StatusForbidden, "missing or wrong CSRF token: open the attempt page and confirm again")
+	entry.Tenant = tenant
+	who, _ := principalOf(r)
+	if err != nil || !s.csrfValid(r.PostFormValue("csrf"), who, tenant, entry.Attempt, string(action), int32(seen), time.Now()) {
+		refuse(http.StatusForbidden, "missing, wrong or expired CSRF token",
+			"missing, wrong or expired CSRF token: open the attempt page and confirm again")
 		return
 	}
 	a, _, tenant, ok := s.load(w, r)
 	if !ok {
+		entry.Reason = "not found or not readable"
+		s.audit(r, entry)
 		return
 	}
 	var res ops.Result
+	flash := string(action) + "-refused"
 	if a.RowVersion != int32(seen) {
 		res = ops.Result{AttemptID: a.ID, Action: action, From: a.RunState, To: a.RunState, Outcome: ops.OutcomeRefused,
-			Reason: fmt.Sprintf("the attempt changed since you confirmed (row version %d, now %d); look again", seen, a.RowVersion)}
+			Reason: fmt.Sprintf("the attempt changed since it was confirmed (row version %d, now %d)", seen, a.RowVersion)}
+		flash = string(action) + "-changed"
 	} else if res, err = ops.Do(r.Context(), s.repo, s.cfg.DB, action, a, r.PostFormValue("reason")); err != nil {
+		entry.From, entry.Reason = string(a.RunState), "database error"
+		s.audit(r, entry)
 		s.serverError(w, r, err)
 		return
+	} else if res.Outcome == ops.OutcomeApplied {
+		flash = string(action) + "-applied"
 	}
-	flash := fmt.Sprintf("%s %s: %s → %s", action, res.Outcome, res.From, res.To)
-	if res.Reason != "" {
-		flash += " (" + res.Reason + ")"
-	}
+	entry.From, entry.To, entry.Result, entry.Reason = string(res.From), string(res.To), res.Outcome, res.Reason
+	s.audit(r, entry)
 	q := url.Values{"flash": {flash}}
 	if t := s.tenantParam(tenant); t != "" {
 		q.Set("tenant", t)

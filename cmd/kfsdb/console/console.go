@@ -5,10 +5,14 @@
 // cmd/kfsdb/ops, as the CLI does.
 //
 // Security: every page and action goes through Handler's checks (see
-// security.go): an optional bearer token (header or login cookie), a
-// loopback Host when there is no token, a CSRF token on every POST, no POST
-// at all when read-only, and, with Config.TenantID, every repo call
-// confined to that tenant.
+// security.go): a login session (started by POSTing the token or a
+// one-time link's code to /login) or the bearer token on every page, the
+// same origin and a CSRF token bound to the session, the attempt's row
+// version and a deadline on every POST, no POST at all when read-only,
+// and, with Config.TenantID, every repo call confined to that tenant. No
+// request is trusted for where it comes from: a proxy on this host makes
+// a remote browser look local. Every action, applied or refused, writes
+// an audit line.
 package console
 
 import (
@@ -23,8 +27,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"sync"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -36,16 +43,27 @@ var staticFS embed.FS
 
 // Config configures a console. A Server is safe for concurrent use.
 type Config struct {
-	// AuthToken, when set, must come with every request: as
-	// "Authorization: Bearer <token>" or as the cookie /login sets.
-	// Defaults to "": no token, and then only loopback Host headers are
-	// served (a DNS-rebound name is refused).
+	// AuditLogger receives the audit lines (message AuditMessage), one
+	// per login, logout and action, applied or refused. Defaults to
+	// Logger.
+	AuditLogger *slog.Logger
+	// AuthToken logs in: POSTed to /login (which starts a session) or sent
+	// as "Authorization: Bearer <token>". It must pass
+	// httpguard.CheckToken. Defaults to "": the console makes a strong
+	// one that nobody sees, and LoginLink gives a link that logs in once.
 	AuthToken string
 	// DB is the database every page reads and every action writes.
 	// Required.
 	DB repo.DBTX
 	// Logger receives failed requests. Defaults to slog.Default().
 	Logger *slog.Logger
+	// ThroughputCap is the most ended attempts the overview's throughput
+	// reads (repo.ThroughputParams.Cap); past it the counts read "≥".
+	// Defaults to repo.ThroughputCapDefault.
+	ThroughputCap int32
+	// QueryTimeout bounds each request, its database reads and writes
+	// included. Defaults to QueryTimeoutDefault.
+	QueryTimeout time.Duration
 	// PageSize is how many attempts a list page shows (1..repo.MaxListLimit).
 	// Defaults to PageSizeDefault.
 	PageSize int32
@@ -54,14 +72,27 @@ type Config struct {
 	ReadOnly bool
 	// Repo runs every read and transition. Defaults to repo.New(nil).
 	Repo *repo.Repo
+	// SessionTTL is how long a login lasts. Defaults to
+	// SessionTTLDefault.
+	SessionTTL time.Duration
+	// TrustedProxies are the addresses of the TLS-terminating proxies in
+	// front of the console: from them, X-Forwarded-Proto: https makes the
+	// session cookie Secure (and __Host-), X-Forwarded-Host is the origin
+	// POSTs must come from, and X-Forwarded-For's last address is the
+	// client failed logins are counted by. Defaults to none.
+	TrustedProxies []netip.Prefix
 	// TenantID confines the console to one tenant: it is passed to every
 	// repo call, and another tenant's attempt is not found (404). Defaults
 	// to "": every tenant.
 	TenantID string
 }
 
-// PageSizeDefault is Config.PageSize when zero.
-const PageSizeDefault = 50
+// Defaults of Config.
+const (
+	PageSizeDefault     = 50
+	QueryTimeoutDefault = 5 * time.Second
+	SessionTTLDefault   = 8 * time.Hour
+)
 
 // ErrInvalidConfig is returned by New for a missing or invalid field.
 var ErrInvalidConfig = errors.New("invalid console config")
@@ -71,10 +102,17 @@ type Server struct {
 	cfg       Config
 	repo      *repo.Repo
 	log       *slog.Logger
+	auditLog  *slog.Logger
 	pages     map[string]*template.Template
 	csrfKey   []byte
-	cookieVal string
 	static    http.Handler
+	sessions  sessions
+	limit     limiter
+	generated bool // the console made AuthToken
+
+	onceMu      sync.Mutex
+	once        string // the one-time login code, "" once used
+	onceExpires time.Time
 }
 
 // New checks cfg, fills its defaults and parses the templates.
@@ -86,22 +124,35 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: PageSize must be 1..%d", ErrInvalidConfig, repo.MaxListLimit)
 	case len(cfg.TenantID) > repo.MaxTenantIDLength:
 		return nil, fmt.Errorf("%w: TenantID must be at most %d characters", ErrInvalidConfig, repo.MaxTenantIDLength)
+	case cfg.ThroughputCap < 0 || cfg.ThroughputCap > repo.MaxThroughputCap:
+		return nil, fmt.Errorf("%w: ThroughputCap must be 1..%d", ErrInvalidConfig, repo.MaxThroughputCap)
+	case cfg.QueryTimeout < 0 || cfg.SessionTTL < 0:
+		return nil, fmt.Errorf("%w: QueryTimeout and SessionTTL must not be negative", ErrInvalidConfig)
+	}
+	if cfg.AuthToken != "" {
+		if err := httpguard.CheckToken(cfg.AuthToken); err != nil {
+			return nil, fmt.Errorf("%w: AuthToken: %w", ErrInvalidConfig, err)
+		}
+	}
+	if err := checkTrustedProxies(cfg.TrustedProxies); err != nil {
+		return nil, err
 	}
 	cfg.PageSize = cmp.Or(cfg.PageSize, PageSizeDefault)
-	s := &Server{cfg: cfg, repo: cfg.Repo, log: cfg.Logger, csrfKey: make([]byte, 32)}
+	cfg.QueryTimeout = cmp.Or(cfg.QueryTimeout, QueryTimeoutDefault)
+	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, SessionTTLDefault)
+	s := &Server{cfg: cfg, repo: cfg.Repo, log: cfg.Logger, auditLog: cfg.AuditLogger, csrfKey: make([]byte, 32),
+		limit: limiter{globalLimit: globalFailures}}
 	if s.repo == nil {
 		s.repo = repo.New(nil)
 	}
-	if s.log == nil {
-		s.log = slog.Default()
-	}
-	// A per-process secret: CSRF tokens and login cookies die with the
+	s.log = cmp.Or(s.log, slog.Default())
+	s.auditLog = cmp.Or(s.auditLog, s.log)
+	// A per-process secret: CSRF tokens and sessions die with the
 	// process, so a restart logs everyone out.
-	if _, err := rand.Read(s.csrfKey); err != nil {
-		return nil, fmt.Errorf("read a CSRF secret: %w", err)
-	}
-	if cfg.AuthToken != "" {
-		s.cookieVal = s.mac("session", cfg.AuthToken)
+	_, _ = rand.Read(s.csrfKey) // never fails (crypto/rand panics instead)
+	if s.cfg.AuthToken == "" {
+		s.cfg.AuthToken, s.generated = randomID(), true
+		s.once, s.onceExpires = randomID(), time.Now().Add(oneTimeTTL)
 	}
 	var err error
 	if s.pages, err = parsePages(); err != nil {
@@ -133,18 +184,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /attempts/{id}/confirm", s.confirm)
 	mux.HandleFunc("POST /attempts/{id}/act", s.act)
 	mux.HandleFunc("GET /login", s.loginForm)
-	mux.HandleFunc("POST /login", s.loginForm)
+	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
 	mux.Handle("GET /static/", s.static)
 	return s.secure(mux)
-}
-
-// ListenIsLoopback says whether a --listen address only accepts
-// connections from this host: a loopback IP or "localhost". An empty host
-// (":8080") listens on every interface.
-func ListenIsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	return err == nil && host != "" && hostIsLoopback(host)
 }
 
 // Serve serves h on ln until ctx ends, then lets requests in flight end

@@ -2,10 +2,12 @@ package console_test
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +16,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 // TestOverviewNumbersEqualSQLCounts reads the overview's counts off the
@@ -65,10 +68,10 @@ func TestSecurityRules(t *testing.T) {
 	a := b.first(t, tenantA, kfstype.RunStateDispatchPending)
 	other := b.first(t, tenantB, kfstype.RunStateDispatchPending)
 	open := b.start(t, console.Config{})
-	token := b.start(t, console.Config{AuthToken: "s3cret"})
 	confined := b.start(t, console.Config{TenantID: tenantA})
 	readOnly := b.start(t, console.Config{ReadOnly: true})
 	attemptA := fmt.Sprintf("/attempts/%s?tenant=%s", a.ID, tenantA)
+	noAuth := map[string]string{"Authorization": ""}
 	act := func(base string, form url.Values, hdr map[string]string) int {
 		return do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, hdr).status
 	}
@@ -77,26 +80,25 @@ func TestSecurityRules(t *testing.T) {
 		require.Equal(t, http.StatusOK, page.status)
 		return url.Values{"action": {action}, "tenant": {tenantA}, "version": {hidden(t, page.body, "version")}, "csrf": {hidden(t, page.body, "csrf")}}
 	}
-	loginCookie := do(t, http.MethodGet, token+"/login?token=s3cret", nil, nil)
-	require.Equal(t, http.StatusSeeOther, loginCookie.status)
-	cookie := loginCookie.header.Get("Set-Cookie")
-	require.Contains(t, cookie, "HttpOnly")
-	require.Contains(t, cookie, "SameSite=Strict")
-	require.NotContains(t, cookie, "s3cret", "the cookie is not the token")
+	cookie := login(t, open, testToken)
 	cancel := csrfOf(open, "cancel")
+	otherVersion := url.Values{"action": {"cancel"}, "tenant": {tenantA}, "version": {"999"}, "csrf": cancel["csrf"]}
 	for name, tc := range map[string]struct{ got, want int }{
-		"NoTokenIs401":            {get(t, token+"/").status, http.StatusUnauthorized},
-		"WrongBearerIs401":        {do(t, "GET", token+"/", nil, map[string]string{"Authorization": "Bearer nope"}).status, http.StatusUnauthorized},
-		"BearerIs200":             {do(t, "GET", token+"/", nil, map[string]string{"Authorization": "Bearer s3cret"}).status, http.StatusOK},
-		"LoginCookieIs200":        {do(t, "GET", token+"/attempts", nil, map[string]string{"Cookie": cookie}).status, http.StatusOK},
-		"WrongLoginIs401":         {get(t, token+"/login?token=nope").status, http.StatusUnauthorized},
-		"ForgedCookieIs401":       {do(t, "GET", token+"/", nil, map[string]string{"Cookie": "kfsdb_console=s3cret"}).status, http.StatusUnauthorized},
-		"TokenlessPostIs401":      {act(token, cancel, nil), http.StatusUnauthorized},
-		"RebindingHostIs403":      {do(t, "GET", open+"/", nil, map[string]string{"Host": "evil.example:8080"}).status, http.StatusForbidden},
-		"LocalhostHostIs200":      {do(t, "GET", open+"/", nil, map[string]string{"Host": "localhost:8080"}).status, http.StatusOK},
+		"NoTokenIs401":            {do(t, "GET", open+"/", nil, noAuth).status, http.StatusUnauthorized},
+		"WrongBearerIs401":        {do(t, "GET", open+"/", nil, map[string]string{"Authorization": "Bearer nope"}).status, http.StatusUnauthorized},
+		"BearerIs200":             {get(t, open+"/").status, http.StatusOK},
+		"LoginCookieIs200":        {do(t, "GET", open+"/attempts", nil, map[string]string{"Cookie": cookie}).status, http.StatusOK},
+		"TokenInURLIsNoLogin":     {len(do(t, "GET", open+"/login?token="+testToken, nil, noAuth).header.Values("Set-Cookie")), 0},
+		"ForgedCookieIs401":       {do(t, "GET", open+"/", nil, map[string]string{"Cookie": "kfsdb_console=" + testToken}).status, http.StatusUnauthorized},
+		"TokenlessPostIs401":      {act(open, cancel, noAuth), http.StatusUnauthorized},
 		"PostWithoutCSRFIs403":    {act(open, url.Values{"action": {"cancel"}, "tenant": {tenantA}, "version": cancel["version"]}, nil), http.StatusForbidden},
 		"CSRFOfOtherActionIs403":  {act(open, url.Values{"action": {"supersede"}, "tenant": {tenantA}, "version": cancel["version"], "csrf": cancel["csrf"]}, nil), http.StatusForbidden},
+		"CSRFOfOtherVersionIs403": {act(open, otherVersion, nil), http.StatusForbidden},
+		"CSRFOfOtherSessionIs403": {act(open, cancel, map[string]string{"Cookie": cookie}), http.StatusForbidden},
 		"CrossOriginPostIs403":    {act(open, cancel, map[string]string{"Origin": "http://evil.example"}), http.StatusForbidden},
+		"NullOriginPostIs403":     {act(open, cancel, map[string]string{"Origin": "null"}), http.StatusForbidden},
+		"PostWithoutOriginIs403":  {act(open, cancel, map[string]string{"Origin": ""}), http.StatusForbidden},
+		"CrossSiteFetchIs403":     {act(open, cancel, map[string]string{"Origin": "", "Sec-Fetch-Site": "cross-site"}), http.StatusForbidden},
 		"GetOnActionRouteIs405":   {get(t, open+"/attempts/"+a.ID.String()+"/act").status, http.StatusMethodNotAllowed},
 		"ReadOnlyConfirmIs403":    {get(t, readOnly+"/attempts/"+a.ID.String()+"/confirm?action=cancel&tenant="+tenantA).status, http.StatusForbidden},
 		"ReadOnlyPostIs403":       {act(readOnly, cancel, nil), http.StatusForbidden},
@@ -126,7 +128,8 @@ func TestSecurityRules(t *testing.T) {
 // and checks that a confirmation for a version that changed is refused.
 func TestCancelThroughConfirmation(t *testing.T) {
 	b := setup(t)
-	base := b.start(t, console.Config{TenantID: tenantA})
+	var audit testfactory.SyncBuffer
+	base := b.start(t, console.Config{TenantID: tenantA, AuditLogger: slog.New(slog.NewTextHandler(&audit, nil))})
 	a := b.first(t, tenantA, kfstype.RunStateRunning)
 	page := get(t, base+"/attempts/"+a.ID.String())
 	require.Contains(t, page.body, `name="action" value="cancel"`)
@@ -138,7 +141,7 @@ func TestCancelThroughConfirmation(t *testing.T) {
 	loc := res.header.Get("Location")
 	require.Contains(t, loc, "/attempts/"+a.ID.String())
 	shown := get(t, base+loc)
-	require.Contains(t, shown.body, "cancel applied: running → canceled")
+	require.Contains(t, shown.body, `<p class="flash" role="status">cancel applied</p>`)
 	require.Contains(t, shown.body, `id="run-state" class="state canceled"`)
 	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, a.ID)
 	require.NoError(t, err)
@@ -153,10 +156,17 @@ func TestCancelThroughConfirmation(t *testing.T) {
 	form = url.Values{"action": {"supersede"}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}}
 	res = do(t, http.MethodPost, base+"/attempts/"+stale.ID.String()+"/act", form, nil)
 	require.Equal(t, http.StatusSeeOther, res.status)
-	require.Contains(t, get(t, base+res.header.Get("Location")).body, "supersede refused")
+	require.Contains(t, get(t, base+res.header.Get("Location")).body, "supersede refused: the attempt changed since you confirmed")
 	after, err = b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, stale.ID)
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateCanceled, after.RunState)
+
+	// One audit line per action, applied or refused, with who and what.
+	lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
+	require.Len(t, lines, 2, audit.String())
+	require.Regexp(t, `msg=audit at=\S+ session=bearer remote=127.0.0.1:\d+ forwarded="" tenant=`+tenantA+` attempt=`+a.ID.String()+
+		` action=cancel from=running to=canceled result=applied reason=""`, lines[0])
+	require.Regexp(t, `msg=audit .* attempt=`+stale.ID.String()+` action=supersede from=canceled to=canceled result=refused reason=".*changed since it was confirmed`, lines[1])
 }
 
 // TestAttemptsPagesWalkEveryMatch follows the next-page links of a
@@ -205,7 +215,7 @@ func TestRetryOfAFailedAttempt(t *testing.T) {
 	form := url.Values{"action": {"retry"}, "tenant": {tenantB}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}}
 	res := do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, nil)
 	require.Equal(t, http.StatusSeeOther, res.status)
-	require.Contains(t, get(t, base+res.header.Get("Location")).body, "retry applied: failed → dispatch_pending")
+	require.Contains(t, get(t, base+res.header.Get("Location")).body, "retry applied")
 	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantB, a.ID)
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState)

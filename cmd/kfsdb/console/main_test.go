@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"html"
 	"io"
@@ -43,10 +44,16 @@ func setup(t *testing.T) *testBundle {
 	return b
 }
 
-// start serves a console with cfg (DB filled in) and returns its base URL.
+// testToken is the token of the consoles start serves (unless the test
+// gives its own); do sends it as a bearer token unless told otherwise.
+const testToken = "test-token-0123456789-abcdefghij"
+
+// start serves a console with cfg (DB filled in, AuthToken testToken when
+// empty) and returns its base URL.
 func (b *testBundle) start(t *testing.T, cfg console.Config) string {
 	t.Helper()
 	cfg.DB = b.db.Pool
+	cfg.AuthToken = cmp.Or(cfg.AuthToken, testToken)
 	srv, err := console.New(cfg)
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv.Handler())
@@ -81,12 +88,24 @@ func do(t *testing.T, method, u string, form url.Values, header map[string]strin
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
+	// What a browser's own form post carries, and the test's token; a
+	// header given as "" is left out.
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	if method == http.MethodPost {
+		req.Header.Set("Origin", "http://"+req.URL.Host)
+	}
 	for k, v := range header {
-		if k == "Host" {
+		switch {
+		case k == "Host":
 			req.Host = v
-			continue
+		case v == "":
+			req.Header.Del(k)
+		default:
+			req.Header.Set(k, v)
 		}
-		req.Header.Set(k, v)
+	}
+	if _, ok := header["Cookie"]; ok {
+		req.Header.Del("Authorization")
 	}
 	res, err := noRedirects.Do(req)
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"html/template"
@@ -20,7 +21,7 @@ type layout struct {
 	Title    string
 	Tenant   string // the confined tenant, "" for every tenant
 	ReadOnly bool
-	LoggedIn bool // a token is required and the request carries it: show Log out
+	LoggedIn bool // the request has a session: show Log out
 	Flash    string
 	Page     any
 }
@@ -57,8 +58,9 @@ var funcs = template.FuncMap{
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title string, page any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	data := layout{Title: title, Tenant: s.cfg.TenantID, ReadOnly: s.cfg.ReadOnly, LoggedIn: s.cfg.AuthToken != "" && s.authorized(r),
-		Flash: r.URL.Query().Get("flash"), Page: page}
+	_, loggedIn := principalOf(r)
+	data := layout{Title: title, Tenant: s.cfg.TenantID, ReadOnly: s.cfg.ReadOnly, LoggedIn: loggedIn,
+		Flash: flashes[r.URL.Query().Get("flash")], Page: page}
 	if err := s.pages[name].ExecuteTemplate(w, "layout", data); err != nil {
 		s.log.Error("console: render page", "page", name, "error", err)
 	}
@@ -69,10 +71,35 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, msg st
 	s.render(w, r, status, "error", http.StatusText(status), map[string]any{"Status": status, "Message": msg})
 }
 
+// serverError answers a failed repo call: bad input (an *InputError: a
+// tenant too long or not UTF-8, the zero UUID) is the client's, 400 with
+// the reason and no ERROR line; anything else is logged and 500.
 func (s *Server) serverError(w http.ResponseWriter, r *http.Request, err error) {
+	var bad *repo.InputError
+	if errors.As(err, &bad) {
+		s.fail(w, r, http.StatusBadRequest, bad.Error())
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
+		s.log.Warn("console: request timed out", "path", r.URL.Path, "timeout", s.cfg.QueryTimeout)
+		s.fail(w, r, http.StatusServiceUnavailable, "the database took too long; try again")
+		return
+	}
 	s.log.Error("console: request failed", "path", r.URL.Path, "error", err)
 	s.fail(w, r, http.StatusInternalServerError, "the database read or write failed; see the console's log")
 }
+
+// flashes are the only messages ?flash= shows: an action's outcome, by
+// key, so that no link can put words of its own on a page.
+var flashes = func() map[string]string {
+	m := map[string]string{}
+	for _, a := range ops.Actions() {
+		m[string(a)+"-applied"] = fmt.Sprintf("%s applied", a)
+		m[string(a)+"-changed"] = fmt.Sprintf("%s refused: the attempt changed since you confirmed; look again", a)
+		m[string(a)+"-refused"] = fmt.Sprintf("%s refused: not allowed in the attempt's state now; look again", a)
+	}
+	return m
+}()
 
 // errNoTenant is returned by tenantOf when an unconfined console's request
 // names no tenant.
@@ -101,6 +128,7 @@ type overviewPage struct {
 	Throughput []repo.MinuteCount
 	MaxPerMin  int64
 	Ended      int64
+	EndedCap   bool // the read stopped at the cap: every count is a lower bound
 	Stuck      []stuckCount
 	StuckAny   []*repo.StuckAttempt // the longest stuck, at most 10
 	StuckCap   bool
@@ -126,13 +154,13 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if p.Throughput, err = s.repo.Throughput(ctx, s.cfg.DB, &repo.ThroughputParams{TenantID: tenant, AllTenants: all}); err != nil {
+	if p.Throughput, err = s.repo.Throughput(ctx, s.cfg.DB, &repo.ThroughputParams{TenantID: tenant, AllTenants: all, Cap: s.cfg.ThroughputCap}); err != nil {
 		s.serverError(w, r, err)
 		return
 	}
 	p.MaxPerMin = 1
 	for _, m := range p.Throughput {
-		p.MaxPerMin, p.Ended = max(p.MaxPerMin, m.Total()), p.Ended+m.Total()
+		p.MaxPerMin, p.Ended, p.EndedCap = max(p.MaxPerMin, m.Total()), p.Ended+m.Total(), m.AtLeast
 	}
 	stuck, err := s.repo.ListStuck(ctx, s.cfg.DB, &repo.StuckParams{TenantID: tenant, AllTenants: all, Limit: repo.MaxListLimit})
 	if err != nil {

@@ -1,57 +1,114 @@
 package console
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"net"
+	"errors"
+	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 )
 
-// cookieName is the login cookie: an HMAC of the token, never the token.
-const cookieName = "kfsdb_console"
+// Cookie names: with TLS (the console's own, or a trusted proxy's) the
+// cookie is Secure and carries the __Host- prefix, which browsers only
+// accept from a secure origin, for Path=/ and no Domain.
+const (
+	cookieName       = "kfsdb_console"
+	secureCookieName = "__Host-kfsdb_console"
+)
+
+// csrfTTL is how long a confirmation form stays valid.
+const csrfTTL = 15 * time.Minute
+
+// maxBody bounds every request body (a login or an action form is a few
+// hundred bytes).
+const maxBody = 16 << 10
 
 // headers every response carries: no script, no framing, nothing cached
-// (pages hold CSRF tokens and, after /login?token=, the URL a token).
+// (pages hold CSRF tokens, the login page a one-time code).
 var securityHeaders = map[string]string{
 	"Content-Security-Policy": "default-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 	"X-Frame-Options":         "DENY",
 	"X-Content-Type-Options":  "nosniff",
 	// same-origin, not no-referrer: under no-referrer browsers send
 	// "Origin: null" on the console's own form posts, which sameOrigin
-	// refuses; other sites still get no Referer (no /login?token= leak).
+	// refuses; other sites get no Referer.
 	"Referrer-Policy": "same-origin",
 	"Cache-Control":   "no-store",
 }
 
+// principal is who a request acts as: a login session (key is the
+// session's key) or a bearer token (key "bearer").
+type principal struct{ key string }
+
+// audit names the principal in audit lines: a session by the first 12
+// characters of its key's hash, never the cookie.
+func (p principal) String() string {
+	if p.key == "bearer" || len(p.key) < 12 {
+		return p.key
+	}
+	return "session:" + p.key[:12]
+}
+
+type principalKey struct{}
+
+func principalOf(r *http.Request) (principal, bool) {
+	p, ok := r.Context().Value(principalKey{}).(principal)
+	return p, ok
+}
+
 // secure applies the checks every request goes through, in order: a
-// loopback Host when there is no token (DNS rebinding), the token, the
-// read-only switch, and a same-origin CSRF token on every POST.
+// bounded body and time, a session (or the bearer token) on every route
+// but /login and /static/, the same origin on every POST (login
+// included), and the read-only switch.
 func (s *Server) secure(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for k, v := range securityHeaders {
 			w.Header().Set(k, v)
 		}
-		if s.cfg.AuthToken == "" && !hostIsLoopback(r.Host) {
-			s.fail(w, r, http.StatusForbidden, "this console has no token, so it only answers requests addressed to localhost")
-			return
-		}
-		login := r.URL.Path == "/login"
-		if !login && r.URL.Path != "/logout" && !strings.HasPrefix(r.URL.Path, "/static/") && !s.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="kfsdb console"`)
-			s.fail(w, r, http.StatusUnauthorized, "a token is required: send Authorization: Bearer TOKEN, or log in at /login")
-			return
-		}
-		if r.Method == http.MethodPost && !login {
-			if s.cfg.ReadOnly && r.URL.Path != "/logout" {
-				s.fail(w, r, http.StatusForbidden, "this console is read-only")
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.QueryTimeout)
+		defer cancel()
+		r = r.WithContext(ctx)
+		open := r.URL.Path == "/login" || strings.HasPrefix(r.URL.Path, "/static/")
+		if !open {
+			p, ok, status := s.authenticate(r)
+			if !ok {
+				if status == http.StatusTooManyRequests {
+					s.fail(w, r, status, "too many failed logins from your address; wait and try again")
+					return
+				}
+				w.Header().Set("WWW-Authenticate", `Bearer realm="kfsdb console"`)
+				s.fail(w, r, http.StatusUnauthorized, "log in first: open the login link the console printed, or send Authorization: Bearer TOKEN")
 				return
 			}
-			if !sameOrigin(r) {
-				s.fail(w, r, http.StatusForbidden, "cross-origin form posts are refused")
+			r = r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+		}
+		if r.Method == http.MethodPost {
+			if !s.sameOrigin(r) {
+				s.fail(w, r, http.StatusForbidden, "cross-origin form posts are refused (a POST must carry Origin or Sec-Fetch-Site: same-origin)")
+				return
+			}
+			if err := r.ParseForm(); err != nil {
+				var tooBig *http.MaxBytesError
+				if errors.As(err, &tooBig) {
+					s.fail(w, r, http.StatusRequestEntityTooLarge, "the form is too large")
+					return
+				}
+				s.fail(w, r, http.StatusBadRequest, "the form cannot be read")
+				return
+			}
+			if s.cfg.ReadOnly && !open && r.URL.Path != "/logout" {
+				s.fail(w, r, http.StatusForbidden, "this console is read-only")
 				return
 			}
 		}
@@ -59,45 +116,115 @@ func (s *Server) secure(next http.Handler) http.Handler {
 	})
 }
 
-// authorized says whether r carries the token (or its login cookie); any
-// request is authorized when the console has no token.
-func (s *Server) authorized(r *http.Request) bool {
-	if s.cfg.AuthToken == "" {
-		return true
+// authenticate finds r's principal: a bearer token (a wrong one counts as
+// a failed login) or a live session cookie. status is 429 when r's
+// address is locked out.
+func (s *Server) authenticate(r *http.Request) (principal, bool, int) {
+	if _, ok := r.Header["Authorization"]; ok {
+		now := time.Now()
+		addr := s.clientAddr(r)
+		if s.limit.blocked(addr, now) {
+			return principal{}, false, http.StatusTooManyRequests
+		}
+		if httpguard.BearerMatches(r, s.cfg.AuthToken) {
+			return principal{key: "bearer"}, true, 0
+		}
+		s.limit.fail(addr, now)
+		s.log.Warn("console: wrong bearer token", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
+		return principal{}, false, http.StatusUnauthorized
 	}
-	if auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		return subtle.ConstantTimeCompare([]byte(auth), []byte(s.cfg.AuthToken)) == 1
+	c, err := r.Cookie(s.cookieName(r))
+	if err != nil {
+		return principal{}, false, http.StatusUnauthorized
 	}
-	if c, err := r.Cookie(cookieName); err == nil {
-		return subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.cookieVal)) == 1
+	key, ok := s.sessions.valid(c.Value, time.Now())
+	if !ok {
+		return principal{}, false, http.StatusUnauthorized
+	}
+	return principal{key: key}, true, 0
+}
+
+// fromTrustedProxy says whether r's peer is a proxy --trusted-proxy names.
+func (s *Server) fromTrustedProxy(r *http.Request) bool {
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	for _, p := range s.cfg.TrustedProxies {
+		if p.Contains(peer.Addr().Unmap()) {
+			return true
+		}
 	}
 	return false
 }
 
-// hostIsLoopback says whether a Host header names this host: localhost or
-// a loopback IP, with or without a port.
-func hostIsLoopback(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.Trim(host, "[]")
-	if host == "localhost" {
+// tls says whether the browser's side of r is HTTPS: the console's own
+// TLS, or a trusted proxy's (X-Forwarded-Proto: https, or proto=https in
+// Forwarded).
+func (s *Server) tls(r *http.Request) bool {
+	if r.TLS != nil {
 		return true
 	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	if !s.fromTrustedProxy(r) {
+		return false
+	}
+	return strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") ||
+		strings.Contains(strings.ToLower(r.Header.Get("Forwarded")), "proto=https")
 }
 
-// sameOrigin refuses a POST whose Origin (sent by browsers on form posts)
-// names another host; requests without Origin (curl) rely on the CSRF
-// token alone.
-func sameOrigin(r *http.Request) bool {
+func (s *Server) cookieName(r *http.Request) string {
+	if s.tls(r) {
+		return secureCookieName
+	}
+	return cookieName
+}
+
+// clientAddr is the address failed logins are counted by: the peer's IP,
+// or, from a trusted proxy, the last address of X-Forwarded-For (the one
+// the proxy itself added).
+func (s *Server) clientAddr(r *http.Request) string {
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	if s.fromTrustedProxy(r) {
+		xff := r.Header.Values("X-Forwarded-For")
+		if len(xff) > 0 {
+			parts := strings.Split(xff[len(xff)-1], ",")
+			if a, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
+				return a.String()
+			}
+		}
+	}
+	return peer.Addr().String()
+}
+
+// forwardedFor is what proxies said about r's client, for audit lines.
+func forwardedFor(r *http.Request) string {
+	return strings.Join(append(r.Header.Values("Forwarded"), r.Header.Values("X-Forwarded-For")...), ", ")
+}
+
+// sameOrigin accepts a POST whose Origin is the console's own (scheme and
+// host, the host a trusted proxy forwarded in X-Forwarded-Host when there
+// is one), or, without Origin, that says Sec-Fetch-Site: same-origin. A
+// POST with neither is refused: every browser sends one of them.
+func (s *Server) sameOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
-		return true
+		return r.Header.Get("Sec-Fetch-Site") == "same-origin"
 	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
+	if err != nil {
+		return false
+	}
+	host, scheme := r.Host, "http"
+	if s.fromTrustedProxy(r) && r.Header.Get("X-Forwarded-Host") != "" {
+		host = r.Header.Get("X-Forwarded-Host")
+	}
+	if s.tls(r) {
+		scheme = "https"
+	}
+	return u.Scheme == scheme && u.Host == host
 }
 
 // mac is the hex HMAC-SHA256 of parts under the process's secret.
@@ -110,38 +237,114 @@ func (s *Server) mac(parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// csrfToken binds an action form to one attempt of one tenant and one
-// action: a token taken from one form is useless on any other.
-func (s *Server) csrfToken(tenant, attemptID, action string) string {
-	return s.mac("csrf", tenant, attemptID, action)
+// csrfToken binds an action form to the session, one attempt of one
+// tenant at one row version, one action and a deadline: "UNIX.MAC".
+func (s *Server) csrfToken(p principal, tenant, attemptID, action string, version int32, now time.Time) string {
+	deadline := strconv.FormatInt(now.Add(csrfTTL).Unix(), 10)
+	return deadline + "." + s.mac("csrf", p.key, tenant, attemptID, action, strconv.Itoa(int(version)), deadline)
 }
 
-func (s *Server) csrfValid(token, tenant, attemptID, action string) bool {
-	return hmac.Equal([]byte(token), []byte(s.csrfToken(tenant, attemptID, action)))
+func (s *Server) csrfValid(token string, p principal, tenant, attemptID, action string, version int32, now time.Time) bool {
+	deadline, mac, ok := strings.Cut(token, ".")
+	if !ok {
+		return false
+	}
+	unix, err := strconv.ParseInt(deadline, 10, 64)
+	if err != nil || !now.Before(time.Unix(unix, 0)) {
+		return false
+	}
+	want := s.mac("csrf", p.key, tenant, attemptID, action, strconv.Itoa(int(version)), deadline)
+	return hmac.Equal([]byte(mac), []byte(want))
 }
 
-// loginForm shows the login form (GET /login), or sets the login cookie
-// for a right token given as ?token= or in the form, then goes to the
-// overview.
+// loginPage is the login page's data.
+type loginPage struct {
+	Once      string // a one-time code to submit with a button
+	Generated bool   // the console made its token: only its link logs in
+	Wrong     bool
+}
+
+// loginForm shows the login form. A token in the URL (?token=) is never
+// accepted: URLs end up in histories and proxies' logs. A one-time link's
+// code (?once=) is shown as a button that posts it.
 func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
-	token := r.URL.Query().Get("token")
-	if r.Method == http.MethodPost {
-		token = r.PostFormValue("token")
-	}
-	if token == "" || s.cfg.AuthToken == "" {
-		s.render(w, r, http.StatusOK, "login", "Log in", map[string]any{"NoToken": s.cfg.AuthToken == ""})
+	s.render(w, r, http.StatusOK, "login", "Log in", loginPage{Once: r.URL.Query().Get("once"), Generated: s.generated})
+}
+
+// login checks a posted token or one-time code and starts a session.
+// Failures are logged, audited and counted per address: past the limit
+// the address waits (429).
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	now, addr := time.Now(), s.clientAddr(r)
+	if s.limit.blocked(addr, now) {
+		s.log.Warn("console: login refused, too many failures", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
+		s.audit(r, auditEntry{Action: "login", Result: "refused", Reason: "too many failed logins"})
+		s.fail(w, r, http.StatusTooManyRequests, "too many failed logins from your address; wait and try again")
 		return
 	}
-	if subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AuthToken)) != 1 {
-		s.render(w, r, http.StatusUnauthorized, "login", "Log in", map[string]any{"Wrong": true})
+	token, once := r.PostFormValue("token"), r.PostFormValue("once")
+	ok := token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AuthToken)) == 1
+	if !ok && once != "" {
+		ok = s.useOnce(once, now)
+	}
+	if !ok {
+		s.limit.fail(addr, now)
+		s.log.Warn("console: login failed", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
+		s.audit(r, auditEntry{Action: "login", Result: "refused", Reason: "wrong token or used link"})
+		s.render(w, r, http.StatusUnauthorized, "login", "Log in", loginPage{Wrong: true, Generated: s.generated})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.cookieVal, Path: "/", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	id := s.sessions.create(now, now.Add(s.cfg.SessionTTL))
+	secure := s.tls(r)
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(r), Value: id, Path: "/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure, MaxAge: int(s.cfg.SessionTTL / time.Second)})
+	s.audit(r.WithContext(context.WithValue(r.Context(), principalKey{}, principal{key: sessionKey(id)})),
+		auditEntry{Action: "login", Result: "applied"})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// useOnce consumes the one-time login code, if code is it and it is
+// unused and not expired.
+func (s *Server) useOnce(code string, now time.Time) bool {
+	s.onceMu.Lock()
+	defer s.onceMu.Unlock()
+	if s.once == "" || !now.Before(s.onceExpires) || subtle.ConstantTimeCompare([]byte(code), []byte(s.once)) != 1 {
+		return false
+	}
+	s.once = ""
+	return true
+}
+
+// logout revokes the session server-side: its cookie is refused from now
+// on, even if a copy of it is replayed.
 func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	if p, ok := principalOf(r); ok && p.key != "bearer" {
+		s.sessions.revoke(p.key)
+	}
+	s.audit(r, auditEntry{Action: "logout", Result: "applied"})
+	http.SetCookie(w, &http.Cookie{Name: s.cookieName(r), Value: "", Path: "/", MaxAge: -1, HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: s.tls(r)})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// LoginLink is the one-time login path ("/login?once=CODE") of a console
+// that made its own token, for its operator to open; "" when the token
+// was given, or after the link was used or expired. It logs in once.
+func (s *Server) LoginLink() string {
+	s.onceMu.Lock()
+	defer s.onceMu.Unlock()
+	if s.once == "" || !time.Now().Before(s.onceExpires) {
+		return ""
+	}
+	return "/login?" + url.Values{"once": {s.once}}.Encode()
+}
+
+// checkTrustedProxies refuses an unparsable or over-broad proxy prefix.
+func checkTrustedProxies(ps []netip.Prefix) error {
+	for _, p := range ps {
+		if !p.IsValid() || p.Bits() == 0 {
+			return fmt.Errorf("%w: TrustedProxies %v: name the proxy's address, not every address", ErrInvalidConfig, p)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,167 @@
+// Package httpguard holds the access rules the kfsdb command's HTTP
+// servers share (the web console and every /metrics server): how a token
+// is read and how strong it must be, what counts as a loopback request
+// (never one that came through a proxy), and the /metrics handler's guard.
+package httpguard
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+)
+
+// MinTokenLength is the shortest token accepted, in bytes, and
+// MinTokenDistinct the fewest distinct bytes it must hold: a generated
+// token (NewToken) has 43 of about 40 distinct characters.
+const (
+	MinTokenLength   = 24
+	MinTokenDistinct = 8
+)
+
+// ErrWeakToken is returned by CheckToken for a token too short or too
+// repetitive to resist guessing.
+var ErrWeakToken = errors.New("weak token")
+
+// CheckToken refuses a token shorter than MinTokenLength bytes or with
+// fewer than MinTokenDistinct distinct bytes, or one holding whitespace
+// or control characters (a file's trailing newline is trimmed by
+// ReadToken, not here).
+func CheckToken(token string) error {
+	if len(token) < MinTokenLength {
+		return fmt.Errorf("%w: a token must be at least %d characters (got %d); make one with `openssl rand -base64 32`", ErrWeakToken, MinTokenLength, len(token))
+	}
+	seen := map[byte]bool{}
+	for i := 0; i < len(token); i++ {
+		if token[i] <= ' ' || token[i] == 0x7f {
+			return fmt.Errorf("%w: a token must not hold spaces or control characters", ErrWeakToken)
+		}
+		seen[token[i]] = true
+	}
+	if len(seen) < MinTokenDistinct {
+		return fmt.Errorf("%w: a token must hold at least %d distinct characters", ErrWeakToken, MinTokenDistinct)
+	}
+	return nil
+}
+
+// ReadToken reads a token from file (its first line, trimmed) when file
+// is set, else takes env's value; "" when neither gives one. It never
+// takes a token from the command line, where every local user sees it
+// (ps, /proc/PID/cmdline).
+func ReadToken(file, env string) (string, error) {
+	if file == "" {
+		return strings.TrimSpace(env), nil
+	}
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read the token file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	token := strings.TrimSpace(line)
+	if token == "" {
+		return "", fmt.Errorf("the token file %s is empty", file)
+	}
+	return token, nil
+}
+
+// BearerMatches says whether r carries "Authorization: Bearer <token>",
+// compared in constant time; never for an empty token.
+func BearerMatches(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// HostIsLoopback says whether a Host header (or a --listen host) names
+// this host: localhost or a loopback IP, with or without a port.
+func HostIsLoopback(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ListenIsLoopback says whether a listen address only accepts connections
+// from this host: a loopback IP or "localhost". An empty host (":8080")
+// listens on every interface.
+func ListenIsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && host != "" && HostIsLoopback(host)
+}
+
+// forwardingHeaders are those a proxy adds: a request carrying one came
+// through a proxy, whatever its Host and peer address say.
+var forwardingHeaders = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Via"}
+
+// Forwarded says whether r carries a header a proxy adds.
+func Forwarded(r *http.Request) bool {
+	for _, h := range forwardingHeaders {
+		if _, ok := r.Header[h]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// IsLoopback says whether r is a request made on this host: its peer is
+// a loopback address, its Host names this host (a DNS-rebound name does
+// not), and it carries no proxy header. A proxy on this host that
+// forwards with "Host: 127.0.0.1" (nginx's default for proxy_pass to
+// 127.0.0.1, httputil.ReverseProxy's SetURL) adds X-Forwarded-For or
+// Forwarded, or, as nginx does by default, nothing: which is why a
+// loopback request is only trusted where nothing but loopback listens,
+// and the console never trusts one (it always asks for a session).
+func IsLoopback(r *http.Request) bool {
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && peer.Addr().IsLoopback() && HostIsLoopback(r.Host) && !Forwarded(r)
+}
+
+// MetricsPath is where the metrics servers serve.
+const MetricsPath = "/metrics"
+
+// Metrics guards a /metrics handler by the console's rules: with a token,
+// every request must carry it as a bearer token (Prometheus:
+// authorization.credentials_file); without one, only loopback requests
+// (IsLoopback) are served, which ListenAllowed requires to be all the
+// listener can receive.
+func Metrics(h http.Handler, token string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		switch {
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "only GET", http.StatusMethodNotAllowed)
+		case token != "" && !BearerMatches(r, token):
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kfsdb metrics"`)
+			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+		case token == "" && !IsLoopback(r):
+			http.Error(w, "these metrics have no token, so they only answer loopback requests that came through no proxy", http.StatusForbidden)
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+// ListenAllowed refuses to listen on a non-loopback address without a
+// token, and refuses a weak token.
+func ListenAllowed(addr, token, what string) error {
+	if token != "" {
+		if err := CheckToken(token); err != nil {
+			return fmt.Errorf("%s token: %w", what, err)
+		}
+		return nil
+	}
+	if !ListenIsLoopback(addr) {
+		return fmt.Errorf("%s address %q is not a loopback address, so a token is required", what, addr)
+	}
+	return nil
+}
