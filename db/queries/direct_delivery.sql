@@ -89,15 +89,28 @@ walked AS MATERIALIZED (
   UNION ALL
   SELECT d.tenant_id, (SELECT max(w.pos) FROM tenant_walk w) + 1
     FROM (SELECT a.tenant_id
+            -- One descent per status, in the index's order (a LIMIT 1
+            -- left to the planner was a sequential scan from the table's
+            -- first page, through all its history).
             FROM ((SELECT o.attempt_id FROM document_compilation_outbox o
-                    WHERE o.status IN ('pending', 'dispatched', 'leased')
+                    WHERE o.status = 'pending'
                       AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
-                    LIMIT 1)
+                    ORDER BY o.status, o.available_at LIMIT 1)
+                  UNION ALL
+                  (SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'leased'
+                      AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+                    ORDER BY o.status, o.available_at LIMIT 1)
+                  UNION ALL
+                  (SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'dispatched'
+                      AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+                    ORDER BY o.status, o.available_at LIMIT 1)
                   UNION ALL
                   (SELECT o.attempt_id FROM document_compilation_outbox o
                     WHERE o.status = 'dispatching'
                       AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())
-                    LIMIT 1)
+                    ORDER BY o.status, o.locked_until LIMIT 1)
                   LIMIT 1) due
             JOIN document_compilation_attempts a ON a.id = due.attempt_id) d
    WHERE NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
