@@ -28,13 +28,13 @@
 -- backlog behind them. Each tenant with due rows offers its oldest live
 -- attempts (the same index: tenant_id, completed_at IS NULL, id, and ids
 -- are UUIDv7, so id order is start order) whose outbox row is due, at
--- most per_tenant (plus batch_size spares for rows a concurrent fetch
--- holds; at most per_tenant are taken). The offers are taken round by
+-- most per_tenant and at most what it could take if every other tenant
+-- took one (plus its share of the batch as spares for rows a concurrent
+-- fetch holds; at most per_tenant are taken). The offers are taken round by
 -- round (every tenant's first, then every tenant's second, ...) until
 -- batch_size: a tenant's backlog cannot take every slot while another
 -- tenant waits, and the cost is bounded by max_tenants descents plus
--- batch_size * (per_tenant + batch_size) offers whatever the backlog;
--- one tenant alone costs one descent and its offers. The chosen rows
+-- about 2 * batch_size offers whatever the backlog. The chosen rows
 -- are re-checked on their newest versions when locked (READ COMMITTED
 -- re-evaluates the WHERE of a row that changed since the snapshot), so a
 -- pair that a cancel, a relay or another fetcher changed meanwhile is
@@ -145,15 +145,25 @@ quotas AS (
                                 AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
                               LIMIT c.max_running) live))
          END AS quota,
-         -- Spare offers past the quota, for an uncapped tenant: a fetch
-         -- running at the same time (another worker, another process)
-         -- holds the first ones, and SKIP LOCKED then takes these instead
-         -- of coming back short. A capped tenant's row is locked above, so
-         -- no other fetch leases for it meanwhile.
-         CASE WHEN EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
-              THEN 0 ELSE @batch_size::integer END AS spare
+         (SELECT count(*) FROM walked)::integer AS tenants,
+         CASE WHEN true THEN @batch_size::integer END AS batch,
+         EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id) AS capped
     FROM walked w
     LEFT JOIN capped c ON c.tenant_id = w.tenant_id
+),
+-- Each tenant offers at most what it can take when each of the others
+-- takes one (offers past that could only be spares), and spare offers
+-- past that, for an uncapped tenant: a fetch running at the same time
+-- (another worker, another process) holds the first ones, and SKIP LOCKED
+-- then takes these instead of coming back short. Its share of the batch:
+-- a second fetch of the same source walks from the same cursor and holds
+-- as many. A capped tenant's row is locked above, so no other fetch
+-- leases for it meanwhile.
+offer_limits AS (
+  SELECT q.tenant_id, q.pos, q.quota,
+         CASE WHEN q.quota < q.batch - q.tenants + 1 THEN q.quota ELSE q.batch - q.tenants + 1 END
+           + CASE WHEN q.capped THEN 0 ELSE (q.batch + q.tenants - 1) / q.tenants END AS offered
+    FROM quotas q
 ),
 -- MATERIALIZED: computed once. Inlined, the planner may put it on the
 -- inner side of a nested loop over the attempts and walk every tenant's
@@ -161,7 +171,7 @@ quotas AS (
 -- 450 ms for 400 due rows instead of under 1 ms).
 offers AS MATERIALIZED (
   SELECT w.tenant_id, w.pos, w.quota, offer.attempt_id, offer.outbox_id, offer.round
-    FROM quotas w
+    FROM offer_limits w
    CROSS JOIN LATERAL (
      SELECT a.id AS attempt_id, o.id AS outbox_id,
             row_number() OVER (ORDER BY a.tenant_id, a.completed_at, a.id) AS round
@@ -177,7 +187,7 @@ offers AS MATERIALIZED (
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.
       ORDER BY a.tenant_id, a.completed_at, a.id
-      LIMIT w.quota + w.spare
+      LIMIT w.offered
    ) offer
    WHERE w.quota > 0
 ),
