@@ -14,15 +14,17 @@ import (
 
 const fetchLeases = `-- name: FetchLeases :many
 
-WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, due, dues) AS (
+WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
   -- Position 0 is the cursor itself, not walked.
-  SELECT $1::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, false AS due, 0 AS dues
+  SELECT $1::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, NULL::uuid AS first_due, 0 AS dues
   UNION ALL
   -- The next tenant, or the lowest again (the walk wraps) until the first,
-  -- and whether it has a due row (its first offer's probe, see offers);
-  -- until batch_size tenants with due rows are found: their first offers
-  -- fill the batch, so a tenant further on could only take a spare's place.
-  SELECT nxt.tenant_id, coalesce(w.first_tenant, nxt.tenant_id), w.pos + 1, due.due, w.dues + due.due::integer
+  -- and its oldest live attempt with a due row, if any (its first offer:
+  -- the offers start there, past its running attempts); until batch_size
+  -- tenants with due rows are found: their first offers fill the batch,
+  -- so a tenant further on could only take a spare's place.
+  SELECT nxt.tenant_id, coalesce(w.first_tenant, nxt.tenant_id), w.pos + 1, due.first_due,
+         w.dues + (due.first_due IS NOT NULL)::integer
     FROM tenant_walk w
    CROSS JOIN LATERAL (
      SELECT coalesce((SELECT a.tenant_id FROM document_compilation_attempts a
@@ -34,16 +36,17 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, due, dues) AS (
      OFFSET 0
    ) nxt
    CROSS JOIN LATERAL (
-     SELECT EXISTS (
-       SELECT 1
-         FROM document_compilation_attempts a
-         JOIN document_compilation_outbox o ON o.attempt_id = a.id
-        WHERE a.tenant_id = nxt.tenant_id
-          AND a.completed_at IS NULL
-          AND ((o.status IN ('pending', 'dispatched', 'leased')
-                AND o.available_at <= coalesce($2::timestamptz, now()))
-               OR (o.status = 'dispatching'
-                   AND o.locked_until <= coalesce($2::timestamptz, now())))) AS due
+     SELECT (SELECT a.id
+               FROM document_compilation_attempts a
+               JOIN document_compilation_outbox o ON o.attempt_id = a.id
+              WHERE a.tenant_id = nxt.tenant_id
+                AND a.completed_at IS NULL
+                AND ((o.status IN ('pending', 'dispatched', 'leased')
+                      AND o.available_at <= coalesce($2::timestamptz, now()))
+                     OR (o.status = 'dispatching'
+                         AND o.locked_until <= coalesce($2::timestamptz, now())))
+              ORDER BY a.tenant_id, a.completed_at, a.id
+              LIMIT 1) AS first_due
    ) due
    WHERE w.pos < $3::integer
      AND w.dues < $4::integer
@@ -51,9 +54,9 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, due, dues) AS (
      AND nxt.tenant_id IS DISTINCT FROM w.first_tenant
 ),
 walked AS MATERIALIZED (
-  SELECT w.tenant_id, w.pos FROM tenant_walk w WHERE w.pos > 0 AND w.due
+  SELECT w.tenant_id, w.pos, w.first_due FROM tenant_walk w WHERE w.pos > 0 AND w.first_due IS NOT NULL
   UNION ALL
-  SELECT d.tenant_id, (SELECT max(w.pos) FROM tenant_walk w) + 1
+  SELECT d.tenant_id, (SELECT max(w.pos) FROM tenant_walk w) + 1, NULL::uuid
     FROM (SELECT a.tenant_id
             -- One descent per status, in the index's order (a LIMIT 1
             -- left to the planner was a sequential scan from the table's
@@ -88,7 +91,7 @@ capped AS (
      FOR UPDATE SKIP LOCKED
 ),
 quotas AS (
-  SELECT w.tenant_id, w.pos,
+  SELECT w.tenant_id, w.pos, w.first_due,
          CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
                 THEN $5::integer
               WHEN c.tenant_id IS NULL
@@ -112,7 +115,7 @@ quotas AS (
     LEFT JOIN capped c ON c.tenant_id = w.tenant_id
 ),
 offer_limits AS (
-  SELECT q.tenant_id, q.pos, q.quota,
+  SELECT q.tenant_id, q.pos, q.quota, q.first_due,
          CASE WHEN q.quota < q.batch - q.tenants + 1 THEN q.quota ELSE q.batch - q.tenants + 1 END
            + CASE WHEN q.capped THEN 0 ELSE (q.batch + q.tenants - 1) / q.tenants END AS offered
     FROM quotas q
@@ -127,6 +130,9 @@ offers AS MATERIALIZED (
        JOIN document_compilation_outbox o ON o.attempt_id = a.id
       WHERE a.tenant_id = w.tenant_id
         AND a.completed_at IS NULL
+        -- From the walk's first due attempt: the older live ones are
+        -- running (or otherwise not due) and were passed once already.
+        AND a.id >= coalesce(w.first_due, '00000000-0000-0000-0000-000000000000'::uuid)
         AND ((o.status IN ('pending', 'dispatched', 'leased')
               AND o.available_at <= coalesce($2::timestamptz, now()))
              OR (o.status = 'dispatching'
