@@ -188,7 +188,7 @@ BENCH_COUNT ?= 6
 BENCH_OUT ?= bench/out
 
 .PHONY: bench
-bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; writes bench/out and prints ratios.
+bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; FetchLeases' buffers and statements per lease against their budget (fails past it); writes bench/out and prints ratios.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	mkdir -p $(BENCH_OUT)
 	@# BENCH_COUNT separate -count=1 runs, so repo and raw (and every
@@ -197,6 +197,10 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 	cd tests/bench && for i in $$(seq $(BENCH_COUNT)); do \
 		$(CURDIR)/$(BENCH_OUT)/bench.test -test.run '^$$' -test.bench 'Transition|Dispatch|Pgbench' -test.benchtime=$(BENCH_TIME) -test.count=1 -test.timeout 60m; \
 	done | tee $(CURDIR)/$(BENCH_OUT)/bench.txt
+	@# FetchLeases' budget (buffers and statements per lease, counts, not
+	@# times): once, and a failure fails make bench.
+	cd tests/bench && $(CURDIR)/$(BENCH_OUT)/bench.test -test.run '^$$' -test.bench 'FetchBudget' -test.benchtime 1x -test.count=1 -test.v \
+		-test.timeout 30m >$(CURDIR)/$(BENCH_OUT)/fetchbudget.txt 2>&1; st=$$?; grep -E 'FetchLeases at|BUDGET|^(ok|FAIL|---)' $(CURDIR)/$(BENCH_OUT)/fetchbudget.txt; exit $$st
 	@echo "== repo/raw summary (medians of $(BENCH_COUNT) runs; benchstat: benchstat -col /impl $(BENCH_OUT)/bench.txt)"
 	cd tests && GOWORK=off go run ./bench/benchsummary $(CURDIR)/$(BENCH_OUT)/bench.txt | tee $(CURDIR)/$(BENCH_OUT)/summary.md
 

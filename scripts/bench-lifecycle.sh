@@ -4,7 +4,10 @@
 # relay`), the relay through NATS JetStream (`--delivery nats`, against
 # tests/cmd/kfsdb-nats, an in-process JetStream server on loopback started
 # here), direct delivery with metrics and tracing on (side
-# `postgres+observe`: `--observe`) and River (bench/river), interleaved, ROUNDS rounds of each load
+# `postgres+observe`: `--observe`), the seed schema's floor (side `floor`:
+# ../shared/bench/lifecyclefloor, built from FLOOR_DIR at run time, the
+# least work the verbatim schema allows with River's runtime shape) and
+# River (bench/river), interleaved, ROUNDS rounds of each load
 # (unpaced, then each rate of RATES), PRODUCERS producers and SLOTS worker
 # slots for SECONDS each. Around every run it reads, from outside the
 # programs and the same way for all three: the PostgreSQL container's CPU
@@ -14,6 +17,14 @@
 # its own window (from the first insert to the drain), the WAL written and
 # the container's CPU time (cgroup cpuacct, passed as KFS_BENCH_CPU_FILE),
 # per completed item, measured the same way by both.
+#
+# Latency is start → succeeded at the completion's commit on every side:
+# the server runs with track_commit_timestamp = on and kfsdb bench and
+# bench/river read pg_xact_commit_timestamp(xmin) of the completed row
+# (p50_ms, p99_ms); River's finalized_at, stamped by its executor before
+# its completer commits, is reported beside it (finalized_p50_ms,
+# finalized_p99_ms). The floor's figure is its completed_at, now() of its
+# completing statement, which commits on its own right after.
 #
 # Usage: scripts/bench-lifecycle.sh [OUT]   (make bench-lifecycle)
 # Without KFS_BENCH_DATABASE_URL it starts an fsync-on server with its data
@@ -30,7 +41,8 @@ RATES=${RATES:-150 300}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 PRODUCERS=${PRODUCERS:-8}
 SLOTS=${SLOTS:-8}
-SIDES=${SIDES:-postgres postgres+observe relay nats river}
+SIDES=${SIDES:-postgres floor postgres+observe relay nats river}
+FLOOR_DIR=${FLOOR_DIR:-$repo/../shared/bench/lifecyclefloor}
 image=${KFS_TEST_POSTGRES_IMAGE:-kfsdb-postgres:17}
 export GOWORK=off
 
@@ -47,6 +59,9 @@ trap cleanup EXIT
 echo "== building kfsdb-bench and the River peer"
 (cd bench/kfsdb-bench && go build -o "$bin/kfsdb-bench" .)
 (cd bench/river && go build -o "$bin/riverbench" .)
+if [[ " $SIDES " == *" floor "* ]]; then
+	(cd "$FLOOR_DIR" && go build -o "$bin/floor" .)
+fi
 nats_url=
 if [[ " $SIDES " == *" nats "* ]]; then
 	(cd tests && go build -o "$bin/kfsdb-nats" ./cmd/kfsdb-nats)
@@ -68,7 +83,7 @@ if [ -z "$url" ]; then
 	docker run -d --name "$container" -e POSTGRES_PASSWORD=bench \
 		--mount type=volume,dst=/var/lib/postgresql/data \
 		-p 127.0.0.1::5432 "$image" postgres -c shared_buffers=128MB \
-		-c max_connections=200 -c shared_preload_libraries=pg_stat_statements >/dev/null
+		-c max_connections=200 -c shared_preload_libraries=pg_stat_statements -c track_commit_timestamp=on >/dev/null
 	port=$(docker port "$container" 5432/tcp | head -n1 | sed 's/.*://')
 	url="postgres://postgres:bench@127.0.0.1:$port/postgres?sslmode=disable"
 	for _ in $(seq 1 60); do
@@ -81,7 +96,7 @@ if [ -z "$url" ]; then
 	done
 fi
 psql "$url" -Atqc 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements' >/dev/null 2>&1 || true
-echo "== server: $(psql "$url" -Atqc 'SELECT version()' | cut -d' ' -f1-2), fsync $(psql "$url" -Atqc 'SHOW fsync'), cgroup ${cgroup:-none}"
+echo "== server: $(psql "$url" -Atqc 'SELECT version()' | cut -d' ' -f1-2), fsync $(psql "$url" -Atqc 'SHOW fsync'), track_commit_timestamp $(psql "$url" -Atqc 'SHOW track_commit_timestamp'), cgroup ${cgroup:-none}"
 
 # calls counts the named (sqlc) statements executed since the last reset.
 calls() { psql "$url" -Atqc "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE '-- name:%'" 2>/dev/null || echo 0; }
@@ -102,6 +117,17 @@ run() {
 	s0=$(calls)
 	export KFS_BENCH_CPU_FILE=$cgroup
 	case $side in
+	floor)
+		"$bin/floor" -url "$url" -kfsdb "$bin/kfsdb" -producers "$PRODUCERS" -workers "$SLOTS" -seconds "$SECONDS_PER_RUN" \
+			-rate "$rate" >"$log" 2>&1 || { echo "run floor rate $rate failed:" >&2; cat "$log" >&2; exit 1; }
+		local fl
+		fl=$(grep -E '^floor rate=' "$log" | tail -n 1)
+		[ -n "$fl" ] || { echo "run floor rate $rate: no result line:" >&2; cat "$log" >&2; exit 1; }
+		# Its own line, in this script's fields (it counts its statements).
+		echo "$fl" | awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+			printf "floor rate=%s throughput=%s p50_ms=%s p99_ms=%s completed=%s cpu_us_per_item=0 wal_bytes_per_item=%s statements_per_item=%s drain=%s finalized_p50_ms=0 finalized_p99_ms=0\n",
+				f["rate"], f["throughput"], f["p50_ms"], f["p99_ms"], f["completed"], f["wal_bytes_per_item"], f["statements_per_item"], f["drain"] }'
+		return ;;
 	river)
 		"$bin/riverbench" -url "$url" -producers "$PRODUCERS" -workers "$SLOTS" -seconds "$SECONDS_PER_RUN" \
 			-fetch-cooldown 1ms -rate "$rate" >"$log" 2>&1 ;;
@@ -118,7 +144,11 @@ run() {
 	s1=$(calls)
 	local tput p done
 	tput=$(grep -E '^\| (lifecycle )?throughput' "$log" | grep -oE '[0-9.]+ (attempts|jobs)/s' | cut -d' ' -f1)
-	p=$(grep -E 'succeeded p50 / p99|completed p50 / p99' "$log" | sed -E 's/.*\| ([^ ]+) \/ ([^ ]+) \|$/\1 \2/')
+	# At the commit where the program reports it, else its own figure.
+	local pline fin=
+	pline=$(grep -E 'committed p50 / p99' "$log" || grep -E 'succeeded p50 / p99|completed p50 / p99' "$log")
+	p=$(echo "$pline" | head -n 1 | sed -E 's/.*\| ([^ ]+) \/ ([^ ]+) \|$/\1 \2/')
+	fin=$(grep -E 'finalized_at p50 / p99' "$log" | sed -E 's/.*\| ([^ ]+) \/ ([^ ]+) \|$/\1 \2/' || true)
 	done=$(grep -E '^\| (attempts started / succeeded|jobs inserted / completed)' "$log" | sed -E 's/.*\| [0-9]+ \/ ([0-9]+) \|$/\1/')
 	if [ -z "$tput" ] || [ -z "$done" ]; then
 		echo "run $side rate $rate failed:" >&2
@@ -130,9 +160,10 @@ run() {
 	wal=$(grep -E '^\| WAL bytes per (attempt|job) \|' "$log" | grep -oE '[0-9.]+ \|$' | cut -d' ' -f1)
 	cpu=$(grep -E '^\| PostgreSQL CPU per (attempt|job) \|' "$log" | grep -oE '[0-9.]+ µs' | cut -d' ' -f1)
 	awk -v side="$side" -v rate="$rate" -v t="$tput" -v p50="$(ms "${p% *}")" -v p99="$(ms "${p#* }")" -v n="$done" \
-		-v cpu="${cpu:-0}" -v wal="${wal:-0}" -v st=$((s1 - s0)) -v drain="${drain:-0}" 'BEGIN {
-		printf "%s rate=%s throughput=%s p50_ms=%s p99_ms=%s completed=%s cpu_us_per_item=%.0f wal_bytes_per_item=%.0f statements_per_item=%.2f drain=%s\n",
-			side, rate, t, p50, p99, n, cpu, wal, st / n, drain }'
+		-v cpu="${cpu:-0}" -v wal="${wal:-0}" -v st=$((s1 - s0)) -v drain="${drain:-0}" \
+		-v f50="$( [ -n "$fin" ] && ms "${fin% *}" || echo 0)" -v f99="$( [ -n "$fin" ] && ms "${fin#* }" || echo 0)" 'BEGIN {
+		printf "%s rate=%s throughput=%s p50_ms=%s p99_ms=%s completed=%s cpu_us_per_item=%.0f wal_bytes_per_item=%.0f statements_per_item=%.2f drain=%s finalized_p50_ms=%s finalized_p99_ms=%s\n",
+			side, rate, t, p50, p99, n, cpu, wal, st / n, drain, f50, f99 }'
 }
 
 : >"$out"
@@ -156,24 +187,27 @@ function median(list,   n, a, i, j, t) {
 {
 	side = $2; rate = field("rate"); key = rate SUBSEP side
 	sides[side] = 1; rates[rate] = 1
-	for (m = 1; m <= 7; m++) { name = names[m]; v[key, name] = v[key, name] " " field(name) }
+	for (m = 1; m <= 9; m++) { name = names[m]; v[key, name] = v[key, name] " " field(name) }
 }
-BEGIN { split("throughput p99_ms p50_ms cpu_us_per_item wal_bytes_per_item statements_per_item drain", names, " ") }
+BEGIN { split("throughput p99_ms p50_ms cpu_us_per_item wal_bytes_per_item statements_per_item drain finalized_p50_ms finalized_p99_ms", names, " ") }
 END {
-	printf "| load | side | throughput /s | drain /s | p50 ms | p99 ms | PG CPU µs / item | WAL bytes / item | statements / item | throughput vs River | p99 vs River |\n"
-	printf "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+	printf "| load | side | throughput /s | drain /s | p50 ms committed | p99 ms committed | River finalized_at p50 / p99 ms | PG CPU µs / item | WAL bytes / item | statements / item | throughput vs River | p99 vs River | throughput vs floor | drain vs floor | p99 vs floor |\n"
+	printf "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 	n = 0
 	for (r in rates) rs[++n] = r
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (rs[j] + 0 < rs[i] + 0) { t = rs[i]; rs[i] = rs[j]; rs[j] = t }
 	for (i = 1; i <= n; i++) {
 		rate = rs[i]
 		rt = median(v[rate, "river", "throughput"]); rp = median(v[rate, "river", "p99_ms"])
+		ft = median(v[rate, "floor", "throughput"]); fp = median(v[rate, "floor", "p99_ms"]); fd = median(v[rate, "floor", "drain"])
 		for (side in sides) {
-			t = median(v[rate, side, "throughput"]); p99 = median(v[rate, side, "p99_ms"])
-			printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.2f | %s | %s |\n", (rate == 0 ? "unpaced" : rate "/s"), side, t,
-				median(v[rate, side, "drain"]), median(v[rate, side, "p50_ms"]), p99, median(v[rate, side, "cpu_us_per_item"]),
+			t = median(v[rate, side, "throughput"]); p99 = median(v[rate, side, "p99_ms"]); d = median(v[rate, side, "drain"])
+			fin = (side == "river" ? sprintf("%.0f / %.0f", median(v[rate, side, "finalized_p50_ms"]), median(v[rate, side, "finalized_p99_ms"])) : "")
+			printf "| %s | %s | %.0f | %.0f | %.0f | %.0f | %s | %.0f | %.0f | %.2f | %s | %s | %s | %s | %s |\n", (rate == 0 ? "unpaced" : rate "/s"), side, t,
+				d, median(v[rate, side, "p50_ms"]), p99, fin, median(v[rate, side, "cpu_us_per_item"]),
 				median(v[rate, side, "wal_bytes_per_item"]), median(v[rate, side, "statements_per_item"]),
-				(rt > 0 ? sprintf("%.2f×", t / rt) : "-"), (rp > 0 ? sprintf("%.2f×", p99 / rp) : "-")
+				(rt > 0 ? sprintf("%.2f×", t / rt) : "-"), (rp > 0 ? sprintf("%.2f×", p99 / rp) : "-"),
+				(ft > 0 ? sprintf("%.2f×", t / ft) : "-"), (fd > 0 && d > 0 ? sprintf("%.2f×", d / fd) : "-"), (fp > 0 ? sprintf("%.2f×", p99 / fp) : "-")
 		}
 	}
 }' "$out" | tee "$out.md"

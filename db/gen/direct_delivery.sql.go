@@ -14,62 +14,115 @@ import (
 
 const fetchLeases = `-- name: FetchLeases :many
 
-WITH RECURSIVE tenant_walk (tenant_id, first_tenant, lowest_tenant, pos) AS (
-  SELECT coalesce(t.after_cursor, t.lowest) AS tenant_id, coalesce(t.after_cursor, t.lowest) AS first_tenant,
-         t.lowest AS lowest_tenant, 1 AS pos
-    FROM (SELECT (SELECT a.tenant_id FROM document_compilation_attempts a
-                   WHERE a.tenant_id > $1::text ORDER BY a.tenant_id LIMIT 1) AS after_cursor,
-                 (SELECT a.tenant_id FROM document_compilation_attempts a
-                   ORDER BY a.tenant_id LIMIT 1) AS lowest) t
-   WHERE t.lowest IS NOT NULL
+WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
+  -- Position 0 is the cursor itself, not walked.
+  SELECT $1::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, NULL::uuid AS first_due, 0 AS dues
   UNION ALL
-  -- The next tenant, or the lowest again (the walk wraps) until the first.
-  SELECT coalesce(nxt.tenant_id, w.lowest_tenant), w.first_tenant, w.lowest_tenant, w.pos + 1
+  -- The next tenant, or the lowest again (the walk wraps) until the first,
+  -- and its oldest live attempt with a due row, if any (its first offer:
+  -- the offers start there, past its running attempts); until batch_size
+  -- tenants with due rows are found: their first offers fill the batch,
+  -- so a tenant further on could only take a spare's place.
+  SELECT nxt.tenant_id, coalesce(w.first_tenant, nxt.tenant_id), w.pos + 1, due.first_due,
+         w.dues + (due.first_due IS NOT NULL)::integer
     FROM tenant_walk w
    CROSS JOIN LATERAL (
-     SELECT (SELECT a.tenant_id FROM document_compilation_attempts a
-              WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1) AS tenant_id
+     SELECT coalesce((SELECT a.tenant_id FROM document_compilation_attempts a
+                       WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
+                     (SELECT a.tenant_id FROM document_compilation_attempts a
+                       ORDER BY a.tenant_id LIMIT 1)) AS tenant_id
+     -- Computed once per step (OFFSET 0 keeps the planner from copying
+     -- the subquery into every expression that uses it).
+     OFFSET 0
    ) nxt
-   WHERE w.pos < $2::integer
-     AND coalesce(nxt.tenant_id, w.lowest_tenant) <> w.first_tenant
+   CROSS JOIN LATERAL (
+     SELECT (SELECT a.id
+               FROM document_compilation_attempts a
+               JOIN document_compilation_outbox o ON o.attempt_id = a.id
+              WHERE a.tenant_id = nxt.tenant_id
+                AND a.completed_at IS NULL
+                AND ((o.status IN ('pending', 'dispatched', 'leased')
+                      AND o.available_at <= coalesce($2::timestamptz, now()))
+                     OR (o.status = 'dispatching'
+                         AND o.locked_until <= coalesce($2::timestamptz, now())))
+              ORDER BY a.tenant_id, a.completed_at, a.id
+              LIMIT 1) AS first_due
+   ) due
+   WHERE w.pos < $3::integer
+     AND w.dues < $4::integer
+     AND nxt.tenant_id IS NOT NULL
+     AND nxt.tenant_id IS DISTINCT FROM w.first_tenant
+),
+walked AS MATERIALIZED (
+  SELECT w.tenant_id, w.pos, w.first_due FROM tenant_walk w WHERE w.pos > 0 AND w.first_due IS NOT NULL
+  UNION ALL
+  SELECT d.tenant_id, (SELECT max(w.pos) FROM tenant_walk w) + 1, NULL::uuid
+    FROM (SELECT a.tenant_id
+            -- One descent per status, in the index's order (a LIMIT 1
+            -- left to the planner was a sequential scan from the table's
+            -- first page, through all its history).
+            FROM ((SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'pending'
+                      AND o.available_at <= coalesce($2::timestamptz, now())
+                    ORDER BY o.status, o.available_at LIMIT 1)
+                  UNION ALL
+                  (SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'leased'
+                      AND o.available_at <= coalesce($2::timestamptz, now())
+                    ORDER BY o.status, o.available_at LIMIT 1)
+                  UNION ALL
+                  (SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'dispatched'
+                      AND o.available_at <= coalesce($2::timestamptz, now())
+                    ORDER BY o.status, o.available_at LIMIT 1)
+                  UNION ALL
+                  (SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'dispatching'
+                      AND o.locked_until <= coalesce($2::timestamptz, now())
+                    ORDER BY o.status, o.locked_until LIMIT 1)
+                  LIMIT 1) due
+            JOIN document_compilation_attempts a ON a.id = due.attempt_id) d
+   WHERE NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
 ),
 capped AS (
   SELECT l.tenant_id, l.max_running, l.leased_by_xid
     FROM document_compilation_tenant_limits l
-   WHERE l.tenant_id IN (SELECT tenant_id FROM tenant_walk)
+   WHERE l.tenant_id IN (SELECT tenant_id FROM walked)
      FOR UPDATE SKIP LOCKED
 ),
 quotas AS (
-  SELECT w.tenant_id, w.pos,
+  SELECT w.tenant_id, w.pos, w.first_due,
          CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
-                THEN $3::integer
+                THEN $5::integer
               WHEN c.tenant_id IS NULL
                    OR (c.leased_by_xid IS NOT NULL
                        AND NOT pg_visible_in_snapshot(c.leased_by_xid, pg_current_snapshot()))
                 THEN 0
-              ELSE least($3::integer, c.max_running - (
+              ELSE least($5::integer, c.max_running - (
                      SELECT count(*)::integer
                        FROM (SELECT 1
                                FROM document_compilation_attempts a
                               WHERE a.tenant_id = w.tenant_id
                                 AND a.completed_at IS NULL
                                 AND a.run_state = 'running'
-                                AND a.lease_expires_at > coalesce($4::timestamptz, now())
+                                AND a.lease_expires_at > coalesce($2::timestamptz, now())
                               LIMIT c.max_running) live))
          END AS quota,
-         -- Spare offers past the quota, for an uncapped tenant: a fetch
-         -- running at the same time (another worker, another process)
-         -- holds the first ones, and SKIP LOCKED then takes these instead
-         -- of coming back short. A capped tenant's row is locked above, so
-         -- no other fetch leases for it meanwhile.
-         CASE WHEN EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
-              THEN 0 ELSE $5::integer END AS spare
-    FROM tenant_walk w
+         (SELECT count(*) FROM walked)::integer AS tenants,
+         CASE WHEN true THEN $4::integer END AS batch,
+         EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id) AS capped
+    FROM walked w
     LEFT JOIN capped c ON c.tenant_id = w.tenant_id
+),
+offer_limits AS (
+  SELECT q.tenant_id, q.pos, q.quota, q.first_due,
+         CASE WHEN q.quota < q.batch - q.tenants + 1 THEN q.quota ELSE q.batch - q.tenants + 1 END
+           + CASE WHEN q.capped THEN 0 ELSE (q.batch + q.tenants - 1) / q.tenants END AS offered
+    FROM quotas q
 ),
 offers AS MATERIALIZED (
   SELECT w.tenant_id, w.pos, w.quota, offer.attempt_id, offer.outbox_id, offer.round
-    FROM quotas w
+    FROM offer_limits w
    CROSS JOIN LATERAL (
      SELECT a.id AS attempt_id, o.id AS outbox_id,
             row_number() OVER (ORDER BY a.tenant_id, a.completed_at, a.id) AS round
@@ -77,15 +130,18 @@ offers AS MATERIALIZED (
        JOIN document_compilation_outbox o ON o.attempt_id = a.id
       WHERE a.tenant_id = w.tenant_id
         AND a.completed_at IS NULL
+        -- From the walk's first due attempt: the older live ones are
+        -- running (or otherwise not due) and were passed once already.
+        AND a.id >= coalesce(w.first_due, '00000000-0000-0000-0000-000000000000'::uuid)
         AND ((o.status IN ('pending', 'dispatched', 'leased')
-              AND o.available_at <= coalesce($4::timestamptz, now()))
+              AND o.available_at <= coalesce($2::timestamptz, now()))
              OR (o.status = 'dispatching'
-                 AND o.locked_until <= coalesce($4::timestamptz, now())))
+                 AND o.locked_until <= coalesce($2::timestamptz, now())))
       -- The index's own order (tenant and completed_at are fixed here):
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.
       ORDER BY a.tenant_id, a.completed_at, a.id
-      LIMIT w.quota + w.spare
+      LIMIT w.offered
    ) offer
    WHERE w.quota > 0
 ),
@@ -97,30 +153,36 @@ picked AS (
   SELECT a.id AS attempt_id, o.id AS outbox_id, a.tenant_id, a.row_version,
          a.execution_attempts >= a.max_execution_attempts AS exhausted,
          offers.quota, offers.round
-    FROM offers
-    JOIN document_compilation_attempts a ON a.id = offers.attempt_id
-    JOIN document_compilation_outbox o ON o.id = offers.outbox_id
-   -- Point lookups by primary key, whatever the estimates: the checks
-   -- are one boolean test (IS TRUE), which no index can serve, so the
-   -- joins' primary keys are the only way in. Left as separate clauses,
-   -- the planner matched them to delivery_due_idx and lease_recovery_idx
-   -- and scanned every due row per fetch (1,472 buffers, 12 ms at a
-   -- backlog of 10,000), or hashed a sequential scan of both tables.
-   -- PostgreSQL still re-evaluates the test on a locked row's newest
-   -- version.
+    FROM (SELECT tenant_id, pos, quota, attempt_id, outbox_id, round FROM offers ORDER BY offers.round, offers.pos) offers
+    JOIN document_compilation_attempts a ON a.id = ANY (ARRAY[offers.attempt_id])
+    JOIN document_compilation_outbox o ON o.id = ANY (ARRAY[offers.outbox_id])
+   -- Point lookups by primary key, in the offers' order, until the batch
+   -- is locked: the offers come sorted, so the nested loop streams into
+   -- the lock and the limit, and only the rows it locks (and those it
+   -- skips) are looked up. "= ANY (ARRAY[x])" is not a hash or merge join
+   -- clause, only an index condition, so the planner cannot hash a
+   -- sequential scan of both tables instead (which it did with plain
+   -- equalities whenever the tables were small next to its estimate of
+   -- the offers: 1,000 to 3,400 buffers per fetch at a backlog of 10,000,
+   -- growing with the tables), nor join every offer before the sort
+   -- (6,400 buffers for 640 offers of 64 tenants). The checks are one
+   -- boolean test (IS TRUE), which no index can serve: left as separate
+   -- clauses, the planner matched them to delivery_due_idx and
+   -- lease_recovery_idx and scanned every due row per fetch. PostgreSQL
+   -- still re-evaluates the test on a locked row's newest version.
    WHERE (((o.status IN ('pending', 'dispatched', 'leased')
-            AND o.available_at <= coalesce($4::timestamptz, now()))
+            AND o.available_at <= coalesce($2::timestamptz, now()))
            OR (o.status = 'dispatching'
-               AND o.locked_until <= coalesce($4::timestamptz, now())))
+               AND o.locked_until <= coalesce($2::timestamptz, now())))
      -- guard:awaiting-delivery
      AND (a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
           OR (a.run_state = 'running'
-              AND a.lease_expires_at <= coalesce($4::timestamptz, now())))
+              AND a.lease_expires_at <= coalesce($2::timestamptz, now())))
      -- end guard
      AND (a.run_state <> 'retry_wait'
-          OR a.retry_at <= coalesce($4::timestamptz, now()))) IS TRUE
+          OR a.retry_at <= coalesce($2::timestamptz, now()))) IS TRUE
    ORDER BY offers.round, offers.pos
-   LIMIT $5::integer
+   LIMIT $4::integer
      FOR UPDATE OF a, o SKIP LOCKED
 ),
 chosen AS (
@@ -132,16 +194,16 @@ chosen AS (
 leased_outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'leased',
-         available_at = coalesce($4::timestamptz, now()) + $6::interval,
+         available_at = coalesce($2::timestamptz, now()) + $6::interval,
          dispatch_attempts = o.dispatch_attempts + 1,
-         delivered_at = coalesce($4::timestamptz, now()),
+         delivered_at = coalesce($2::timestamptz, now()),
          -- Deterministic and never reused: the attempt's row_version only
          -- grows, so a redelivery (a lost worker's lease fetched again, a
          -- retry) carries another id than the delivery before it.
          queue_job_id = 'pg:' || o.id::text || ':' || (o.dispatch_attempts + 1)::text || ':' || (chosen.row_version + 1)::text,
          external_job_id = NULL,
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($4::timestamptz, now())
+         updated_at = coalesce($2::timestamptz, now())
     FROM chosen
    WHERE o.id = chosen.outbox_id
      AND NOT chosen.exhausted
@@ -153,14 +215,14 @@ leased AS (
          execution_attempts = a.execution_attempts + 1,
          worker_id = $7::text,
          lease_token = gen_random_uuid(),
-         lease_expires_at = coalesce($4::timestamptz, now()) + $6::interval,
-         heartbeat_at = coalesce($4::timestamptz, now()),
-         started_at = coalesce(a.started_at, coalesce($4::timestamptz, now())),
+         lease_expires_at = coalesce($2::timestamptz, now()) + $6::interval,
+         heartbeat_at = coalesce($2::timestamptz, now()),
+         started_at = coalesce(a.started_at, coalesce($2::timestamptz, now())),
          retry_at = NULL,
          queue_job_id = leased_outbox.queue_job_id,
          external_job_id = NULL,
          row_version = a.row_version + 1,
-         updated_at = coalesce($4::timestamptz, now())
+         updated_at = coalesce($2::timestamptz, now())
     FROM leased_outbox
    WHERE a.id = leased_outbox.attempt_id
   RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
@@ -169,7 +231,7 @@ exhausted_outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'dead',
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($4::timestamptz, now())
+         updated_at = coalesce($2::timestamptz, now())
     FROM chosen
    WHERE o.id = chosen.outbox_id
      AND chosen.exhausted
@@ -179,13 +241,13 @@ exhausted AS (
   UPDATE document_compilation_attempts a
      SET run_state = 'failed',
          active_slot = NULL,
-         completed_at = coalesce($4::timestamptz, now()),
+         completed_at = coalesce($2::timestamptz, now()),
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
          retry_at = NULL,
          last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
          last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
          row_version = a.row_version + 1,
-         updated_at = coalesce($4::timestamptz, now())
+         updated_at = coalesce($2::timestamptz, now())
     FROM exhausted_outbox
    WHERE a.id = exhausted_outbox.attempt_id
   RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
@@ -193,7 +255,7 @@ exhausted AS (
 stamped AS (
   UPDATE document_compilation_tenant_limits l
      SET leased_by_xid = pg_current_xact_id(),
-         updated_at = coalesce($4::timestamptz, now())
+         updated_at = coalesce($2::timestamptz, now())
     FROM capped
    WHERE l.tenant_id = capped.tenant_id
      AND EXISTS (SELECT 1 FROM chosen WHERE chosen.tenant_id = l.tenant_id AND NOT chosen.exhausted)
@@ -201,7 +263,7 @@ stamped AS (
 awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l
    WHERE l.listener_id = $7::text
-     AND (SELECT count(*) FROM chosen) >= $5::integer
+     AND (SELECT count(*) FROM chosen) >= $4::integer
 )
 SELECT leased.id, leased.tenant_id, leased.knowledge_space_id, leased.document_asset_id, leased.document_version, leased.publication_generation_id, leased.base_head_revision, leased.candidate_publication_id, leased.candidate_fingerprint, leased.checkpoint, leased.run_state, leased.active_slot, leased.execution_attempts, leased.max_execution_attempts, leased.queue_job_id, leased.external_job_id, leased.worker_id, leased.lease_token, leased.lease_expires_at, leased.heartbeat_at, leased.retry_at, leased.last_error_code, leased.last_error_message, leased.row_version, leased.created_at, leased.updated_at, leased.started_at, leased.completed_at, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state
   FROM leased
@@ -216,10 +278,10 @@ SELECT exhausted.id, exhausted.tenant_id, exhausted.knowledge_space_id, exhauste
 
 type FetchLeasesParams struct {
 	AfterTenant       string
-	MaxTenants        int32
-	PerTenant         int32
 	Now               *time.Time
+	MaxTenants        int32
 	BatchSize         int32
+	PerTenant         int32
 	LeaseDuration     time.Duration
 	WorkerID          string
 	WithTraceContexts bool
@@ -280,16 +342,21 @@ type FetchLeasesRow struct {
 // broker) can run beside direct workers: a row either holds is skipped.
 // Leases up to batch_size due attempts to worker_id, fairly across
 // tenants. Tenants are walked in tenant_id order from after_tenant
-// (wrapping, at most max_tenants of them), one index descent each on
-// tenant_completed_idx; each tenant offers its oldest live attempts (the
-// same index: tenant_id, completed_at IS NULL, id, and ids are UUIDv7, so
-// id order is start order) whose outbox row is due, at most per_tenant
-// (plus batch_size spares for rows a concurrent fetch holds; at most
-// per_tenant are taken). The offers are taken round by round (every
-// tenant's first, then every tenant's second, ...) until batch_size: a
-// tenant's backlog cannot take every slot while another tenant waits, and
-// the cost is bounded by max_tenants * (per_tenant + batch_size) rows
-// whatever the backlog. The chosen rows
+// (wrapping), two index descents each on tenant_completed_idx (the next
+// tenant, and whether one of its live attempts has a due outbox row),
+// until batch_size tenants with due rows are found or max_tenants are
+// walked; the tenant of one due outbox row (delivery_due_idx) comes after
+// them if the walk missed it, so tenants with nothing due never hide a
+// backlog behind them. Each tenant with due rows offers its oldest live
+// attempts (the same index: tenant_id, completed_at IS NULL, id, and ids
+// are UUIDv7, so id order is start order) whose outbox row is due, at
+// most per_tenant and at most what it could take if every other tenant
+// took one (plus its share of the batch as spares for rows a concurrent
+// fetch holds; at most per_tenant are taken). The offers are taken round by
+// round (every tenant's first, then every tenant's second, ...) until
+// batch_size: a tenant's backlog cannot take every slot while another
+// tenant waits, and the cost is bounded by max_tenants descents plus
+// about 2 * batch_size offers whatever the backlog. The chosen rows
 // are re-checked on their newest versions when locked (READ COMMITTED
 // re-evaluates the WHERE of a row that changed since the snapshot), so a
 // pair that a cancel, a relay or another fetcher changed meanwhile is
@@ -297,12 +364,26 @@ type FetchLeasesRow struct {
 // migration 0008, whose header says why it holds across processes) is
 // offered only its free places. A fetch that filled its batch ends its
 // worker's idle registration (OutboxListenerIdle; see awake below).
+// The tenants offered: those of the walk with due rows, and, after them,
+// the tenant of a due outbox row (delivery_due_idx's first) if the walk
+// did not reach it. Without it, max_tenants tenants with nothing due after
+// after_tenant (history only, or live attempts all running) would make
+// every fetch from there come back empty, and the cursor, which moves
+// with the tenants served, would never pass them.
 // Capped tenants of the walk (migration 0008), locked without waiting:
 // a fetch leasing for a capped tenant makes the others skip it.
 // What each tenant may get: per_tenant, or for a capped tenant its free
 // places, and none while another fetch holds its row or when the last
 // fetch that leased for it committed after this statement's snapshot
 // (its leases would be missing from the count).
+// Each tenant offers at most what it can take when each of the others
+// takes one (offers past that could only be spares), and spare offers
+// past that, for an uncapped tenant: a fetch running at the same time
+// (another worker, another process) holds the first ones, and SKIP LOCKED
+// then takes these instead of coming back short. Its share of the batch:
+// a second fetch of the same source walks from the same cursor and holds
+// as many. A capped tenant's row is locked above, so no other fetch
+// leases for it meanwhile.
 // MATERIALIZED: computed once. Inlined, the planner may put it on the
 // inner side of a nested loop over the attempts and walk every tenant's
 // offers once per attempt (seen with statistics taken on an empty table:
@@ -323,10 +404,10 @@ type FetchLeasesRow struct {
 func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesParams) ([]*FetchLeasesRow, error) {
 	rows, err := db.Query(ctx, fetchLeases,
 		arg.AfterTenant,
-		arg.MaxTenants,
-		arg.PerTenant,
 		arg.Now,
+		arg.MaxTenants,
 		arg.BatchSize,
+		arg.PerTenant,
 		arg.LeaseDuration,
 		arg.WorkerID,
 		arg.WithTraceContexts,

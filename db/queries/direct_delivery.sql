@@ -20,16 +20,21 @@
 -- name: FetchLeases :many
 -- Leases up to batch_size due attempts to worker_id, fairly across
 -- tenants. Tenants are walked in tenant_id order from after_tenant
--- (wrapping, at most max_tenants of them), one index descent each on
--- tenant_completed_idx; each tenant offers its oldest live attempts (the
--- same index: tenant_id, completed_at IS NULL, id, and ids are UUIDv7, so
--- id order is start order) whose outbox row is due, at most per_tenant
--- (plus batch_size spares for rows a concurrent fetch holds; at most
--- per_tenant are taken). The offers are taken round by round (every
--- tenant's first, then every tenant's second, ...) until batch_size: a
--- tenant's backlog cannot take every slot while another tenant waits, and
--- the cost is bounded by max_tenants * (per_tenant + batch_size) rows
--- whatever the backlog. The chosen rows
+-- (wrapping), two index descents each on tenant_completed_idx (the next
+-- tenant, and whether one of its live attempts has a due outbox row),
+-- until batch_size tenants with due rows are found or max_tenants are
+-- walked; the tenant of one due outbox row (delivery_due_idx) comes after
+-- them if the walk missed it, so tenants with nothing due never hide a
+-- backlog behind them. Each tenant with due rows offers its oldest live
+-- attempts (the same index: tenant_id, completed_at IS NULL, id, and ids
+-- are UUIDv7, so id order is start order) whose outbox row is due, at
+-- most per_tenant and at most what it could take if every other tenant
+-- took one (plus its share of the batch as spares for rows a concurrent
+-- fetch holds; at most per_tenant are taken). The offers are taken round by
+-- round (every tenant's first, then every tenant's second, ...) until
+-- batch_size: a tenant's backlog cannot take every slot while another
+-- tenant waits, and the cost is bounded by max_tenants descents plus
+-- about 2 * batch_size offers whatever the backlog. The chosen rows
 -- are re-checked on their newest versions when locked (READ COMMITTED
 -- re-evaluates the WHERE of a row that changed since the snapshot), so a
 -- pair that a cancel, a relay or another fetcher changed meanwhile is
@@ -37,31 +42,88 @@
 -- migration 0008, whose header says why it holds across processes) is
 -- offered only its free places. A fetch that filled its batch ends its
 -- worker's idle registration (OutboxListenerIdle; see awake below).
-WITH RECURSIVE tenant_walk (tenant_id, first_tenant, lowest_tenant, pos) AS (
-  SELECT coalesce(t.after_cursor, t.lowest) AS tenant_id, coalesce(t.after_cursor, t.lowest) AS first_tenant,
-         t.lowest AS lowest_tenant, 1 AS pos
-    FROM (SELECT (SELECT a.tenant_id FROM document_compilation_attempts a
-                   WHERE a.tenant_id > @after_tenant::text ORDER BY a.tenant_id LIMIT 1) AS after_cursor,
-                 (SELECT a.tenant_id FROM document_compilation_attempts a
-                   ORDER BY a.tenant_id LIMIT 1) AS lowest) t
-   WHERE t.lowest IS NOT NULL
+WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
+  -- Position 0 is the cursor itself, not walked.
+  SELECT @after_tenant::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, NULL::uuid AS first_due, 0 AS dues
   UNION ALL
-  -- The next tenant, or the lowest again (the walk wraps) until the first.
-  SELECT coalesce(nxt.tenant_id, w.lowest_tenant), w.first_tenant, w.lowest_tenant, w.pos + 1
+  -- The next tenant, or the lowest again (the walk wraps) until the first,
+  -- and its oldest live attempt with a due row, if any (its first offer:
+  -- the offers start there, past its running attempts); until batch_size
+  -- tenants with due rows are found: their first offers fill the batch,
+  -- so a tenant further on could only take a spare's place.
+  SELECT nxt.tenant_id, coalesce(w.first_tenant, nxt.tenant_id), w.pos + 1, due.first_due,
+         w.dues + (due.first_due IS NOT NULL)::integer
     FROM tenant_walk w
    CROSS JOIN LATERAL (
-     SELECT (SELECT a.tenant_id FROM document_compilation_attempts a
-              WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1) AS tenant_id
+     SELECT coalesce((SELECT a.tenant_id FROM document_compilation_attempts a
+                       WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
+                     (SELECT a.tenant_id FROM document_compilation_attempts a
+                       ORDER BY a.tenant_id LIMIT 1)) AS tenant_id
+     -- Computed once per step (OFFSET 0 keeps the planner from copying
+     -- the subquery into every expression that uses it).
+     OFFSET 0
    ) nxt
+   CROSS JOIN LATERAL (
+     SELECT (SELECT a.id
+               FROM document_compilation_attempts a
+               JOIN document_compilation_outbox o ON o.attempt_id = a.id
+              WHERE a.tenant_id = nxt.tenant_id
+                AND a.completed_at IS NULL
+                AND ((o.status IN ('pending', 'dispatched', 'leased')
+                      AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+                     OR (o.status = 'dispatching'
+                         AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))
+              ORDER BY a.tenant_id, a.completed_at, a.id
+              LIMIT 1) AS first_due
+   ) due
    WHERE w.pos < @max_tenants::integer
-     AND coalesce(nxt.tenant_id, w.lowest_tenant) <> w.first_tenant
+     AND w.dues < @batch_size::integer
+     AND nxt.tenant_id IS NOT NULL
+     AND nxt.tenant_id IS DISTINCT FROM w.first_tenant
+),
+-- The tenants offered: those of the walk with due rows, and, after them,
+-- the tenant of a due outbox row (delivery_due_idx's first) if the walk
+-- did not reach it. Without it, max_tenants tenants with nothing due after
+-- after_tenant (history only, or live attempts all running) would make
+-- every fetch from there come back empty, and the cursor, which moves
+-- with the tenants served, would never pass them.
+walked AS MATERIALIZED (
+  SELECT w.tenant_id, w.pos, w.first_due FROM tenant_walk w WHERE w.pos > 0 AND w.first_due IS NOT NULL
+  UNION ALL
+  SELECT d.tenant_id, (SELECT max(w.pos) FROM tenant_walk w) + 1, NULL::uuid
+    FROM (SELECT a.tenant_id
+            -- One descent per status, in the index's order (a LIMIT 1
+            -- left to the planner was a sequential scan from the table's
+            -- first page, through all its history).
+            FROM ((SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'pending'
+                      AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+                    ORDER BY o.status, o.available_at LIMIT 1)
+                  UNION ALL
+                  (SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'leased'
+                      AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+                    ORDER BY o.status, o.available_at LIMIT 1)
+                  UNION ALL
+                  (SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'dispatched'
+                      AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+                    ORDER BY o.status, o.available_at LIMIT 1)
+                  UNION ALL
+                  (SELECT o.attempt_id FROM document_compilation_outbox o
+                    WHERE o.status = 'dispatching'
+                      AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())
+                    ORDER BY o.status, o.locked_until LIMIT 1)
+                  LIMIT 1) due
+            JOIN document_compilation_attempts a ON a.id = due.attempt_id) d
+   WHERE NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
 ),
 -- Capped tenants of the walk (migration 0008), locked without waiting:
 -- a fetch leasing for a capped tenant makes the others skip it.
 capped AS (
   SELECT l.tenant_id, l.max_running, l.leased_by_xid
     FROM document_compilation_tenant_limits l
-   WHERE l.tenant_id IN (SELECT tenant_id FROM tenant_walk)
+   WHERE l.tenant_id IN (SELECT tenant_id FROM walked)
      FOR UPDATE SKIP LOCKED
 ),
 -- What each tenant may get: per_tenant, or for a capped tenant its free
@@ -69,7 +131,7 @@ capped AS (
 -- fetch that leased for it committed after this statement's snapshot
 -- (its leases would be missing from the count).
 quotas AS (
-  SELECT w.tenant_id, w.pos,
+  SELECT w.tenant_id, w.pos, w.first_due,
          CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
                 THEN @per_tenant::integer
               WHEN c.tenant_id IS NULL
@@ -86,15 +148,25 @@ quotas AS (
                                 AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
                               LIMIT c.max_running) live))
          END AS quota,
-         -- Spare offers past the quota, for an uncapped tenant: a fetch
-         -- running at the same time (another worker, another process)
-         -- holds the first ones, and SKIP LOCKED then takes these instead
-         -- of coming back short. A capped tenant's row is locked above, so
-         -- no other fetch leases for it meanwhile.
-         CASE WHEN EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
-              THEN 0 ELSE @batch_size::integer END AS spare
-    FROM tenant_walk w
+         (SELECT count(*) FROM walked)::integer AS tenants,
+         CASE WHEN true THEN @batch_size::integer END AS batch,
+         EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id) AS capped
+    FROM walked w
     LEFT JOIN capped c ON c.tenant_id = w.tenant_id
+),
+-- Each tenant offers at most what it can take when each of the others
+-- takes one (offers past that could only be spares), and spare offers
+-- past that, for an uncapped tenant: a fetch running at the same time
+-- (another worker, another process) holds the first ones, and SKIP LOCKED
+-- then takes these instead of coming back short. Its share of the batch:
+-- a second fetch of the same source walks from the same cursor and holds
+-- as many. A capped tenant's row is locked above, so no other fetch
+-- leases for it meanwhile.
+offer_limits AS (
+  SELECT q.tenant_id, q.pos, q.quota, q.first_due,
+         CASE WHEN q.quota < q.batch - q.tenants + 1 THEN q.quota ELSE q.batch - q.tenants + 1 END
+           + CASE WHEN q.capped THEN 0 ELSE (q.batch + q.tenants - 1) / q.tenants END AS offered
+    FROM quotas q
 ),
 -- MATERIALIZED: computed once. Inlined, the planner may put it on the
 -- inner side of a nested loop over the attempts and walk every tenant's
@@ -102,7 +174,7 @@ quotas AS (
 -- 450 ms for 400 due rows instead of under 1 ms).
 offers AS MATERIALIZED (
   SELECT w.tenant_id, w.pos, w.quota, offer.attempt_id, offer.outbox_id, offer.round
-    FROM quotas w
+    FROM offer_limits w
    CROSS JOIN LATERAL (
      SELECT a.id AS attempt_id, o.id AS outbox_id,
             row_number() OVER (ORDER BY a.tenant_id, a.completed_at, a.id) AS round
@@ -110,6 +182,9 @@ offers AS MATERIALIZED (
        JOIN document_compilation_outbox o ON o.attempt_id = a.id
       WHERE a.tenant_id = w.tenant_id
         AND a.completed_at IS NULL
+        -- From the walk's first due attempt: the older live ones are
+        -- running (or otherwise not due) and were passed once already.
+        AND a.id >= coalesce(w.first_due, '00000000-0000-0000-0000-000000000000'::uuid)
         AND ((o.status IN ('pending', 'dispatched', 'leased')
               AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
              OR (o.status = 'dispatching'
@@ -118,7 +193,7 @@ offers AS MATERIALIZED (
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.
       ORDER BY a.tenant_id, a.completed_at, a.id
-      LIMIT w.quota + w.spare
+      LIMIT w.offered
    ) offer
    WHERE w.quota > 0
 ),
@@ -130,17 +205,23 @@ picked AS (
   SELECT a.id AS attempt_id, o.id AS outbox_id, a.tenant_id, a.row_version,
          a.execution_attempts >= a.max_execution_attempts AS exhausted,
          offers.quota, offers.round
-    FROM offers
-    JOIN document_compilation_attempts a ON a.id = offers.attempt_id
-    JOIN document_compilation_outbox o ON o.id = offers.outbox_id
-   -- Point lookups by primary key, whatever the estimates: the checks
-   -- are one boolean test (IS TRUE), which no index can serve, so the
-   -- joins' primary keys are the only way in. Left as separate clauses,
-   -- the planner matched them to delivery_due_idx and lease_recovery_idx
-   -- and scanned every due row per fetch (1,472 buffers, 12 ms at a
-   -- backlog of 10,000), or hashed a sequential scan of both tables.
-   -- PostgreSQL still re-evaluates the test on a locked row's newest
-   -- version.
+    FROM (SELECT * FROM offers ORDER BY offers.round, offers.pos) offers
+    JOIN document_compilation_attempts a ON a.id = ANY (ARRAY[offers.attempt_id])
+    JOIN document_compilation_outbox o ON o.id = ANY (ARRAY[offers.outbox_id])
+   -- Point lookups by primary key, in the offers' order, until the batch
+   -- is locked: the offers come sorted, so the nested loop streams into
+   -- the lock and the limit, and only the rows it locks (and those it
+   -- skips) are looked up. "= ANY (ARRAY[x])" is not a hash or merge join
+   -- clause, only an index condition, so the planner cannot hash a
+   -- sequential scan of both tables instead (which it did with plain
+   -- equalities whenever the tables were small next to its estimate of
+   -- the offers: 1,000 to 3,400 buffers per fetch at a backlog of 10,000,
+   -- growing with the tables), nor join every offer before the sort
+   -- (6,400 buffers for 640 offers of 64 tenants). The checks are one
+   -- boolean test (IS TRUE), which no index can serve: left as separate
+   -- clauses, the planner matched them to delivery_due_idx and
+   -- lease_recovery_idx and scanned every due row per fetch. PostgreSQL
+   -- still re-evaluates the test on a locked row's newest version.
    WHERE (((o.status IN ('pending', 'dispatched', 'leased')
             AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
            OR (o.status = 'dispatching'

@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -308,12 +309,69 @@ func TestFetchLeases(t *testing.T) {
 		require.Equal(t, []string{"t1"}, tenantsOf(res.Leased), "the walk wraps")
 		// MaxTenants bounds the walk: from t1, one tenant is t2 (nothing
 		// due there now), two reach t3.
-		res, err = b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 5, AfterTenant: "t1", MaxTenants: 1})
-		require.NoError(t, err)
-		require.Empty(t, res.Leased)
 		res, err = b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 5, AfterTenant: "t1", MaxTenants: 2})
 		require.NoError(t, err)
 		require.Equal(t, []string{"t3"}, tenantsOf(res.Leased))
+	})
+
+	t.Run("ReachesDueRowsPastMaxTenantsWithNothingDue", func(t *testing.T) {
+		b := setup(t)
+		// t1..t4 have only running attempts (nothing due); t0 a backlog.
+		for _, tenant := range []string{"t1", "t2", "t3", "t4"} {
+			b.drv.Running(b.ctx, t, testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: new(tenant)}), nil)
+		}
+		b.startN(t, "t0", 3)
+		// The walk from t0 sees two tenants with nothing due. The tenant of
+		// a due row comes after them, so the fetch leases and the cursor
+		// moves; walking only, every fetch from t0 came back empty and the
+		// cursor never passed t1..t4.
+		after := "t0"
+		for _, want := range []int{2, 1} {
+			res, err := b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 2, AfterTenant: after, MaxTenants: 2})
+			require.NoError(t, err)
+			require.Len(t, res.Leased, want)
+			require.Equal(t, []string{"t0"}, slices.Compact(tenantsOf(res.Leased)))
+			require.Equal(t, "t0", res.NextAfterTenant)
+			after = res.NextAfterTenant
+		}
+	})
+
+	t.Run("ASecondTenantIsInterleavedOnceItsRowCommits", func(t *testing.T) {
+		b := setup(t)
+		// tenant-a alone has a backlog; tenant-b's first attempt is started
+		// in a transaction still open.
+		b.startN(t, "tenant-a", 10)
+		tx, err := b.db.Pool.Begin(b.ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(b.ctx) }()
+		txDrv := &testfactory.Driver{Repo: b.repo, DB: tx}
+		quiet := txDrv.Start(b.ctx, t, testfactory.NewScope(b.ctx, t, tx, &testfactory.ScopeOpts{TenantID: new("tenant-b")}), nil)
+		// Uncommitted, the row is not there for the fetch: tenant-a fills it.
+		res := b.fetch(t, "worker-direct", 3)
+		require.Equal(t, []string{"tenant-a", "tenant-a", "tenant-a"}, tenantsOf(res.Leased))
+		require.NoError(t, tx.Commit(b.ctx))
+		// Committed, the next fetch interleaves it in round one, though
+		// tenant-a's backlog alone would fill the batch.
+		res, err = b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "worker-direct", BatchSize: 3, AfterTenant: res.NextAfterTenant})
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"tenant-a", "tenant-a", "tenant-b"}, tenantsOf(res.Leased))
+		require.Contains(t, idsOf(res.Leased), quiet.ID)
+	})
+
+	t.Run("StopsTheWalkWhenTheBatchHasATenantEach", func(t *testing.T) {
+		b := setup(t)
+		// Five tenants with due rows; a batch of two takes the first two
+		// after the cursor, one each, and the next fetch the next two.
+		for _, tenant := range []string{"t1", "t2", "t3", "t4", "t5"} {
+			b.startN(t, tenant, 2)
+		}
+		after := ""
+		for _, want := range [][]string{{"t1", "t2"}, {"t3", "t4"}, {"t1", "t5"}} {
+			res, err := b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 2, AfterTenant: after})
+			require.NoError(t, err)
+			require.ElementsMatch(t, want, tenantsOf(res.Leased))
+			after = res.NextAfterTenant
+		}
 	})
 
 	t.Run("RefusesBadInput", func(t *testing.T) {
@@ -356,4 +414,12 @@ func insertAsset(b *testBundle, t *testing.T, s *testfactory.Scope) {
 		VALUES ($1, $2, 'doc.pdf', 'application/pdf', $3, repeat('0', 64), 1024, $4)`,
 		s.DocumentAssetID, s.KnowledgeSpaceID, fmt.Sprintf("objects/%s", s.DocumentAssetID), s.DocumentVersion)
 	require.NoError(t, err)
+}
+
+func idsOf(as []*kfstype.Attempt) []uuid.UUID {
+	out := make([]uuid.UUID, len(as))
+	for i, a := range as {
+		out[i] = a.ID
+	}
+	return out
 }

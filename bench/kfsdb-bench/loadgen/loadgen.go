@@ -144,6 +144,12 @@ type Result struct {
 	// StartToSucceeded are p50 and p99 over every completed attempt, from
 	// just before Start to the worker's acknowledgement (after Complete).
 	StartToSucceededP50, StartToSucceededP99 time.Duration
+	// StartToCommittedP50 and StartToCommittedP99 are the same attempts'
+	// times in the database, from created_at to the commit of their
+	// completion (pg_xact_commit_timestamp of the succeeded row), as the
+	// lifecycle benchmark measures every side; zero unless the server
+	// runs with track_commit_timestamp = on.
+	StartToCommittedP50, StartToCommittedP99 time.Duration
 	// StartToHandlerP50 and StartToHandlerP99 are the waits of the same
 	// attempts from just before Start to their handler being called.
 	StartToHandlerP50, StartToHandlerP99 time.Duration

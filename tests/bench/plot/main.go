@@ -32,14 +32,15 @@ func main() {
 	title := flag.String("title", "Lifecycle throughput against worker slots (no-op handler)", "chart title")
 	sub := flag.String("subtitle", "", "second title line (setup)")
 	ylabel := flag.String("ylabel", "completed per second (within the window)", "y axis label")
+	xlabel := flag.String("xlabel", "worker slots (log scale)", "x axis label")
 	flag.Parse()
-	if err := run(*in, *out, *title, *sub, *ylabel); err != nil {
+	if err := run(*in, *out, *title, *sub, *ylabel, *xlabel); err != nil {
 		fmt.Fprintln(os.Stderr, "plot:", err)
 		os.Exit(1)
 	}
 }
 
-func run(in, out, title, sub, ylabel string) error {
+func run(in, out, title, sub, ylabel, xlabel string) error {
 	f, err := os.Open(in)
 	if err != nil {
 		return err
@@ -103,7 +104,7 @@ func run(in, out, title, sub, ylabel string) error {
 		p(`<text x="%.1f" y="%.1f" text-anchor="middle">%g</text>`, px(x), top+ph+20, x)
 	}
 	p(`<path d="M%d %d V%.1f H%.1f" fill="none" stroke="black"/>`, left, top, top+ph, left+pw)
-	p(`<text x="%.1f" y="%d" text-anchor="middle">worker slots (log scale)</text>`, left+pw/2, height-14)
+	p(`<text x="%.1f" y="%d" text-anchor="middle">%s</text>`, left+pw/2, height-14, html.EscapeString(xlabel))
 	p(`<text transform="translate(22 %.1f) rotate(-90)" text-anchor="middle">%s</text>`, top+ph/2, html.EscapeString(ylabel))
 	// Legend box, top left inside the plot, then each series.
 	lw := 0
