@@ -19,7 +19,7 @@
 # per completed item, measured the same way by both.
 #
 # Latency is start → succeeded at the completion's commit on every side:
-# the server runs with track_commit_timestamp = on and kfsdb bench and
+# the server runs with track_commit_timestamp = on and kfsdb-bench bench and
 # bench/river read pg_xact_commit_timestamp(xmin) of the completed row
 # (p50_ms, p99_ms); River's finalized_at, stamped by its executor before
 # its completer commits, is reported beside it (finalized_p50_ms,

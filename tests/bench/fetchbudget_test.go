@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/scratch"
 	"github.com/knowledgefs/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/scratch"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
