@@ -65,7 +65,19 @@ func Serve(t *testing.T, serve func(ctx context.Context, out io.Writer) error) (
 // Scrape reads url as Prometheus would.
 func Scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	t.Helper()
-	resp, err := http.Get(url)
+	return ScrapeWith(t, url, "")
+}
+
+// ScrapeWith reads url as Prometheus would, sending token (if not empty)
+// as its bearer token.
+func ScrapeWith(t *testing.T, url, token string) map[string]*dto.MetricFamily {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
