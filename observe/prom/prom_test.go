@@ -239,10 +239,14 @@ func TestCollectorServesLastSampleOnError(t *testing.T) {
 	db := pgtest.NewDB(t)
 	pool := newPool(t, db, nil)
 	reg := prometheus.NewPedanticRegistry()
-	coll, err := prom.NewCollector(pool, &prom.CollectorOptions{SampleInterval: time.Nanosecond, SampleTimeout: time.Second})
+	// The first sample must succeed, whatever the machine's load: its
+	// timeout is not this test's subject (a closed pool fails at once),
+	// and a 1 s timeout lapsed under load, leaving no sample to serve.
+	coll, err := prom.NewCollector(pool, &prom.CollectorOptions{SampleInterval: time.Nanosecond, SampleTimeout: time.Minute})
 	require.NoError(t, err)
 	require.NoError(t, reg.Register(coll))
 	mfs := scrape(t, reg)
+	require.Zero(t, value(t, mfs, "kfsdb_backlog_sample_errors_total"), "the first sample failed")
 	require.Zero(t, value(t, mfs, "kfsdb_attempts", "state", string(kfstype.RunStateSucceeded)))
 	sampled := value(t, mfs, "kfsdb_backlog_sampled_timestamp_seconds")
 
