@@ -3,9 +3,10 @@
 // NATS) and bench (the lifecycle load driver, loadgen), with delivery (the
 // --delivery choice and NATS). They left the deploy binary's module
 // (cmd/kfsdb) because they run a handler or a relay that is no
-// application's; this module reuses that one's migrate, flags and metrics
-// serving. It requires the tests module for tests/scratch (throwaway
-// databases) and for its _test files.
+// application's; this module reuses that one's migrate, exit codes, flag
+// validations and metrics serving, and parses its own flags with flag. It
+// requires the tests module for tests/scratch (throwaway databases) and
+// for its _test files.
 module github.com/knowledgefs/kfsdb/bench/kfsdb-bench
 
 go 1.26.0
@@ -60,6 +61,7 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
@@ -92,6 +94,8 @@ require (
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/testcontainers/testcontainers-go v0.45.0 // indirect
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect

@@ -5,16 +5,19 @@
 // options struct with a Validate method, writing to an injected io.Writer,
 // so tests call the commands directly. They run a stand-in handler or a
 // relay that is no application's, so they left the deploy binary
-// (cmd/kfsdb), whose migrate, flag parsing, logging, exit codes and
-// metrics serving they reuse. WithScratchDatabase gives the demo
+// (cmd/kfsdb), whose migrate, exit codes, flag validations and metrics
+// serving they reuse; their flag parsing and logging are this package's
+// (ParseFlags, NewLogger), which the demo reuses. WithScratchDatabase gives the demo
 // (tests/cmd/kfsdb-demo) its migrated scratch database too.
 package benchcli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
@@ -67,14 +70,47 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	}
 }
 
-// parseCommand gives fs its usage line, parses args (cli.ParseFlags) and
+// ParseFlags parses args with fs, kfsdb-bench's and the demo's flag
+// parsing. Every error but -h (flag.ErrHelp, which fs already answered
+// with its usage, and cli.ExitCode turns into status 0) wraps
+// cli.ErrUsage.
+func ParseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	return nil
+}
+
+// NewLogger returns the commands' logger: WARN and above (INFO and above
+// when verbose) to out as one text line per record, without times or stack
+// traces. The demo (tests/cmd/kfsdb-demo) logs through it too.
+func NewLogger(out io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "stack") {
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+}
+
+// parseCommand gives fs its usage line, parses args (ParseFlags) and
 // refuses positional arguments: no command takes any.
 func parseCommand(fs *flag.FlagSet, args []string, usage string) error {
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
-	if err := cli.ParseFlags(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {

@@ -83,7 +83,7 @@ func Relay(ctx context.Context, opts *RelayOpts) error {
 
 func runRelay(ctx context.Context, opts *RelayOpts) error {
 	out := cli.NewSyncWriter(opts.Out)
-	log := cli.NewLogger(out, opts.Verbose)
+	log := NewLogger(out, opts.Verbose)
 	pool, reg, closeAll, err := cli.OpenServedPool(ctx, opts.DatabaseURL, 0, opts.MetricsListen, out, log)
 	if err != nil {
 		return err
@@ -91,7 +91,7 @@ func runRelay(ctx context.Context, opts *RelayOpts) error {
 	defer closeAll()
 	var metrics observe.Metrics
 	if reg != nil {
-		if metrics, err = cli.RuntimeMetrics(reg, nil); err != nil {
+		if metrics, err = runtimeMetrics(reg, nil); err != nil {
 			return err
 		}
 	}

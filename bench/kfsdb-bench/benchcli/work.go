@@ -192,7 +192,7 @@ func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 
 func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	out := cli.NewSyncWriter(opts.Out)
-	log := cli.NewLogger(out, opts.Verbose)
+	log := NewLogger(out, opts.Verbose)
 	// A connection per handler and per heartbeat, the relay's claims and
 	// its listener.
 	maxConns := int32(2*opts.Workers*opts.Concurrency + 4)
@@ -204,7 +204,7 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	counts := &observe.Counts{}
 	var metrics observe.Metrics = counts
 	if reg != nil {
-		if metrics, err = cli.RuntimeMetrics(reg, counts); err != nil {
+		if metrics, err = runtimeMetrics(reg, counts); err != nil {
 			return nil, err
 		}
 	}

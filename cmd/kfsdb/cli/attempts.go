@@ -2,11 +2,8 @@ package cli
 
 import (
 	"bufio"
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,10 +14,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -38,8 +35,13 @@ type AttemptActionOpts struct {
 	TenantID string
 	// Action is what to do. Required.
 	Action ops.Action
-	// IDs are the attempts to act on (1..MaxActionAttempts).
+	// IDs are the attempts to act on (1..MaxActionAttempts), unless
+	// Selection picks them.
 	IDs []uuid.UUID
+	// Selection, when IDs is empty, picks the attempts: one page of
+	// repo.ListAttempts of TenantID, read on the pool the action runs on;
+	// each is then acted on at the version read. Defaults to nil: IDs.
+	Selection *repo.ListAttemptsParams
 	// Reason is stored with a cancel or supersede (optional).
 	Reason string
 	// DryRun reports what would change and changes nothing.
@@ -62,7 +64,7 @@ const MaxActionAttempts = 1000
 
 // Validate reports the first missing or invalid field.
 func (o *AttemptActionOpts) Validate() error {
-	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
+	if err := ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
 	if _, err := ops.ParseAction(string(o.Action)); err != nil {
@@ -71,11 +73,15 @@ func (o *AttemptActionOpts) Validate() error {
 	switch {
 	case o.TenantID == "":
 		return errors.New("invalid options: TenantID is required (--tenant): actions are confined to one tenant")
-	case len(o.IDs) == 0 || len(o.IDs) > MaxActionAttempts:
+	case o.Selection != nil && len(o.IDs) > 0:
+		return errors.New("invalid options: give IDs or a Selection, not both")
+	case o.Selection != nil && o.Selection.TenantID != o.TenantID:
+		return errors.New("invalid options: Selection.TenantID must be TenantID")
+	case o.Selection == nil && (len(o.IDs) == 0 || len(o.IDs) > MaxActionAttempts):
 		return fmt.Errorf("invalid options: give 1..%d attempt ids, got %d", MaxActionAttempts, len(o.IDs))
 	case o.Out == nil:
 		return errors.New("invalid options: Out is required")
-	case !o.DryRun && !o.Yes && len(o.IDs) > 1 && o.In == nil:
+	case !o.DryRun && !o.Yes && (len(o.IDs) > 1 || o.Selection != nil) && o.In == nil:
 		return errors.New("invalid options: In is required to confirm a bulk action (or set Yes)")
 	}
 	return nil
@@ -85,28 +91,39 @@ func (o *AttemptActionOpts) Validate() error {
 // attempt, through repo's guarded transitions and only to the row version
 // it read: an attempt that changed meanwhile is refused, not overwritten.
 // It returns the results, and an error wrapping ErrRefused when any
-// attempt was refused.
+// attempt was refused. A Selection that matches nothing prints so and
+// returns no results and no error.
 func AttemptAction(ctx context.Context, opts *AttemptActionOpts) ([]ops.Result, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	res, err := attemptAction(ctx, opts)
-	if err != nil && !errors.Is(err, ErrRefused) && !errors.Is(err, ErrAborted) {
-		return res, errors.New(redact.Text(err.Error(), opts.DatabaseURL))
-	}
+	var res []ops.Result
+	err := withPool(ctx, opts.DatabaseURL, operatorPool, func(pool *pgxpool.Pool) (err error) {
+		res, err = attemptAction(ctx, pool, opts)
+		return err
+	})
 	return res, err
 }
 
-func attemptAction(ctx context.Context, opts *AttemptActionOpts) ([]ops.Result, error) {
-	pool, err := connectOperator(ctx, opts.DatabaseURL)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
+func attemptAction(ctx context.Context, pool *pgxpool.Pool, opts *AttemptActionOpts) ([]ops.Result, error) {
 	r := repo.New(nil)
-	read := make([]*kfstype.Attempt, len(opts.IDs))
-	results := make([]ops.Result, len(opts.IDs))
-	for i, id := range opts.IDs {
+	ids := opts.IDs
+	if opts.Selection != nil {
+		page, err := r.ListAttempts(ctx, pool, opts.Selection)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range page.Attempts {
+			ids = append(ids, a.ID)
+		}
+		if len(ids) == 0 {
+			fmt.Fprintln(opts.Out, "no attempt matches the selection")
+			return nil, nil
+		}
+	}
+	read := make([]*kfstype.Attempt, len(ids))
+	results := make([]ops.Result, len(ids))
+	for i, id := range ids {
 		a, err := r.GetAttempt(ctx, pool, opts.TenantID, id)
 		switch {
 		case errors.Is(err, repo.ErrNotFound):
@@ -123,6 +140,7 @@ func attemptAction(ctx context.Context, opts *AttemptActionOpts) ([]ops.Result, 
 		}
 		for i, a := range read {
 			if a != nil {
+				var err error
 				if results[i], err = ops.Do(ctx, r, pool, opts.Action, a, opts.Reason); err != nil {
 					audit(ctx, opts, ops.Result{AttemptID: a.ID, Action: opts.Action, From: a.RunState, Outcome: ops.OutcomeRefused, Reason: "database error"})
 					return results, err
@@ -201,33 +219,6 @@ func writeResults(w io.Writer, asJSON bool, results []ops.Result) error {
 	return nil
 }
 
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// connectOperator opens a small pool for an operator command, closed
-// with pool.Close.
-func connectOperator(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	pool, _, _, err := openServedPool(ctx, url, 4, "", nil, nil)
-	return pool, err
-}
-
-// openPool opens a pool on cfg and pings it, so that a wrong URL or a
-// server that is down fails the command at once.
-func openPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("could not connect: %w", err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("could not connect: %w", err)
-	}
-	return pool, nil
-}
-
 // AttemptShowOpts are the options of AttemptShow.
 type AttemptShowOpts struct {
 	DatabaseURL string
@@ -240,27 +231,29 @@ type AttemptShowOpts struct {
 // AttemptShow prints one attempt of a tenant with its outbox row and
 // timeline. A missing attempt (or another tenant's) is repo.ErrNotFound.
 func AttemptShow(ctx context.Context, opts *AttemptShowOpts) (*ops.AttemptView, error) {
-	if err := validateDatabaseURL(opts.DatabaseURL); err != nil {
+	if err := ValidateDatabaseURL(opts.DatabaseURL); err != nil {
 		return nil, err
 	}
 	if opts.TenantID == "" || opts.Out == nil || opts.ID == uuid.Nil {
 		return nil, errors.New("invalid options: TenantID, ID and Out are required")
 	}
-	pool, err := connectOperator(ctx, opts.DatabaseURL)
+	var v *ops.AttemptView
+	err := withPool(ctx, opts.DatabaseURL, operatorPool, func(pool *pgxpool.Pool) error {
+		a, o, err := repo.New(nil).GetAttemptWithOutbox(ctx, pool, opts.TenantID, opts.ID)
+		if err != nil {
+			return fmt.Errorf("attempt %s of tenant %s: %w", opts.ID, opts.TenantID, err)
+		}
+		v = ops.ViewOf(a, o)
+		v.Timeline = ops.Timeline(a, o)
+		if opts.JSON {
+			return writeJSON(opts.Out, v)
+		}
+		writeAttemptText(opts.Out, v)
+		return nil
+	})
 	if err != nil {
-		return nil, errors.New(redact.Text(err.Error(), opts.DatabaseURL))
+		return nil, err
 	}
-	defer pool.Close()
-	a, o, err := repo.New(nil).GetAttemptWithOutbox(ctx, pool, opts.TenantID, opts.ID)
-	if err != nil {
-		return nil, fmt.Errorf("attempt %s of tenant %s: %w", opts.ID, opts.TenantID, err)
-	}
-	v := ops.ViewOf(a, o)
-	v.Timeline = ops.Timeline(a, o)
-	if opts.JSON {
-		return v, writeJSON(opts.Out, v)
-	}
-	writeAttemptText(opts.Out, v)
 	return v, nil
 }
 
@@ -297,102 +290,102 @@ func writeAttemptText(w io.Writer, v *ops.AttemptView) {
 	}
 }
 
-func runAttempts(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: attempts needs a subcommand: list, show, cancel, retry or supersede", ErrUsage)
+// newAttemptsCommand is `kfsdb attempts`: list and show read a tenant's
+// attempts, cancel, retry and supersede act on them.
+func newAttemptsCommand(r *runner) *cobra.Command {
+	var af attemptsFlags
+	cmd := &cobra.Command{
+		Use:   "attempts list|show|cancel|retry|supersede --tenant T",
+		Short: "find, inspect and act on a tenant's attempts through the guarded transitions (filters, pages, --dry-run, --yes, --json)",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fmt.Errorf("%w: attempts needs a subcommand: list, show, cancel, retry or supersede", ErrUsage)
+			}
+			return fmt.Errorf("%w: attempts %s: want list, show, cancel, retry or supersede", ErrUsage, args[0])
+		},
 	}
-	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("kfsdb attempts "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
-	tenant := fs.String("tenant", "", "the tenant (required)")
-	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	switch sub {
-	case "show":
-		if err := parseCommand(fs, args, "Usage: kfsdb attempts show --tenant T [--json] [--database-url URL] ATTEMPT_ID", 1, "show takes one attempt id"); err != nil {
-			return err
-		}
-		id, err := uuid.Parse(fs.Arg(0))
-		if err != nil {
-			return fmt.Errorf("%w: attempt id %q is not a UUID", ErrUsage, fs.Arg(0))
-		}
-		opts := &AttemptShowOpts{DatabaseURL: cmp.Or(*url, getenv(EnvDatabaseURL)), TenantID: *tenant, ID: id, JSON: *asJSON, Out: stdout}
-		if opts.TenantID == "" {
-			return fmt.Errorf("%w: --tenant is required", ErrUsage)
-		}
-		if err := validateDatabaseURL(opts.DatabaseURL); err != nil {
-			return fmt.Errorf("%w: %w", ErrUsage, err)
-		}
-		_, err = AttemptShow(ctx, opts)
-		return err
-	case "list":
-		return runAttemptsList(ctx, fs, args, url, tenant, asJSON, stdout, getenv)
+	cmd.PersistentFlags().StringVar(&af.tenant, "tenant", "", "the tenant (required)")
+	cmd.PersistentFlags().BoolVar(&af.json, "json", false, "print JSON instead of text")
+	cmd.AddCommand(newAttemptsListCommand(r, &af), newAttemptsShowCommand(r, &af))
+	for _, action := range ops.Actions() {
+		cmd.AddCommand(newAttemptsActionCommand(r, &af, action))
 	}
-	action, err := ops.ParseAction(sub)
-	if err != nil {
-		return fmt.Errorf("%w: attempts %s: want list, show, cancel, retry or supersede", ErrUsage, sub)
-	}
-	opts := &AttemptActionOpts{Action: action, In: stdin, Out: stdout, Audit: stderr}
-	fs.StringVar(&opts.Reason, "reason", "", "reason stored with a cancel or supersede")
-	fs.BoolVar(&opts.DryRun, "dry-run", false, "say what would change, change nothing")
-	fs.BoolVar(&opts.Yes, "yes", false, "do not ask before acting on more than one attempt")
-	var sel selection
-	sel.register(fs, 100)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: kfsdb attempts %s --tenant T [--reason R] [--dry-run] [--yes] [--json] [--database-url URL] ATTEMPT_ID...\n", sub)
-		fmt.Fprintf(fs.Output(), "   or: kfsdb attempts %s --tenant T --state S[,S] [--space ID] [--limit N] [--after TOKEN] [--dry-run] [--yes] [--json]\n", sub)
-		fs.PrintDefaults()
-	}
-	if err := ParseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 && (sel.states != "" || sel.space != "" || sel.after != "") {
-		return fmt.Errorf("%w: give attempt ids or a selection (--state, --space), not both", ErrUsage)
-	}
-	if action == ops.Retry && opts.Reason != "" {
-		return fmt.Errorf("%w: --reason applies to cancel and supersede", ErrUsage)
-	}
-	for _, arg := range fs.Args() {
-		id, err := uuid.Parse(arg)
-		if err != nil {
-			return fmt.Errorf("%w: attempt id %q is not a UUID", ErrUsage, arg)
-		}
-		opts.IDs = append(opts.IDs, id)
-	}
-	opts.DatabaseURL, opts.TenantID, opts.JSON = cmp.Or(*url, getenv(EnvDatabaseURL)), *tenant, *asJSON
-	if fs.NArg() == 0 && sel.states != "" {
-		// A bulk action on a selection: one page of it, read now; each
-		// attempt is then acted on at the version read.
-		if opts.TenantID == "" {
-			return fmt.Errorf("%w: --tenant is required", ErrUsage)
-		}
-		p, err := sel.params(opts.TenantID)
-		if err != nil {
-			return err
-		}
-		if err := validateDatabaseURL(opts.DatabaseURL); err != nil {
-			return fmt.Errorf("%w: %w", ErrUsage, err)
-		}
-		if err := withOperatorPool(ctx, opts.DatabaseURL, func(db repo.DBTX) error {
-			page, err := repo.New(nil).ListAttempts(ctx, db, p)
+	return cmd
+}
+
+// newAttemptsShowCommand is `kfsdb attempts show`.
+func newAttemptsShowCommand(r *runner, af *attemptsFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show --tenant T ATTEMPT_ID",
+		Short: "one attempt with its outbox row and timeline",
+		Args:  exactArgs(1, "show takes one attempt id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: attempt id %q is not a UUID", ErrUsage, args[0])
 			}
-			for _, a := range page.Attempts {
-				opts.IDs = append(opts.IDs, a.ID)
+			opts := &AttemptShowOpts{DatabaseURL: r.databaseURL, TenantID: af.tenant, ID: id, JSON: af.json, Out: cmd.OutOrStdout()}
+			if opts.TenantID == "" {
+				return fmt.Errorf("%w: --tenant is required", ErrUsage)
 			}
-			return nil
-		}); err != nil {
+			if err := ValidateDatabaseURL(opts.DatabaseURL); err != nil {
+				return fmt.Errorf("%w: %w", ErrUsage, err)
+			}
+			_, err = AttemptShow(cmd.Context(), opts)
 			return err
-		}
-		if len(opts.IDs) == 0 {
-			fmt.Fprintln(stdout, "no attempt matches the selection")
-			return nil
-		}
+		},
 	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+}
+
+// newAttemptsActionCommand is `kfsdb attempts cancel|retry|supersede`: on
+// the attempt ids given, or on one page of a selection (--state).
+func newAttemptsActionCommand(r *runner, af *attemptsFlags, action ops.Action) *cobra.Command {
+	opts := &AttemptActionOpts{Action: action}
+	var sel selection
+	cmd := &cobra.Command{
+		Use:   fmt.Sprintf("%s --tenant T [--reason R] [--dry-run] [--yes] ATTEMPT_ID...|--state S[,S]", action),
+		Short: fmt.Sprintf("%s attempts through the guarded transition, by id or by selection", action),
+		Long: fmt.Sprintf("%s the attempts given by id, or one page of a selection (--state, and --space, --limit, --after), "+
+			"each at the row version read: one that changed meanwhile is refused. More than one attempt asks for yes unless --yes.", action),
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && (sel.states != "" || sel.space != "" || sel.after != "") {
+				return fmt.Errorf("%w: give attempt ids or a selection (--state, --space), not both", ErrUsage)
+			}
+			if action == ops.Retry && opts.Reason != "" {
+				return fmt.Errorf("%w: --reason applies to cancel and supersede", ErrUsage)
+			}
+			for _, arg := range args {
+				id, err := uuid.Parse(arg)
+				if err != nil {
+					return fmt.Errorf("%w: attempt id %q is not a UUID", ErrUsage, arg)
+				}
+				opts.IDs = append(opts.IDs, id)
+			}
+			opts.DatabaseURL, opts.TenantID, opts.JSON = r.databaseURL, af.tenant, af.json
+			opts.In, opts.Out, opts.Audit = r.stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if len(args) == 0 && sel.states != "" {
+				// A bulk action on a selection: AttemptAction reads one
+				// page of it, then acts on each attempt at the version read.
+				if opts.TenantID == "" {
+					return fmt.Errorf("%w: --tenant is required", ErrUsage)
+				}
+				var err error
+				if opts.Selection, err = sel.params(opts.TenantID); err != nil {
+					return err
+				}
+			}
+			if err := opts.Validate(); err != nil {
+				return fmt.Errorf("%w: %w", ErrUsage, err)
+			}
+			_, err := AttemptAction(cmd.Context(), opts)
+			return err
+		},
 	}
-	_, err = AttemptAction(ctx, opts)
-	return err
+	cmd.Flags().StringVar(&opts.Reason, "reason", "", "reason stored with a cancel or supersede")
+	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "say what would change, change nothing")
+	cmd.Flags().BoolVar(&opts.Yes, "yes", false, "do not ask before acting on more than one attempt")
+	sel.register(cmd.Flags(), 100)
+	return cmd
 }

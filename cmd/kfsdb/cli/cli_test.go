@@ -188,3 +188,43 @@ func TestHelpSaysWhatTheBinaryIsFor(t *testing.T) {
 		require.Contains(t, help, "\n  "+cmd+" ")
 	}
 }
+
+// TestHelpAndCompletionFromCobra: every command answers --help on stdout
+// with its flags, the persistent --database-url among them, and `kfsdb
+// completion SHELL` prints a completion script.
+func TestHelpAndCompletionFromCobra(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"migrate", "up", "--help"}, []string{"--lock-timeout", "--database-url", "$DATABASE_URL"}},
+		{[]string{"attempts", "cancel", "-h"}, []string{"--tenant", "--dry-run", "--state", "--database-url"}},
+		{[]string{"help", "console"}, []string{"--auth-token-file", "--trusted-proxy", "--metrics-listen"}},
+		{[]string{"completion", "bash"}, []string{"bash completion", "kfsdb"}},
+		{[]string{"completion", "zsh"}, []string{"#compdef kfsdb"}},
+	} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 0, Main(t.Context(), tc.args, &stdout, &stderr, noEnv), "args %q: %s", tc.args, stderr.String())
+		for _, want := range tc.want {
+			require.Contains(t, stdout.String(), want, "args %q", tc.args)
+		}
+	}
+}
+
+// TestDatabaseURLFlagAnywhere: the persistent --database-url may stand
+// before or after the command, and wins over $DATABASE_URL.
+func TestDatabaseURLFlagAnywhere(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	const unreachable = "postgres://kfs@127.0.0.1:1/kfs?connect_timeout=2&sslmode=disable"
+	for _, args := range [][]string{
+		{"--database-url", db.URL, "stuck", "--tenant", "nobody"},
+		{"stuck", "--database-url", db.URL, "--tenant", "nobody"},
+		{"stuck", "--tenant", "nobody", "--database-url", db.URL},
+	} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 0, Main(t.Context(), args, &stdout, &stderr, envWith(unreachable)), "args %q: %s", args, stderr.String())
+		require.Equal(t, "nothing stuck\n", stdout.String(), "args %q", args)
+	}
+}

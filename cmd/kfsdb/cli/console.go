@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,10 +13,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
-	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -65,7 +64,7 @@ type ConsoleOpts struct {
 
 // Validate reports the first missing or invalid field.
 func (o *ConsoleOpts) Validate() error {
-	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
+	if err := ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
 	listen := cmp.Or(o.Listen, ConsoleListenDefault)
@@ -73,7 +72,7 @@ func (o *ConsoleOpts) Validate() error {
 		return fmt.Errorf("invalid options: Listen %q is not host:port", listen)
 	}
 	if o.AuthToken == "" {
-		if err := validateMetricsListen(o.MetricsListen); err != nil {
+		if err := ValidateMetricsListen(o.MetricsListen); err != nil {
 			return err
 		}
 	} else if o.MetricsListen != "" {
@@ -103,13 +102,6 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if err := serveConsole(ctx, opts); err != nil {
-		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
-	}
-	return nil
-}
-
-func serveConsole(ctx context.Context, opts *ConsoleOpts) error {
 	out := &syncWriter{w: opts.Out}
 	log := slog.New(slog.NewTextHandler(out, nil))
 	// /metrics takes the console's token, or else the metrics token, or
@@ -132,58 +124,62 @@ func serveConsole(ctx context.Context, opts *ConsoleOpts) error {
 			cfg.ConnConfig.RuntimeParams[TenantSetting] = opts.TenantID
 		}
 	}
-	pool, _, closeAll, err := openServedPoolWith(ctx, opts.DatabaseURL, 4, ms, tune, out, log)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID,
-		Logger: log, QueryTimeout: consoleQueryTimeout, TrustedProxies: opts.TrustedProxies})
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", cmp.Or(opts.Listen, ConsoleListenDefault))
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	fmt.Fprintf(out, "kfsdb console on http://%s/ (Ctrl-C stops)\n", ln.Addr())
-	if link := srv.LoginLink(); link != "" {
-		fmt.Fprintf(out, "no token was given, so the console made its own: log in once at http://%s%s (valid 30 minutes, one login)\n", ln.Addr(), link)
-	}
-	return console.Serve(ctx, ln, srv.Handler())
+	spec := poolSpec{MaxConns: 4, Metrics: ms, Out: out, Log: log, Tune: tune}
+	return withPool(ctx, opts.DatabaseURL, spec, func(pool *pgxpool.Pool) error {
+		srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID,
+			Logger: log, QueryTimeout: consoleQueryTimeout, TrustedProxies: opts.TrustedProxies})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", cmp.Or(opts.Listen, ConsoleListenDefault))
+		if err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+		fmt.Fprintf(out, "kfsdb console on http://%s/ (Ctrl-C stops)\n", ln.Addr())
+		if link := srv.LoginLink(); link != "" {
+			fmt.Fprintf(out, "no token was given, so the console made its own: log in once at http://%s%s (valid 30 minutes, one login)\n", ln.Addr(), link)
+		}
+		return console.Serve(ctx, ln, srv.Handler())
+	})
 }
 
-func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb console", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := &ConsoleOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
-	fs.StringVar(&opts.Listen, "listen", ConsoleListenDefault, "address to serve; a non-loopback one needs a token")
-	fs.StringVar(&opts.TenantID, "tenant", "", "confine the console to this tenant (default: every tenant)")
-	fs.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
-	tokenFile := fs.String("auth-token-file", "", "file whose first line is the login token (at least 24 characters); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
-	argvToken := fs.String("auth-token", "", "refused: a token on the command line is visible to every local user (ps); use --auth-token-file or $"+EnvConsoleToken)
-	fs.Func("trusted-proxy", "IP or CIDR of the TLS-terminating proxy in front of the console (repeatable): its X-Forwarded-Proto/-Host/-For are believed, the cookie is Secure", func(v string) error {
+// newConsoleCommand is `kfsdb console`. The token is read from a file or
+// the environment, never from argv: --auth-token is there to be refused.
+func newConsoleCommand(r *runner) *cobra.Command {
+	opts := &ConsoleOpts{}
+	var tokenFile, argvToken string
+	cmd := &cobra.Command{
+		Use:   "console [--listen 127.0.0.1:8080] [--tenant T] [--read-only] [--auth-token-file FILE] [--trusted-proxy IP] [--metrics-listen ADDR]",
+		Short: "web console: overview, attempts, actions (--tenant, --read-only, --auth-token-file)",
+		Args:  exactArgs(0, "console takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if argvToken != "" {
+				return fmt.Errorf("%w: --auth-token is refused: every local user can read a command line (ps); put the token in a file (--auth-token-file) or $%s", ErrUsage, EnvConsoleToken)
+			}
+			opts.DatabaseURL, opts.Out = r.databaseURL, cmd.OutOrStdout()
+			var err error
+			if opts.AuthToken, err = httpguard.ReadToken(tokenFile, r.getenv(EnvConsoleToken)); err != nil {
+				return fmt.Errorf("%w: %w", ErrUsage, err)
+			}
+			if err := opts.Validate(); err != nil {
+				return fmt.Errorf("%w: %w", ErrUsage, err)
+			}
+			return Console(cmd.Context(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Listen, "listen", ConsoleListenDefault, "address to serve; a non-loopback one needs a token")
+	f.StringVar(&opts.TenantID, "tenant", "", "confine the console to this tenant (default: every tenant)")
+	f.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
+	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the login token (at least 24 characters); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
+	f.StringVar(&argvToken, "auth-token", "", "refused: a token on the command line is visible to every local user (ps); use --auth-token-file or $"+EnvConsoleToken)
+	f.Func("trusted-proxy", "IP or CIDR of the TLS-terminating proxy in front of the console (repeatable): its X-Forwarded-Proto/-Host/-For are believed, the cookie is Secure", func(v string) error {
 		p, err := parsePrefix(v)
 		opts.TrustedProxies = append(opts.TrustedProxies, p)
 		return err
 	})
-	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", metricsListenUsage)
-	if err := parseCommand(fs, args, "Usage: kfsdb console [--listen 127.0.0.1:8080] [--database-url URL] [--tenant T] [--read-only] [--auth-token-file FILE] [--trusted-proxy IP] [--metrics-listen ADDR]", 0, "console takes no arguments"); err != nil {
-		return err
-	}
-	if *argvToken != "" {
-		return fmt.Errorf("%w: --auth-token is refused: every local user can read a command line (ps); put the token in a file (--auth-token-file) or $%s", ErrUsage, EnvConsoleToken)
-	}
-	opts.DatabaseURL = cmp.Or(opts.DatabaseURL, getenv(EnvDatabaseURL))
-	var err error
-	if opts.AuthToken, err = httpguard.ReadToken(*tokenFile, getenv(EnvConsoleToken)); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	return Console(ctx, opts)
+	f.StringVar(&opts.MetricsListen, "metrics-listen", "", MetricsListenUsage)
+	return cmd
 }
 
 // parsePrefix reads an IP (one address) or a CIDR prefix.

@@ -1,18 +1,16 @@
 package cli
 
 import (
-	"cmp"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
-	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -26,13 +24,20 @@ type attemptsPage struct {
 	Next string `json:"next"`
 }
 
+// attemptsFlags are the persistent flags of `kfsdb attempts`, which every
+// attempts subcommand reads.
+type attemptsFlags struct {
+	tenant string
+	json   bool
+}
+
 // selection is the filter flags shared by list and the bulk actions.
 type selection struct {
 	states, space, after string
 	limit                int
 }
 
-func (s *selection) register(fs *flag.FlagSet, limitDefault int) {
+func (s *selection) register(fs *pflag.FlagSet, limitDefault int) {
 	fs.StringVar(&s.states, "state", "", "comma-separated run states (default: every state)")
 	fs.StringVar(&s.space, "space", "", "knowledge space id (default: every space)")
 	fs.StringVar(&s.after, "after", "", "page token printed as next by the page before")
@@ -61,60 +66,54 @@ func (s *selection) params(tenant string) (*repo.ListAttemptsParams, error) {
 	return p, nil
 }
 
-func runAttemptsList(ctx context.Context, fs *flag.FlagSet, args []string, url, tenant *string, asJSON *bool, stdout io.Writer, getenv func(string) string) error {
+// newAttemptsListCommand is `kfsdb attempts list`.
+func newAttemptsListCommand(r *runner, af *attemptsFlags) *cobra.Command {
 	var sel selection
-	sel.register(fs, ListDefault)
-	if err := parseCommand(fs, args, "Usage: kfsdb attempts list --tenant T [--state S,S] [--space ID] [--limit N] [--after TOKEN] [--json] [--database-url URL]", 0, "list takes no arguments"); err != nil {
-		return err
-	}
-	if *tenant == "" {
-		return fmt.Errorf("%w: --tenant is required", ErrUsage)
-	}
-	p, err := sel.params(*tenant)
-	if err != nil {
-		return err
-	}
-	dsn := cmp.Or(*url, getenv(EnvDatabaseURL))
-	if err := validateDatabaseURL(dsn); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	return withOperatorPool(ctx, dsn, func(db repo.DBTX) error {
-		page, err := repo.New(nil).ListAttempts(ctx, db, p)
-		if err != nil {
-			return err
-		}
-		out := attemptsPage{Attempts: make([]*ops.AttemptView, 0, len(page.Attempts)), Next: ops.EncodeCursor(page.Next)}
-		for _, a := range page.Attempts {
-			out.Attempts = append(out.Attempts, ops.ViewOf(a, nil))
-		}
-		if *asJSON {
-			return writeJSON(stdout, out)
-		}
-		fmt.Fprintf(stdout, "%-36s  %-16s  %-18s  %4s  %-20s  %s\n", "ATTEMPT", "STATE", "CHECKPOINT", "EXEC", "CREATED", "LAST ERROR")
-		for _, v := range out.Attempts {
-			code := "-"
-			if v.LastErrorCode != nil {
-				code = *v.LastErrorCode
+	cmd := &cobra.Command{
+		Use:   "list --tenant T [--state S,S] [--space ID] [--limit N] [--after TOKEN]",
+		Short: "a tenant's attempts, a page at a time, newest first",
+		Args:  exactArgs(0, "list takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if af.tenant == "" {
+				return fmt.Errorf("%w: --tenant is required", ErrUsage)
 			}
-			fmt.Fprintf(stdout, "%-36s  %-16s  %-18s  %d/%d  %-20s  %s\n", v.ID, v.RunState, v.Checkpoint,
-				v.ExecutionAttempts, v.MaxExecutionAttempts, v.CreatedAt.UTC().Format(time.DateTime), code)
-		}
-		if out.Next != "" {
-			fmt.Fprintf(stdout, "next page: --after %s\n", out.Next)
-		}
-		return nil
-	})
+			p, err := sel.params(af.tenant)
+			if err != nil {
+				return err
+			}
+			return r.onOperatorPool(cmd, func(ctx context.Context, db repo.DBTX, out io.Writer) error {
+				return listAttempts(ctx, db, p, af.json, out)
+			})
+		},
+	}
+	sel.register(cmd.Flags(), ListDefault)
+	return cmd
 }
 
-// withOperatorPool runs fn on a small pool; errors never show the password.
-func withOperatorPool(ctx context.Context, dsn string, fn func(repo.DBTX) error) error {
-	pool, err := connectOperator(ctx, dsn)
+// listAttempts prints the page of attempts p selects, as text or JSON.
+func listAttempts(ctx context.Context, db repo.DBTX, p *repo.ListAttemptsParams, asJSON bool, stdout io.Writer) error {
+	page, err := repo.New(nil).ListAttempts(ctx, db, p)
 	if err != nil {
-		return errors.New(redact.Text(err.Error(), dsn))
+		return err
 	}
-	defer pool.Close()
-	if err := fn(pool); err != nil {
-		return errors.New(redact.Text(err.Error(), dsn))
+	out := attemptsPage{Attempts: make([]*ops.AttemptView, 0, len(page.Attempts)), Next: ops.EncodeCursor(page.Next)}
+	for _, a := range page.Attempts {
+		out.Attempts = append(out.Attempts, ops.ViewOf(a, nil))
+	}
+	if asJSON {
+		return writeJSON(stdout, out)
+	}
+	fmt.Fprintf(stdout, "%-36s  %-16s  %-18s  %4s  %-20s  %s\n", "ATTEMPT", "STATE", "CHECKPOINT", "EXEC", "CREATED", "LAST ERROR")
+	for _, v := range out.Attempts {
+		code := "-"
+		if v.LastErrorCode != nil {
+			code = *v.LastErrorCode
+		}
+		fmt.Fprintf(stdout, "%-36s  %-16s  %-18s  %d/%d  %-20s  %s\n", v.ID, v.RunState, v.Checkpoint,
+			v.ExecutionAttempts, v.MaxExecutionAttempts, v.CreatedAt.UTC().Format(time.DateTime), code)
+	}
+	if out.Next != "" {
+		fmt.Fprintf(stdout, "next page: --after %s\n", out.Next)
 	}
 	return nil
 }
@@ -136,68 +135,83 @@ type countJSON struct {
 	AtLeast bool   `json:"at_least"`
 }
 
-func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	if len(args) == 0 || args[0] != "stats" {
-		return fmt.Errorf("%w: outbox needs a subcommand: stats", ErrUsage)
+// newOutboxCommand is `kfsdb outbox`, whose one subcommand is stats.
+func newOutboxCommand(r *runner) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "outbox stats",
+		Short: "attempts by state, the outbox's due backlog and its oldest due row",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(*cobra.Command, []string) error {
+			return fmt.Errorf("%w: outbox needs a subcommand: stats", ErrUsage)
+		},
 	}
-	fs := flag.NewFlagSet("kfsdb outbox stats", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
-	tenant := fs.String("tenant", "", "count this tenant's attempts (default: every tenant's)")
-	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	capN := fs.Int("cap", repo.CountCapDefault, fmt.Sprintf("count at most this many per state (1..%d); more shows as ≥", repo.MaxCountCap))
-	if err := parseCommand(fs, args[1:], "Usage: kfsdb outbox stats [--tenant T] [--cap N] [--json] [--database-url URL]", 0, "outbox stats takes no arguments"); err != nil {
+	var tenant string
+	var asJSON bool
+	var capN int
+	stats := &cobra.Command{
+		Use:   "stats [--tenant T] [--cap N]",
+		Short: "attempts by state (≥ N past --cap), the outbox's due backlog and its oldest due row",
+		Args:  exactArgs(0, "outbox stats takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if capN < 1 || capN > repo.MaxCountCap {
+				return fmt.Errorf("%w: --cap must be 1..%d", ErrUsage, repo.MaxCountCap)
+			}
+			return r.onOperatorPool(cmd, func(ctx context.Context, db repo.DBTX, out io.Writer) error {
+				return outboxStats(ctx, db, tenant, int32(capN), asJSON, out)
+			})
+		},
+	}
+	stats.Flags().StringVar(&tenant, "tenant", "", "count this tenant's attempts (default: every tenant's)")
+	stats.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	stats.Flags().IntVar(&capN, "cap", repo.CountCapDefault, fmt.Sprintf("count at most this many per state (1..%d); more shows as ≥", repo.MaxCountCap))
+	cmd.AddCommand(stats)
+	return cmd
+}
+
+// outboxStats prints tenant's attempts by state (every tenant's for ""),
+// the outbox's due backlog and its oldest due row, each count capped at
+// capN, as text or JSON.
+func outboxStats(ctx context.Context, db repo.DBTX, tenant string, capN int32, asJSON bool, stdout io.Writer) error {
+	r := repo.New(nil)
+	states, err := r.CountAttempts(ctx, db, &repo.CountParams{TenantID: tenant, AllTenants: tenant == "", Cap: capN})
+	if err != nil {
 		return err
 	}
-	if *capN < 1 || *capN > repo.MaxCountCap {
-		return fmt.Errorf("%w: --cap must be 1..%d", ErrUsage, repo.MaxCountCap)
+	backlog, err := r.OutboxBacklog(ctx, db, &repo.BacklogParams{Cap: capN})
+	if err != nil {
+		return err
 	}
-	dsn := cmp.Or(*url, getenv(EnvDatabaseURL))
-	if err := validateDatabaseURL(dsn); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+	rep := countsReport{TenantID: tenant, OldestDueAt: backlog.OldestDueAt}
+	for _, c := range states {
+		rep.States = append(rep.States, countJSON{Name: string(c.State), N: c.N, AtLeast: c.AtLeast})
 	}
-	return withOperatorPool(ctx, dsn, func(db repo.DBTX) error {
-		r := repo.New(nil)
-		states, err := r.CountAttempts(ctx, db, &repo.CountParams{TenantID: *tenant, AllTenants: *tenant == "", Cap: int32(*capN)})
-		if err != nil {
-			return err
-		}
-		backlog, err := r.OutboxBacklog(ctx, db, &repo.BacklogParams{Cap: int32(*capN)})
-		if err != nil {
-			return err
-		}
-		rep := countsReport{TenantID: *tenant, OldestDueAt: backlog.OldestDueAt}
-		for _, c := range states {
-			rep.States = append(rep.States, countJSON{Name: string(c.State), N: c.N, AtLeast: c.AtLeast})
-		}
-		for _, c := range backlog.Due {
-			rep.Due = append(rep.Due, countJSON{Name: string(c.Status), N: c.N, AtLeast: c.AtLeast})
-		}
-		if backlog.OldestDueAt != nil {
-			rep.OldestDueAgeSeconds = new(backlog.OldestDueAge.Seconds())
-		}
-		if *asJSON {
-			return writeJSON(stdout, rep)
-		}
-		who := "every tenant"
-		if *tenant != "" {
-			who = "tenant " + *tenant
-		}
-		fmt.Fprintf(stdout, "attempts by state (%s)\n", who)
-		for _, c := range rep.States {
-			fmt.Fprintf(stdout, "  %-16s %s\n", c.Name, countText(c.N, c.AtLeast))
-		}
-		fmt.Fprintln(stdout, "outbox rows due now (every tenant)")
-		for _, c := range rep.Due {
-			fmt.Fprintf(stdout, "  %-16s %s\n", c.Name, countText(c.N, c.AtLeast))
-		}
-		if backlog.OldestDueAt != nil {
-			fmt.Fprintf(stdout, "oldest due row: due since %s (%s ago)\n", backlog.OldestDueAt.UTC().Format(time.RFC3339), backlog.OldestDueAge.Round(time.Millisecond))
-		} else {
-			fmt.Fprintln(stdout, "oldest due row: none")
-		}
-		return nil
-	})
+	for _, c := range backlog.Due {
+		rep.Due = append(rep.Due, countJSON{Name: string(c.Status), N: c.N, AtLeast: c.AtLeast})
+	}
+	if backlog.OldestDueAt != nil {
+		rep.OldestDueAgeSeconds = new(backlog.OldestDueAge.Seconds())
+	}
+	if asJSON {
+		return writeJSON(stdout, rep)
+	}
+	who := "every tenant"
+	if tenant != "" {
+		who = "tenant " + tenant
+	}
+	fmt.Fprintf(stdout, "attempts by state (%s)\n", who)
+	for _, c := range rep.States {
+		fmt.Fprintf(stdout, "  %-16s %s\n", c.Name, countText(c.N, c.AtLeast))
+	}
+	fmt.Fprintln(stdout, "outbox rows due now (every tenant)")
+	for _, c := range rep.Due {
+		fmt.Fprintf(stdout, "  %-16s %s\n", c.Name, countText(c.N, c.AtLeast))
+	}
+	if backlog.OldestDueAt != nil {
+		fmt.Fprintf(stdout, "oldest due row: due since %s (%s ago)\n", backlog.OldestDueAt.UTC().Format(time.RFC3339), backlog.OldestDueAge.Round(time.Millisecond))
+	} else {
+		fmt.Fprintln(stdout, "oldest due row: none")
+	}
+	return nil
 }
 
 func countText(n int64, atLeast bool) string {
@@ -215,45 +229,53 @@ type stuckRow struct {
 	Attempt     *ops.AttemptView `json:"attempt"`
 }
 
-func runStuck(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb stuck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
-	tenant := fs.String("tenant", "", "this tenant's attempts (default: every tenant's)")
-	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	overdue := fs.Duration("pending-overdue", repo.PendingOverdueDefault, "a pending outbox row due longer ago than this is stuck")
-	limit := fs.Int("limit", ListDefault, fmt.Sprintf("rows to show, 1..%d", repo.MaxListLimit))
-	if err := parseCommand(fs, args, "Usage: kfsdb stuck [--tenant T] [--pending-overdue D] [--limit N] [--json] [--database-url URL]", 0, "stuck takes no arguments"); err != nil {
+// newStuckCommand is `kfsdb stuck`.
+func newStuckCommand(r *runner) *cobra.Command {
+	p := &repo.StuckParams{}
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "stuck [--tenant T] [--pending-overdue D] [--limit N]",
+		Short: "attempts that are not moving, each with the reason",
+		Args:  exactArgs(0, "stuck takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 || limit > repo.MaxListLimit || p.PendingOverdue <= 0 {
+				return fmt.Errorf("%w: --limit must be 1..%d and --pending-overdue > 0", ErrUsage, repo.MaxListLimit)
+			}
+			p.AllTenants, p.Limit = p.TenantID == "", int32(limit)
+			return r.onOperatorPool(cmd, func(ctx context.Context, db repo.DBTX, out io.Writer) error {
+				return listStuck(ctx, db, p, asJSON, out)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&p.TenantID, "tenant", "", "this tenant's attempts (default: every tenant's)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
+	cmd.Flags().DurationVar(&p.PendingOverdue, "pending-overdue", repo.PendingOverdueDefault, "a pending outbox row due longer ago than this is stuck")
+	cmd.Flags().IntVar(&limit, "limit", ListDefault, fmt.Sprintf("rows to show, 1..%d", repo.MaxListLimit))
+	return cmd
+}
+
+// listStuck prints the attempts that are not moving, with the reason, as
+// text or JSON.
+func listStuck(ctx context.Context, db repo.DBTX, p *repo.StuckParams, asJSON bool, stdout io.Writer) error {
+	stuck, err := repo.New(nil).ListStuck(ctx, db, p)
+	if err != nil {
 		return err
 	}
-	if *limit < 1 || *limit > repo.MaxListLimit || *overdue <= 0 {
-		return fmt.Errorf("%w: --limit must be 1..%d and --pending-overdue > 0", ErrUsage, repo.MaxListLimit)
+	rows := make([]stuckRow, 0, len(stuck))
+	for _, s := range stuck {
+		rows = append(rows, stuckRow{Reason: s.Reason, Description: s.Reason.Description(), Since: s.Since, Attempt: ops.ViewOf(s.Attempt, s.Outbox)})
 	}
-	dsn := cmp.Or(*url, getenv(EnvDatabaseURL))
-	if err := validateDatabaseURL(dsn); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+	if asJSON {
+		return writeJSON(stdout, rows)
 	}
-	return withOperatorPool(ctx, dsn, func(db repo.DBTX) error {
-		stuck, err := repo.New(nil).ListStuck(ctx, db, &repo.StuckParams{TenantID: *tenant, AllTenants: *tenant == "",
-			PendingOverdue: *overdue, Limit: int32(*limit)})
-		if err != nil {
-			return err
-		}
-		rows := make([]stuckRow, 0, len(stuck))
-		for _, s := range stuck {
-			rows = append(rows, stuckRow{Reason: s.Reason, Description: s.Reason.Description(), Since: s.Since, Attempt: ops.ViewOf(s.Attempt, s.Outbox)})
-		}
-		if *asJSON {
-			return writeJSON(stdout, rows)
-		}
-		if len(rows) == 0 {
-			fmt.Fprintln(stdout, "nothing stuck")
-			return nil
-		}
-		for _, s := range rows {
-			fmt.Fprintf(stdout, "%-20s %s  tenant %s  %s since %s: %s\n", s.Reason, s.Attempt.ID, s.Attempt.TenantID, s.Attempt.RunState,
-				s.Since.UTC().Format(time.RFC3339), s.Description)
-		}
+	if len(rows) == 0 {
+		fmt.Fprintln(stdout, "nothing stuck")
 		return nil
-	})
+	}
+	for _, s := range rows {
+		fmt.Fprintf(stdout, "%-20s %s  tenant %s  %s since %s: %s\n", s.Reason, s.Attempt.ID, s.Attempt.TenantID, s.Attempt.RunState,
+			s.Since.UTC().Format(time.RFC3339), s.Description)
+	}
+	return nil
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
-	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/observe/prom"
 )
 
@@ -25,8 +24,9 @@ import (
 // has its own, shorter, timeout (prom.SampleTimeoutDefault).
 const metricsScrapeTimeout = 10 * time.Second
 
-// metricsListenUsage is the --metrics-listen flag's usage.
-const metricsListenUsage = "serve Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9090 (default: off); off loopback it needs a bearer token ($" + EnvMetricsTokenFile + " or $" + EnvMetricsToken + ")"
+// MetricsListenUsage is the --metrics-listen flag's usage (kfsdb console's,
+// and kfsdb-bench's work and relay).
+const MetricsListenUsage = "serve Prometheus metrics at http://ADDR/metrics while running, e.g. 127.0.0.1:9090 (default: off); off loopback it needs a bearer token ($" + EnvMetricsTokenFile + " or $" + EnvMetricsToken + ")"
 
 // The metrics servers' token, read from the environment (never argv) by
 // every command that serves metrics: with one, every scrape must send it
@@ -43,9 +43,9 @@ func metricsToken() (string, error) {
 	return httpguard.ReadToken(os.Getenv(EnvMetricsTokenFile), os.Getenv(EnvMetricsToken))
 }
 
-// validateMetricsListen accepts "" (off) or host:port, the latter only on
+// ValidateMetricsListen accepts "" (off) or host:port, the latter only on
 // loopback unless a strong metrics token is set.
-func validateMetricsListen(addr string) error {
+func ValidateMetricsListen(addr string) error {
 	if addr == "" {
 		return nil
 	}
@@ -68,55 +68,6 @@ type metricsServe struct {
 	Addr, Token, TenantID string
 }
 
-// openServedPool opens a command's pool on url with maxConns connections
-// (0: pgx's default) and, when metricsAddr is set, the registry served at
-// http://metricsAddr/metrics while the pool is open: the Go and process
-// collectors, the statement tracer set on the pool and the backlog
-// collector (reg is nil without metricsAddr). closeAll stops the server,
-// then closes the pool.
-func openServedPool(ctx context.Context, url string, maxConns int32, metricsAddr string, out io.Writer, log *slog.Logger) (pool *pgxpool.Pool, reg *prometheus.Registry, closeAll func(), err error) {
-	ms := metricsServe{Addr: metricsAddr}
-	if metricsAddr != "" {
-		if ms.Token, err = metricsToken(); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	return openServedPoolWith(ctx, url, maxConns, ms, nil, out, log)
-}
-
-// openServedPoolWith is openServedPool with the metrics served as ms
-// says; tune, when not nil, adjusts the pool's config before it opens.
-func openServedPoolWith(ctx context.Context, url string, maxConns int32, ms metricsServe, tune func(*pgxpool.Config), out io.Writer, log *slog.Logger) (pool *pgxpool.Pool, reg *prometheus.Registry, closeAll func(), err error) {
-	metricsAddr := ms.Addr
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("could not parse database URL: %w", err)
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	if tune != nil {
-		tune(cfg)
-	}
-	if metricsAddr != "" {
-		if reg, err = newMetricsRegistry(cfg); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	if pool, err = openPool(ctx, cfg); err != nil {
-		return nil, nil, nil, err
-	}
-	if reg == nil {
-		return pool, nil, pool.Close, nil
-	}
-	stop, err := serveMetrics(reg, pool, ms, out, log)
-	if err != nil {
-		pool.Close()
-		return nil, nil, nil, err
-	}
-	return pool, reg, func() { stop(); pool.Close() }, nil
-}
-
 // newMetricsRegistry returns a registry with the Go and process
 // collectors and the statement tracer, which it sets on cfg; it makes room
 // in cfg's pool for the backlog collector's sample (serveMetrics).
@@ -130,20 +81,6 @@ func newMetricsRegistry(cfg *pgxpool.Config) (*prometheus.Registry, error) {
 	cfg.ConnConfig.Tracer = tr
 	cfg.MaxConns++
 	return reg, nil
-}
-
-// runtimeMetrics registers the runtime counters on reg and returns a
-// Metrics that feeds reg and, when counts is not nil, counts too (for the
-// summary Work prints).
-func runtimeMetrics(reg *prometheus.Registry, counts *observe.Counts) (observe.Metrics, error) {
-	m, err := prom.New(reg, nil)
-	if err != nil {
-		return nil, err
-	}
-	if counts == nil {
-		return m, nil
-	}
-	return teeMetrics{counts, m}, nil
 }
 
 // serveMetrics registers the backlog collector on reg and serves reg at
@@ -181,22 +118,4 @@ func serveMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, ms metricsServe,
 		_ = srv.Shutdown(ctx)
 		<-done
 	}, nil
-}
-
-// teeMetrics adds each count to every Metrics it holds, and each
-// duration to those that are observe.Durations.
-type teeMetrics []observe.Metrics
-
-func (t teeMetrics) Add(c observe.Counter, n int64) {
-	for _, m := range t {
-		m.Add(c, n)
-	}
-}
-
-func (t teeMetrics) Observe(h observe.Histogram, d time.Duration) {
-	for _, m := range t {
-		if o, ok := m.(observe.Durations); ok {
-			o.Observe(h, d)
-		}
-	}
 }

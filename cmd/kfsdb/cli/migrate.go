@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
+	"github.com/spf13/cobra"
 
 	"github.com/knowledgefs/kfsdb/migrate"
-	"github.com/knowledgefs/kfsdb/migrate/redact"
 )
 
 // MigrateCommand is what `kfsdb migrate` does.
@@ -33,6 +33,81 @@ const (
 // MigrateCommands returns every MigrateCommand.
 func MigrateCommands() []MigrateCommand {
 	return []MigrateCommand{MigrateUp, MigrateDown, MigrateStatus, MigrateVersion}
+}
+
+// migrateShort is each MigrateCommand's line in `kfsdb migrate --help`.
+var migrateShort = map[MigrateCommand]string{
+	MigrateDown:    "roll back the most recent migration (in the platform modes never the seed nor what comes before it)",
+	MigrateStatus:  "list every migration with when it was applied",
+	MigrateUp:      "apply every pending migration",
+	MigrateVersion: "print the database's current migration version",
+}
+
+// migrateNeedsOne is the usage error of a migrate command line that does
+// not name exactly one subcommand.
+const migrateNeedsOne = "migrate needs exactly one of up, down, status, version, sql"
+
+// newMigrateCommand is `kfsdb migrate`: up, down, status and version run
+// Migrate on --database-url with the persistent --lock-timeout, which may
+// come before or after the subcommand; sql runs MigrateSQL.
+func newMigrateCommand(r *runner) *cobra.Command {
+	var lockTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "migrate up|down|status|version|sql",
+		Short: "apply, roll back one, list or show migrations, saying the mode (--lock-timeout D bounds each lock wait); print their SQL (migrate sql)",
+		Long: "kfsdb records its versions in " + migrate.VersionTable + " and prints the mode it ran in: standalone, platform or platform-seeded.\n" +
+			"migrate sql --up|--down [--from N] prints the migrations' SQL, for teams whose migrations another tool runs.",
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usageError(cmd, migrateNeedsOne)
+		},
+	}
+	cmd.PersistentFlags().DurationVar(&lockTimeout, "lock-timeout", 0,
+		"PostgreSQL lock_timeout of the migration session (e.g. 2s): a migration whose statement waits longer for a lock fails and is rolled back, "+
+			"instead of queueing the application's queries on that table behind it; 0 keeps the server's setting")
+	for _, command := range MigrateCommands() {
+		cmd.AddCommand(&cobra.Command{
+			Use:   string(command),
+			Short: migrateShort[command],
+			Args:  exactArgs(0, migrateNeedsOne),
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				opts := &MigrateOpts{Command: command, DatabaseURL: r.databaseURL, LockTimeout: lockTimeout, Out: cmd.OutOrStdout()}
+				if err := opts.Validate(); err != nil {
+					return fmt.Errorf("%w: %w", ErrUsage, err)
+				}
+				return Migrate(cmd.Context(), opts)
+			},
+		})
+	}
+	cmd.AddCommand(newMigrateSQLCommand())
+	return cmd
+}
+
+// newMigrateSQLCommand is `kfsdb migrate sql`, which needs no database.
+func newMigrateSQLCommand() *cobra.Command {
+	const wrong = "migrate sql needs exactly one of --up, --down and no arguments"
+	var up, down bool
+	opts := &MigrateSQLOpts{}
+	cmd := &cobra.Command{
+		Use:   "sql --up|--down [--from N]",
+		Short: "print the migrations' SQL, for teams whose migrations another tool runs",
+		Long:  "Prints the exact SQL of kfsdb's migrations, in order, to vendor into another tool's migrations; needs no database and records nothing.",
+		Args:  exactArgs(0, wrong),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if up == down {
+				return usageError(cmd, wrong)
+			}
+			opts.Direction, opts.Out = migrate.DirectionUp, cmd.OutOrStdout()
+			if down {
+				opts.Direction = migrate.DirectionDown
+			}
+			return MigrateSQL(opts)
+		},
+	}
+	cmd.Flags().BoolVar(&up, "up", false, "the SQL that applies the migrations after --from, oldest first")
+	cmd.Flags().BoolVar(&down, "down", false, "the SQL that rolls back the migrations after --from, newest first")
+	cmd.Flags().Int64Var(&opts.From, "from", 0, "start after this version: 0 (all), 4 (the platform's tables exist, not the seed), 6 (the platform applied the seed)")
+	return cmd
 }
 
 // MigrateOpts are the options of Migrate.
@@ -65,11 +140,8 @@ func (o *MigrateOpts) Validate() error {
 	if !valid {
 		return fmt.Errorf("invalid options: Command %q is not one of up, down, status, version", o.Command)
 	}
-	if o.DatabaseURL == "" {
-		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s", EnvDatabaseURL)
-	}
-	if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), o.DatabaseURL))
+	if err := ValidateDatabaseURL(o.DatabaseURL); err != nil {
+		return err
 	}
 	if o.Out == nil {
 		return errors.New("invalid options: Out is required")
@@ -89,10 +161,7 @@ func Migrate(ctx context.Context, opts *MigrateOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if err := migrateDB(ctx, opts); err != nil {
-		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
-	}
-	return nil
+	return redacted(migrateDB(ctx, opts), opts.DatabaseURL)
 }
 
 func migrateDB(ctx context.Context, opts *MigrateOpts) (retErr error) {

@@ -7,24 +7,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
-	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
-
-// validateDatabaseURL requires dsn and that pgx can parse it; its error
-// never shows the password.
-func validateDatabaseURL(dsn string) error {
-	if dsn == "" {
-		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s", EnvDatabaseURL)
-	}
-	if _, err := pgconn.ParseConfig(dsn); err != nil {
-		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), dsn))
-	}
-	return nil
-}
 
 // PurgeOpts are the options of Purge.
 type PurgeOpts struct {
@@ -44,7 +31,7 @@ type PurgeOpts struct {
 
 // Validate reports the first missing or invalid field.
 func (o *PurgeOpts) Validate() error {
-	if err := validateDatabaseURL(o.DatabaseURL); err != nil {
+	if err := ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
 	switch {
@@ -69,19 +56,15 @@ func Purge(ctx context.Context, opts *PurgeOpts) (int, error) {
 	if err := opts.Validate(); err != nil {
 		return 0, err
 	}
-	n, err := purge(ctx, opts)
-	if err != nil {
-		return n, errors.New(redact.Text(err.Error(), opts.DatabaseURL))
-	}
-	return n, nil
+	var n int
+	err := withPool(ctx, opts.DatabaseURL, operatorPool, func(pool *pgxpool.Pool) (err error) {
+		n, err = purge(ctx, pool, opts)
+		return err
+	})
+	return n, err
 }
 
-func purge(ctx context.Context, opts *PurgeOpts) (int, error) {
-	pool, err := pgxpool.New(ctx, opts.DatabaseURL)
-	if err != nil {
-		return 0, fmt.Errorf("could not connect: %w", err)
-	}
-	defer pool.Close()
+func purge(ctx context.Context, pool *pgxpool.Pool, opts *PurgeOpts) (int, error) {
 	var cutoff time.Time
 	// The database's clock set completed_at, so it sets the cut-off too.
 	if err := pool.QueryRow(ctx, `SELECT now() - make_interval(secs => $1)`, opts.OlderThan.Seconds()).Scan(&cutoff); err != nil {
@@ -108,4 +91,33 @@ func purge(ctx context.Context, opts *PurgeOpts) (int, error) {
 	fmt.Fprintf(opts.Out, "purged %d terminal attempts of tenant %q completed before %s (%d batches of up to %d)\n",
 		total, opts.TenantID, cutoff.UTC().Format(time.RFC3339), batches, batch)
 	return total, nil
+}
+
+// newPurgeCommand is `kfsdb purge`.
+func newPurgeCommand(r *runner) *cobra.Command {
+	opts := &PurgeOpts{}
+	var batch int
+	cmd := &cobra.Command{
+		Use:   "purge --tenant T --older-than D [--batch N]",
+		Short: "delete a tenant's terminal attempts completed before now-D",
+		Args:  exactArgs(0, "purge takes no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("older-than") {
+				return usageError(cmd, "--older-than is required (0 purges every terminal attempt)")
+			}
+			if batch < 0 || batch > repo.MaxPurgeBatch {
+				return fmt.Errorf("%w: --batch must be 1..%d", ErrUsage, repo.MaxPurgeBatch)
+			}
+			opts.BatchSize, opts.DatabaseURL, opts.Out = int32(batch), r.databaseURL, cmd.OutOrStdout()
+			if err := opts.Validate(); err != nil {
+				return fmt.Errorf("%w: %w", ErrUsage, err)
+			}
+			_, err := Purge(cmd.Context(), opts)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&opts.TenantID, "tenant", "", "tenant whose attempts to purge (required)")
+	cmd.Flags().DurationVar(&opts.OlderThan, "older-than", 0, "retention: purge terminal attempts completed longer ago than this, e.g. 720h (required)")
+	cmd.Flags().IntVar(&batch, "batch", 0, fmt.Sprintf("attempts per delete, 1..%d (default %d)", repo.MaxPurgeBatch, repo.PurgeBatchSizeDefault))
+	return cmd
 }

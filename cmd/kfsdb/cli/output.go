@@ -1,32 +1,20 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
 )
 
-// NewLogger returns the commands' logger: WARN and above (INFO and above
-// when verbose) to out as one text line per record, without times or stack
-// traces. The demo (tests/cmd/kfsdb-demo) logs through it too.
-func NewLogger(out io.Writer, verbose bool) *slog.Logger {
-	level := slog.LevelWarn
-	if verbose {
-		level = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{
-		Level: level,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && (a.Key == slog.TimeKey || a.Key == "stack") {
-				return slog.Attr{}
-			}
-			return a
-		},
-	}))
+// writeJSON writes v as indented JSON, a command's --json output.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // NewSyncWriter returns w with its writes serialized, for output that the

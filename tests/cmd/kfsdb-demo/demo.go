@@ -210,7 +210,7 @@ func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string)
 	defer pool.Close()
 
 	mode, _ := delivery.Parse(string(opts.Delivery))
-	w := newWorkload(out, cli.NewLogger(out, opts.Verbose), pool, lat, mode, n, seed)
+	w := newWorkload(out, benchcli.NewLogger(out, opts.Verbose), pool, lat, mode, n, seed)
 	counts := map[string]int{}
 	for _, e := range w.entries {
 		counts[e.sc.name]++

@@ -28,6 +28,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/benchcli"
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 )
@@ -63,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintln(fs.Output(), "Usage: kfsdb-demo [--database-url URL] [--delivery postgres|relay] [--attempts N] [--seed N] [--timeout D] [--keep] [--verbose]")
 		fs.PrintDefaults()
 	}
-	if err := cli.ParseFlags(fs, args); err != nil {
+	if err := benchcli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 0 {
