@@ -107,7 +107,7 @@ func attemptAction(ctx context.Context, opts *AttemptActionOpts) ([]ops.Result, 
 	read := make([]*kfstype.Attempt, len(opts.IDs))
 	results := make([]ops.Result, len(opts.IDs))
 	for i, id := range opts.IDs {
-		a, err := r.GetAttempt(ctx, pool, opts.TenantID, id)
+		a, err := r.GetAttempt(ctx, pool, &repo.GetAttemptParams{TenantID: opts.TenantID, AttemptID: id})
 		switch {
 		case errors.Is(err, repo.ErrNotFound):
 			results[i] = ops.Result{AttemptID: id, Action: opts.Action, Outcome: ops.OutcomeRefused, Reason: "no such attempt for this tenant"}
@@ -251,7 +251,7 @@ func AttemptShow(ctx context.Context, opts *AttemptShowOpts) (*ops.AttemptView, 
 		return nil, errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	defer pool.Close()
-	a, o, err := repo.New(nil).GetAttemptWithOutbox(ctx, pool, opts.TenantID, opts.ID)
+	a, o, err := repo.New(nil).GetAttemptWithOutbox(ctx, pool, &repo.GetAttemptWithOutboxParams{TenantID: opts.TenantID, AttemptID: opts.ID})
 	if err != nil {
 		return nil, fmt.Errorf("attempt %s of tenant %s: %w", opts.ID, opts.TenantID, err)
 	}

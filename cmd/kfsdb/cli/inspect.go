@@ -158,11 +158,11 @@ func runOutbox(ctx context.Context, args []string, stdout, stderr io.Writer, get
 	}
 	return withOperatorPool(ctx, dsn, func(db repo.DBTX) error {
 		r := repo.New(nil)
-		states, err := r.CountAttempts(ctx, db, &repo.CountParams{TenantID: *tenant, AllTenants: *tenant == "", Cap: int32(*capN)})
+		states, err := r.CountAttempts(ctx, db, &repo.CountAttemptsParams{TenantID: *tenant, AllTenants: *tenant == "", Cap: int32(*capN)})
 		if err != nil {
 			return err
 		}
-		backlog, err := r.OutboxBacklog(ctx, db, &repo.BacklogParams{Cap: int32(*capN)})
+		backlog, err := r.OutboxBacklog(ctx, db, &repo.OutboxBacklogParams{Cap: int32(*capN)})
 		if err != nil {
 			return err
 		}
@@ -234,7 +234,7 @@ func runStuck(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	return withOperatorPool(ctx, dsn, func(db repo.DBTX) error {
-		stuck, err := repo.New(nil).ListStuck(ctx, db, &repo.StuckParams{TenantID: *tenant, AllTenants: *tenant == "",
+		stuck, err := repo.New(nil).ListStuck(ctx, db, &repo.ListStuckParams{TenantID: *tenant, AllTenants: *tenant == "",
 			PendingOverdue: *overdue, Limit: int32(*limit)})
 		if err != nil {
 			return err
