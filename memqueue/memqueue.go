@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,7 @@ type Queue struct {
 	mu      sync.Mutex
 	items   pending
 	wake    chan struct{}
+	prefix  string // "mem-<random>-": job IDs stay unique across queues
 	seq     atomic.Int64
 	outage  atomic.Bool
 	pubs    atomic.Int64
@@ -40,7 +42,13 @@ type Queue struct {
 }
 
 // New returns an empty queue.
-func New() *Queue { return &Queue{wake: make(chan struct{}, 1)} }
+// Its job IDs are "mem-<8 random hex digits>-<n>": unique across queues,
+// so attempts published by several processes' queues on one database
+// never share a queue_job_id (a republished attempt is then told apart
+// from its earlier delivery by its job ID alone).
+func New() *Queue {
+	return &Queue{wake: make(chan struct{}, 1), prefix: fmt.Sprintf("mem-%08x-", rand.Uint32())}
+}
 
 // errNilQueue is what a nil Queue's Publish and Receive return.
 var errNilQueue = errors.New("memqueue: nil Queue (use memqueue.New)")
@@ -95,7 +103,7 @@ func (q *Queue) Publish(ctx context.Context, msg *relay.Message) (*relay.Publica
 	if q.outage.Load() {
 		return nil, ErrOutage
 	}
-	id := fmt.Sprintf("mem-%d", q.seq.Add(1))
+	id := fmt.Sprintf("%s%d", q.prefix, q.seq.Add(1))
 	// The trace context rides beside the payload, as a broker's message
 	// headers would carry it.
 	q.push(&message{q: q, delivery: repo.Delivery{AttemptID: msg.AttemptID, QueueJobID: id}, trace: msg.TraceContext, visibleAt: time.Now()})

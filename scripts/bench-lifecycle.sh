@@ -58,6 +58,8 @@ trap cleanup EXIT
 
 echo "== building kfsdb-bench and the River peer"
 (cd bench/kfsdb-bench && go build -o "$bin/kfsdb-bench" .)
+# The floor migrates its database with the project's own `kfsdb migrate up`.
+(cd cmd/kfsdb && go build -o "$bin/kfsdb" .)
 (cd bench/river && go build -o "$bin/riverbench" .)
 if [[ " $SIDES " == *" floor "* ]]; then
 	(cd "$FLOOR_DIR" && go build -o "$bin/floor" .)

@@ -50,7 +50,6 @@ const (
 	demoStartSpread     = 4 * time.Second // producers pace their starts over this
 	demoReleaseAfter    = 500 * time.Millisecond
 	demoCancelAfter     = 300 * time.Millisecond
-	demoControlWait     = 20 * time.Second
 	demoDoomedWorkerID  = "demo-doomed-worker"
 	demoPoolMaxConns    = 32
 	demoSettlePoll      = 100 * time.Millisecond
