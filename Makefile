@@ -227,7 +227,7 @@ loadgen: ## Lifecycle load driver (bench/kfsdb-bench/loadgen) on KFS_BENCH_DATAB
 # run one after another; `go test` alone replays their committed corpus in
 # <package>/testdata/fuzz.
 FUZZ_TARGETS := repo:FuzzStartParams repo:FuzzAttemptRef repo:FuzzReads repo:FuzzAcquireLeaseParams \
-	repo:FuzzLeaseCalls repo:FuzzFailParams repo:FuzzTruncateMessage repo:FuzzClaimParams \
+	repo:FuzzLeaseCalls repo:FuzzFailParams repo:FuzzTruncateMessage repo:FuzzClaimOutboxParams \
 	repo:FuzzMarkDispatchedParams repo:FuzzReleaseOutboxParams repo:FuzzPurgeParams repo:FuzzDecodePayload \
 	worker:FuzzJudgeRecordable
 FUZZTIME ?= 10s

@@ -64,7 +64,7 @@ func Example_start() {
 	pool := db.Pool
 
 	r := repo.New(nil)
-	head, err := r.HeadRevision(ctx, pool, doc.Space.TenantID, doc.Space.ID)
+	head, err := r.HeadRevision(ctx, pool, &repo.HeadRevisionParams{TenantID: doc.Space.TenantID, KnowledgeSpaceID: doc.Space.ID})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func Example_start() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	a, outbox, err := r.GetAttemptWithOutbox(ctx, pool, "acme", res.Attempt.ID)
+	a, outbox, err := r.GetAttemptWithOutbox(ctx, pool, &repo.GetAttemptWithOutboxParams{TenantID: "acme", AttemptID: res.Attempt.ID})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func Example_startInTransaction() {
 			if err != nil {
 				return err
 			}
-			head, err := r.HeadRevision(ctx, tx, asset.Space.TenantID, asset.Space.ID)
+			head, err := r.HeadRevision(ctx, tx, &repo.HeadRevisionParams{TenantID: asset.Space.TenantID, KnowledgeSpaceID: asset.Space.ID})
 			if err != nil {
 				return err
 			}
@@ -187,7 +187,7 @@ func Example_workerPgsource() {
 // waitEnded reads the attempt until it has ended (at most a minute).
 func waitEnded(ctx context.Context, r *repo.Repo, db *kfsdbtest.DB, id uuid.UUID) *kfstype.Attempt {
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		a, err := r.GetAttempt(ctx, db.Pool, "acme", id)
+		a, err := r.GetAttempt(ctx, db.Pool, &repo.GetAttemptParams{TenantID: "acme", AttemptID: id})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -219,7 +219,7 @@ func Example_cancel() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, outbox, err := r.GetAttemptWithOutbox(ctx, pool, "acme", a.ID)
+	_, outbox, err := r.GetAttemptWithOutbox(ctx, pool, &repo.GetAttemptWithOutboxParams{TenantID: "acme", AttemptID: a.ID})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -259,13 +259,13 @@ func Example_retryFailed() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	a, err := r.GetAttempt(ctx, pool, "acme", res.Attempt.ID)
+	a, err := r.GetAttempt(ctx, pool, &repo.GetAttemptParams{TenantID: "acme", AttemptID: res.Attempt.ID})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(run.Outcome, a.RunState, *a.LastErrorCode)
 
-	a, err = r.RetryFailed(ctx, pool, &repo.AttemptRef{TenantID: "acme", KnowledgeSpaceID: doc.Space.ID, AttemptID: a.ID})
+	a, err = r.RetryFailed(ctx, pool, &repo.RetryFailedParams{AttemptRef: repo.AttemptRef{TenantID: "acme", KnowledgeSpaceID: doc.Space.ID, AttemptID: a.ID}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func Example_retryFailed() {
 	if run, err = kfsdbtest.WorkNext(ctx, pool, compiles, quiet); err != nil {
 		log.Fatal(err)
 	}
-	a, err = r.GetAttempt(ctx, pool, "acme", res.Attempt.ID)
+	a, err = r.GetAttempt(ctx, pool, &repo.GetAttemptParams{TenantID: "acme", AttemptID: res.Attempt.ID})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -200,7 +200,7 @@ func (db *DB) Promote(t testing.TB, s Space, p Publication) int32 {
 // would.
 func (db *DB) StartParams(t testing.TB, a Asset) *repo.StartParams {
 	t.Helper()
-	rev, err := db.Repo.HeadRevision(context.Background(), db.Pool, a.Space.TenantID, a.Space.ID)
+	rev, err := db.Repo.HeadRevision(context.Background(), db.Pool, &repo.HeadRevisionParams{TenantID: a.Space.TenantID, KnowledgeSpaceID: a.Space.ID})
 	must(t, err)
 	return &repo.StartParams{
 		TenantID: a.Space.TenantID, KnowledgeSpaceID: a.Space.ID, DocumentAssetID: a.ID,

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
 )
 
 // AttemptWant is what [DB.RequireAttempt] checks; zero fields are not
@@ -83,7 +84,7 @@ func (db *DB) read(t testing.TB, id uuid.UUID) (*kfstype.Attempt, *kfstype.Outbo
 	if err := db.Pool.QueryRow(ctx, `SELECT tenant_id FROM document_compilation_attempts WHERE id = $1`, id).Scan(&tenant); err != nil {
 		t.Fatalf("kfsdbtest: attempt %s: %v", id, err)
 	}
-	a, o, err := db.Repo.GetAttemptWithOutbox(ctx, db.Pool, tenant, id)
+	a, o, err := db.Repo.GetAttemptWithOutbox(ctx, db.Pool, &repo.GetAttemptWithOutboxParams{TenantID: tenant, AttemptID: id})
 	must(t, err)
 	return a, o
 }

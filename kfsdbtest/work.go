@@ -58,7 +58,7 @@ func WorkNext(ctx context.Context, pool *pgxpool.Pool, h worker.Handler, cfg *wo
 	case err != nil:
 		return worker.Result{}, fmt.Errorf("kfsdbtest: lease the next due attempt: %w", err)
 	case len(res.Leased) == 1:
-		return w.Process(ctx, leasedMessage{attempt: res.Leased[0], lease: res.Leases[0]}), nil
+		return w.Process(ctx, leasedMessage{attempt: res.Leased[0].Attempt, lease: res.Leased[0].Lease}), nil
 	case len(res.Exhausted) > 0:
 		a := res.Exhausted[0]
 		return worker.Result{AttemptID: a.ID, TenantID: a.TenantID, Outcome: worker.OutcomeExhausted}, nil

@@ -192,6 +192,7 @@ type Attempt struct {
 	// DocumentAssetID and DocumentVersion name the document version
 	// compiled; at most one attempt per version is live (Active).
 	DocumentAssetID uuid.UUID
+	// DocumentVersion is the asset's version compiled (> 0).
 	DocumentVersion int32
 	// PublicationGenerationID is the caller's generation id, given to
 	// Start and stored as is.
@@ -205,7 +206,10 @@ type Attempt struct {
 	// once, then immutable, and kept by RetryFailed. Required from
 	// CheckpointProjectionBuilt on.
 	CandidatePublicationID *uuid.UUID
-	CandidateFingerprint   *string
+	// CandidateFingerprint is the bound candidate's fingerprint
+	// (projection-set-sha256: and 64 lowercase hex digits); set with
+	// CandidatePublicationID.
+	CandidateFingerprint *string
 	// Checkpoint is how far the compilation got: CheckpointQueued at Start,
 	// moved forward by the lease holder, CheckpointPublished on success.
 	Checkpoint Checkpoint
@@ -228,14 +232,20 @@ type Attempt struct {
 	// publication, copied by MarkDispatched; a delivery must present them
 	// to AcquireLease. Nil before the first publication and after
 	// ScheduleRetry or RetryFailed, which clear them.
-	QueueJobID    *string
+	QueueJobID *string
+	// ExternalJobID is the queue's optional second id of the current
+	// publication; a delivery that presents one must match it.
 	ExternalJobID *string
 	// WorkerID, LeaseToken and LeaseExpiresAt are the lease: set by
 	// AcquireLease (a fresh random token), LeaseExpiresAt extended by
 	// Heartbeat. Nil unless the attempt is running; every transition out
 	// of running clears them.
-	WorkerID       *string
-	LeaseToken     *uuid.UUID
+	WorkerID *string
+	// LeaseToken is the lease's random token; every lease-fenced call
+	// presents it.
+	LeaseToken *uuid.UUID
+	// LeaseExpiresAt is when the lease lapses unless a Heartbeat extends
+	// it; past it, another delivery may take the attempt over.
 	LeaseExpiresAt *time.Time
 	// HeartbeatAt is the lease's last AcquireLease or Heartbeat; nil when
 	// the attempt is not running.
@@ -248,13 +258,16 @@ type Attempt struct {
 	// Cancel and Supersede with a reason); nil until one is recorded, and
 	// cleared by RetryFailed. The code is 1..64 characters, the message at
 	// most 4,096.
-	LastErrorCode    *string
+	LastErrorCode *string
+	// LastErrorMessage is the last recorded error's message, with
+	// LastErrorCode.
 	LastErrorMessage *string
 	// RowVersion starts at 0 and grows by one with every write; control
 	// calls can require it (AttemptRef.ExpectedRowVersion).
 	RowVersion int32
-	// CreatedAt is Start's time; UpdatedAt the last write's.
+	// CreatedAt is Start's time.
 	CreatedAt time.Time
+	// UpdatedAt is the last write's time.
 	UpdatedAt time.Time
 	// StartedAt is the first AcquireLease's time; nil until then, and
 	// cleared by RetryFailed.
@@ -267,30 +280,62 @@ type Attempt struct {
 // OutboxMessage is an attempt's queue publication
 // (a document_compilation_outbox row). Times are UTC.
 type OutboxMessage struct {
-	ID               uuid.UUID
-	AttemptID        uuid.UUID
-	EventType        string
-	SchemaVersion    int32
-	Payload          json.RawMessage
-	IdempotencyKey   string
-	Status           OutboxStatus
+	// ID is the row's id, a UUIDv7 Start generates.
+	ID uuid.UUID
+	// AttemptID is the attempt the row publishes; one row per attempt.
+	AttemptID uuid.UUID
+	// EventType is "document.compile".
+	EventType string
+	// SchemaVersion is the payload's schema version, 1.
+	SchemaVersion int32
+	// Payload is exactly {"attemptId":"<uuid>"} (DecodePayload in repo
+	// reads it).
+	Payload json.RawMessage
+	// IdempotencyKey is "document.compile:<attemptId>", for a broker that
+	// drops duplicate publications.
+	IdempotencyKey string
+	// Status is where the row is in its cycle; see OutboxStatus's
+	// constants for who moves it.
+	Status OutboxStatus
+	// DispatchAttempts counts the row's claims (ClaimOutbox and
+	// FetchLeases add one) since Start, ScheduleRetry or RetryFailed set
+	// it to 0; ReleaseOutbox dead-letters the row once it reaches the
+	// relay's maximum.
 	DispatchAttempts int32
 	// AvailableAt is when the relay may (re)publish the row; Forever while
 	// a deferred start waits for ReleaseDeferred.
-	AvailableAt   time.Time
-	LockedBy      *string
-	LockToken     *uuid.UUID
-	LockedUntil   *time.Time
-	QueueJobID    *string
+	AvailableAt time.Time
+	// LockedBy is the relay that claimed the row (ClaimOutbox); nil
+	// unless the row is dispatching.
+	LockedBy *string
+	// LockToken is the claim's random token, which MarkDispatched and
+	// ReleaseOutbox present; nil unless the row is dispatching.
+	LockToken *uuid.UUID
+	// LockedUntil is when the claim lapses and another relay may recover
+	// the row; nil unless the row is dispatching.
+	LockedUntil *time.Time
+	// QueueJobID is the queue's id of the last publication
+	// (MarkDispatched, or FetchLeases' "pg:…" id); nil before one, and
+	// after ScheduleRetry or RetryFailed.
+	QueueJobID *string
+	// ExternalJobID is the queue's optional second id of the last
+	// publication.
 	ExternalJobID *string
-	DeliveredAt   *time.Time
-	LastError     *string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// DeliveredAt is when the last publication was recorded; nil before
+	// one.
+	DeliveredAt *time.Time
+	// LastError is the last failed publication's error (ReleaseOutbox);
+	// nil until one, cleared by RetryFailed.
+	LastError *string
+	// CreatedAt is Start's time.
+	CreatedAt time.Time
+	// UpdatedAt is the last write's time.
+	UpdatedAt time.Time
 }
 
 // Payload is the decoded outbox payload: exactly {"attemptId":"<uuid>"}.
 type Payload struct {
+	// AttemptID is the attempt to run (a non-zero UUID).
 	AttemptID uuid.UUID `json:"attemptId"`
 }
 

@@ -124,7 +124,7 @@ func TestDeferredDeliveryComesBack(t *testing.T) {
 	node := startNode(t)
 	b := setup(t, node.URL, natsjs.Config{Storage: jetstream.MemoryStorage}, 1)
 	a := testfactory.StartAll(b.ctx, t, b.repo, b.pool, b.docs, 0)[0]
-	claimed, err := b.repo.ClaimOutbox(b.ctx, b.pool, &repo.ClaimParams{RelayID: "relay-test", BatchSize: 1})
+	claimed, err := b.repo.ClaimOutbox(b.ctx, b.pool, &repo.ClaimOutboxParams{RelayID: "relay-test", BatchSize: 1})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	m := claimed[0]

@@ -171,15 +171,11 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 		s.log.WarnContext(ctx, "attempt failed", "attempt_id", a.ID, "tenant_id", a.TenantID, "error_code", kfstype.ErrorCodeExecutionAttemptsExhausted)
 	}
 	debug := s.log.Enabled(ctx, slog.LevelDebug)
-	for i, a := range res.Leased {
+	for _, la := range res.Leased {
 		if debug {
-			s.log.DebugContext(ctx, "attempt leased", "attempt_id", a.ID, "tenant_id", a.TenantID, "lease_expires_at", res.Leases[i].ExpiresAt)
+			s.log.DebugContext(ctx, "attempt leased", "attempt_id", la.Attempt.ID, "tenant_id", la.Attempt.TenantID, "lease_expires_at", la.Lease.ExpiresAt)
 		}
-		m := &message{attempt: a, lease: res.Leases[i]}
-		if res.TraceContexts != nil {
-			m.trace = res.TraceContexts[i]
-		}
-		pending = s.answer(ctx, pending, m)
+		pending = s.answer(ctx, pending, &message{attempt: la.Attempt, lease: la.Lease, trace: la.TraceContext})
 	}
 	switch got := len(res.Leased) + len(res.Exhausted); {
 	case got >= int(f.n):

@@ -28,7 +28,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err := r.usable(ctx); err != nil {
 		return 0, err
 	}
-	msgs, err := r.cfg.Repo.ClaimOutbox(ctx, r.pool, &repo.ClaimParams{
+	msgs, err := r.cfg.Repo.ClaimOutbox(ctx, r.pool, &repo.ClaimOutboxParams{
 		RelayID: r.cfg.ID, BatchSize: r.cfg.BatchSize, LockDuration: r.cfg.LockDuration,
 	})
 	if err != nil {
@@ -124,7 +124,7 @@ func (r *Relay) traceContexts(ctx context.Context, msgs []*kfstype.OutboxMessage
 	for i, m := range msgs {
 		ids[i] = m.AttemptID
 	}
-	tcs, err := r.cfg.Repo.TraceContexts(ctx, r.pool, ids)
+	tcs, err := r.cfg.Repo.TraceContexts(ctx, r.pool, &repo.TraceContextsParams{AttemptIDs: ids})
 	if err != nil {
 		r.log.WarnContext(ctx, "read trace contexts; publishing without them", "rows", len(msgs), "err", err)
 	}

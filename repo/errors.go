@@ -88,7 +88,11 @@ var (
 
 // InputError reports which input field is invalid and why.
 type InputError struct {
-	Field  string
+	// Field names the invalid input: a params field ("TenantID"), an
+	// entry of a batch ("Entries[2].Lease.Token"), or the params, ctx or
+	// db themselves when nil.
+	Field string
+	// Reason is the rule the value breaks ("must not be empty").
 	Reason string
 }
 
@@ -106,12 +110,20 @@ func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
 // state. From is the attempt's run state (and checkpoint) when it was
 // refused, To the state the transition leads to.
 type TransitionError struct {
-	AttemptID  uuid.UUID
+	// AttemptID is the attempt the transition was refused for.
+	AttemptID uuid.UUID
+	// Transition names the refused transition in words ("complete",
+	// "retry failed").
 	Transition string
-	From       kfstype.RunState
-	To         kfstype.RunState
+	// From is the attempt's run state when it was refused.
+	From kfstype.RunState
+	// To is the run state the transition leads to.
+	To kfstype.RunState
+	// Checkpoint is the attempt's checkpoint when it was refused.
 	Checkpoint kfstype.Checkpoint
-	Reason     string
+	// Reason says why, for a person ("checkpoint must be
+	// smoke_eval_passed, is parsed").
+	Reason string
 	// Attempt is the row as read after the refusal, for callers that need
 	// its times (a worker schedules a redelivery from RetryAt or
 	// LeaseExpiresAt).
@@ -135,8 +147,10 @@ func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTra
 // HeadConflictError reports Start's expected base head revision and the
 // space's actual one.
 type HeadConflictError struct {
+	// Expected is the StartParams.BaseHeadRevision given.
 	Expected int32
-	Actual   int32
+	// Actual is the space's publication head revision (0 when none).
+	Actual int32
 }
 
 func (e *HeadConflictError) Error() string {
@@ -151,10 +165,14 @@ func (e *HeadConflictError) Is(target error) bool { return target == ErrHeadConf
 
 // ConstraintError is a constraint violation reported by PostgreSQL.
 type ConstraintError struct {
+	// Constraint is the violated constraint's (or index's) name.
 	Constraint string
-	Table      string
-	Code       string // SQLSTATE
-	Err        *pgconn.PgError
+	// Table is the table it belongs to.
+	Table string
+	// Code is the SQLSTATE (class 23).
+	Code string
+	// Err is the driver's error, for its detail.
+	Err *pgconn.PgError
 }
 
 func (e *ConstraintError) Error() string {

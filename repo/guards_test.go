@@ -19,11 +19,22 @@ import (
 //	AND ...
 //	-- end guard
 //
+// A repeated SET list is not a guard (it writes, it does not filter), and
+// is marked as a block, the same way:
+//
+//	-- block:NAME [VARIANT]
+//	column = ..., ...
+//	-- end block
+//
+// A block may hold another block (the exhausted attempt's failure holds
+// the lease's end); the outer copy's text then includes the inner one's
+// lines. Guards do not nest, and a guard never sits in a block.
+//
 // TestQueryGuards checks that every copy equals the one canonical text
-// below, whitespace aside (and a leading AND or WHERE), and that every
-// statement that needs a guard has it. The batch variant is the same text
-// with the parameters bound to the input columns of a batch statement
-// (CompleteMany).
+// below, whitespace aside (and a leading AND or WHERE, or a trailing
+// comma), and that every statement that needs a guard or block has it.
+// The batch variant is the same text with the parameters bound to the
+// input columns of a batch statement (CompleteMany).
 
 // canonicalGuards is each guard's one text.
 var canonicalGuards = map[string]string{
@@ -58,6 +69,43 @@ var canonicalGuards = map[string]string{
 		AND (a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
 		     OR (a.run_state = 'running'
 		         AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))`,
+	// A control-plane call's scope: the attempt is the named tenant's, in
+	// the named space, and at the expected row version when one is given.
+	"control": `
+		AND a.tenant_id = @tenant_id
+		AND a.knowledge_space_id = @knowledge_space_id
+		AND (sqlc.narg('expected_row_version')::integer IS NULL
+		     OR a.row_version = sqlc.narg('expected_row_version')::integer)`,
+	// A delivery's fence: the delivered job ids are the attempt's current
+	// ones, and the attempt is claimable (queued, or running with an
+	// expired lease: a lost worker's).
+	"delivery": `
+		AND a.queue_job_id = @queue_job_id::text
+		AND (sqlc.narg('external_job_id')::text IS NULL
+		     OR a.external_job_id = sqlc.narg('external_job_id')::text)
+		AND (a.run_state = 'queued'
+		     OR (a.run_state = 'running'
+		         AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))`,
+}
+
+// canonicalBlocks is each block's one text.
+var canonicalBlocks = map[string]string{
+	// The lease's end: the columns of a lease, cleared whenever an
+	// attempt leaves running other than by a new lease.
+	"lease-end": `
+		worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,`,
+	// The exhausted attempt's failure: terminal, lease ended, and the
+	// error that says so.
+	"exhausted": `
+		SET run_state = 'failed',
+		    active_slot = NULL,
+		    completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+		    worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+		    retry_at = NULL,
+		    last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
+		    last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
+		    row_version = a.row_version + 1,
+		    updated_at = coalesce(sqlc.narg('now')::timestamptz, now())`,
 }
 
 // guardVariants bind a canonical text's parameters to another
@@ -74,12 +122,25 @@ var guardVariants = map[string]*strings.Replacer{
 
 // guardNeeds says which statements need a guard, by the parameters they
 // take (comments aside): a lease token (a lease-fenced worker transition),
-// a candidate publication, or a relay lock token (a claimed row's
-// publication recorded or released).
+// a candidate publication, a relay lock token (a claimed row's
+// publication recorded or released), an expected row version (a
+// control-plane transition of an existing attempt), or a delivered queue
+// job id (a delivery fenced by it).
 var guardNeeds = map[string]*regexp.Regexp{
 	"lease":             regexp.MustCompile(`@lease_tokens?\b`),
 	"candidate":         regexp.MustCompile(`sqlc\.narg\('candidate_publication_id'\)|@candidate_publication_ids\b`),
 	"awaiting-delivery": regexp.MustCompile(`@lock_tokens?\b`),
+	"control":           regexp.MustCompile(`sqlc\.narg\('expected_row_version'\)`),
+	"delivery":          regexp.MustCompile(`@queue_job_id\b`),
+}
+
+// blockNeeds says which statements need a block, by what they write
+// (comments aside): an attempt made terminal (active_slot NULL) or sent
+// back to wait (retry_wait, dispatch_pending) ends its lease; an
+// exhausted attempt's failure writes its error code.
+var blockNeeds = map[string]*regexp.Regexp{
+	"lease-end": regexp.MustCompile(`active_slot = NULL|SET run_state = '(retry_wait|dispatch_pending)'`),
+	"exhausted": regexp.MustCompile(`'EXECUTION_ATTEMPTS_EXHAUSTED'`),
 }
 
 // leaseLock is the locking clause of a lease-fenced statement: the guard
@@ -93,20 +154,22 @@ func TestQueryGuards(t *testing.T) {
 		t.Error(p)
 	}
 
-	// Every guard is in use.
+	// Every guard and block is in use.
 	used := map[string]int{}
 	for _, q := range splitQueries(files) {
-		copies, _ := guardCopies(q)
+		copies, _ := markedCopies(q)
 		for _, c := range copies {
-			used[c.name]++
+			used[c.kind+":"+c.name]++
 		}
 	}
-	for name := range canonicalGuards {
-		if used[name] == 0 {
-			t.Errorf("guard %s has no copy", name)
+	for kind, canonical := range map[string]map[string]string{"guard": canonicalGuards, "block": canonicalBlocks} {
+		for name := range canonical {
+			if used[kind+":"+name] == 0 {
+				t.Errorf("%s %s has no copy", kind, name)
+			}
 		}
 	}
-	t.Logf("guard copies: %v", used)
+	t.Logf("copies: %v", used)
 }
 
 // TestQueryGuardsCatchMutations proves TestQueryGuards can fail: each
@@ -138,6 +201,30 @@ func TestQueryGuardsCatchMutations(t *testing.T) {
 			"outbox_relay.sql MarkDispatched: needs guard:awaiting-delivery"},
 		{"UnknownGuard", "worker.sql", "Advance", "-- guard:candidate\n", "-- guard:candidates\n",
 			"worker.sql Advance: unknown guard:candidates"},
+		{"ControlCopyDiffers", "attempts_control.sql", "RetryFailed", "AND a.knowledge_space_id = @knowledge_space_id", "AND a.knowledge_space_id IS NOT NULL",
+			"attempts_control.sql RetryFailed: guard:control differs"},
+		{"ControlGuardMissing", "attempts_control.sql", "EndAttempt", "-- guard:control\n", "",
+			"attempts_control.sql EndAttempt: needs guard:control"},
+		{"DeliveryCopyDiffers", "worker.sql", "FailExhausted", "OR a.external_job_id = sqlc.narg('external_job_id')::text", "OR true",
+			"worker.sql FailExhausted: guard:delivery differs"},
+		{"DeliveryGuardMissing", "worker.sql", "AcquireLease", "-- guard:delivery\n", "-- guard:lease\n",
+			"worker.sql AcquireLease: needs guard:delivery"},
+		{"LeaseEndCopyDiffers", "attempts_control.sql", "EndAttempt", "lease_expires_at = NULL, heartbeat_at = NULL", "lease_expires_at = NULL",
+			"attempts_control.sql EndAttempt: block:lease-end differs"},
+		{"LeaseEndBlockMissing", "worker.sql", "ScheduleRetry", "-- block:lease-end\n", "",
+			"worker.sql ScheduleRetry: needs block:lease-end"},
+		{"LeaseEndBlockUnclosed", "outbox_relay.sql", "ReleaseOutbox", "-- end block\n", "",
+			"outbox_relay.sql ReleaseOutbox: block:lease-end not closed"},
+		{"ExhaustedCopyDiffers", "direct_delivery.sql", "FetchLeases", "' of ' || a.max_execution_attempts", "' of ' || a.execution_attempts",
+			"direct_delivery.sql FetchLeases: block:exhausted differs"},
+		{"ExhaustedInnerLeaseEndDiffers", "worker.sql", "FailExhausted", "worker_id = NULL, lease_token = NULL", "lease_token = NULL",
+			"worker.sql FailExhausted: block:exhausted differs"},
+		{"ExhaustedBlockMissing", "worker.sql", "FailExhausted", "   -- block:exhausted\n", "",
+			"worker.sql FailExhausted: needs block:exhausted"},
+		{"UnknownBlock", "worker.sql", "Fail", "-- block:lease-end\n", "-- block:lease-ends\n",
+			"worker.sql Fail: unknown block:lease-ends"},
+		{"GuardInBlock", "worker.sql", "Complete", "-- block:lease-end\n", "-- block:lease-end\n       -- guard:lease\n",
+			"worker.sql Complete: block:lease-end not closed before"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files := readQueries(t)
@@ -222,83 +309,109 @@ func splitQueries(files map[string]string) []sqlQuery {
 	return out
 }
 
-// guardCopy is one marked copy of a guard.
-type guardCopy struct {
-	name, variant, text string
+// markedCopy is one marked copy of a guard or a block.
+type markedCopy struct {
+	kind, name, variant, text string
 }
 
-// guardCopies returns a statement's marked guards and the problems of its
-// markers.
-func guardCopies(q sqlQuery) ([]guardCopy, []string) {
-	var copies []guardCopy
+// label is how problems name the copy: "guard:lease batch".
+func (c markedCopy) label() string {
+	return strings.TrimSpace(c.kind + ":" + c.name + " " + c.variant)
+}
+
+// markedCopies returns a statement's marked guards and blocks and the
+// problems of their markers.
+func markedCopies(q sqlQuery) ([]markedCopy, []string) {
+	type open struct {
+		copy markedCopy
+		body []string
+	}
+	var copies []markedCopy
 	var problems []string
-	var open *guardCopy
-	var body []string
+	var stack []*open
 	for _, line := range q.lines {
 		trimmed := strings.TrimSpace(line)
+		kind := ""
 		switch {
 		case strings.HasPrefix(trimmed, "-- guard:"):
-			if open != nil {
-				problems = append(problems, fmt.Sprintf("guard:%s not closed before %q", open.name, trimmed))
+			kind = "guard"
+		case strings.HasPrefix(trimmed, "-- block:"):
+			kind = "block"
+		}
+		switch {
+		case kind != "":
+			// Only a block opens inside another, and only inside a block.
+			if n := len(stack); n > 0 && (kind != "block" || stack[n-1].copy.kind != "block") {
+				problems = append(problems, fmt.Sprintf("%s not closed before %q", stack[n-1].copy.label(), trimmed))
+				stack = stack[:n-1]
 			}
-			fields := strings.Fields(strings.TrimPrefix(trimmed, "-- guard:"))
-			open, body = &guardCopy{}, nil
+			fields := strings.Fields(strings.TrimPrefix(trimmed, "-- "+kind+":"))
+			o := &open{copy: markedCopy{kind: kind}}
 			if len(fields) > 0 {
-				open.name = fields[0]
+				o.copy.name = fields[0]
 			}
 			if len(fields) > 1 {
-				open.variant = strings.Join(fields[1:], " ")
+				o.copy.variant = strings.Join(fields[1:], " ")
 			}
-		case trimmed == "-- end guard":
-			if open == nil {
-				problems = append(problems, "-- end guard without a guard")
+			stack = append(stack, o)
+		case trimmed == "-- end guard" || trimmed == "-- end block":
+			kind = strings.TrimPrefix(trimmed, "-- end ")
+			n := len(stack)
+			if n == 0 || stack[n-1].copy.kind != kind {
+				problems = append(problems, fmt.Sprintf("%s without a %s", trimmed, kind))
 				continue
 			}
-			open.text = normalizeSQL(strings.Join(body, "\n"))
-			copies = append(copies, *open)
-			open = nil
-		case open != nil:
-			body = append(body, line)
+			o := stack[n-1]
+			stack = stack[:n-1]
+			o.copy.text = normalizeSQL(strings.Join(o.body, "\n"))
+			copies = append(copies, o.copy)
+		default:
+			for _, o := range stack {
+				o.body = append(o.body, line)
+			}
 		}
 	}
-	if open != nil {
-		problems = append(problems, fmt.Sprintf("guard:%s not closed", open.name))
+	for _, o := range stack {
+		problems = append(problems, o.copy.label()+" not closed")
 	}
 	return copies, problems
 }
 
-// checkGuards returns every problem of the files' guards, each prefixed
-// with the file and the statement.
+// checkGuards returns every problem of the files' guards and blocks, each
+// prefixed with the file and the statement.
 func checkGuards(files map[string]string) []string {
 	var problems []string
+	canonicals := map[string]map[string]string{"guard": canonicalGuards, "block": canonicalBlocks}
+	needs := map[string]map[string]*regexp.Regexp{"guard": guardNeeds, "block": blockNeeds}
 	for _, q := range splitQueries(files) {
 		where := q.file + " " + q.name + ": "
-		copies, markerProblems := guardCopies(q)
+		copies, markerProblems := markedCopies(q)
 		for _, p := range markerProblems {
 			problems = append(problems, where+p)
 		}
 		have := map[string]int{}
 		for _, c := range copies {
-			label := strings.TrimSpace("guard:" + c.name + " " + c.variant)
-			canonical, ok := canonicalGuards[c.name]
+			canonical, ok := canonicals[c.kind][c.name]
 			bind, okVariant := guardVariants[c.variant]
 			switch {
 			case !ok:
-				problems = append(problems, where+"unknown "+label)
+				problems = append(problems, where+"unknown "+c.label())
 				continue
 			case !okVariant:
-				problems = append(problems, where+label+": unknown variant")
+				problems = append(problems, where+c.label()+": unknown variant")
 				continue
 			}
-			have[c.name]++
+			have[c.kind+":"+c.name]++
 			if want := normalizeSQL(bind.Replace(canonical)); c.text != want {
-				problems = append(problems, fmt.Sprintf("%s%s differs from the canonical text:\n  got  %s\n  want %s", where, label, c.text, want))
+				problems = append(problems, fmt.Sprintf("%s%s differs from the canonical text:\n  got  %s\n  want %s", where, c.label(), c.text, want))
 			}
 		}
 		code := normalizeSQL(strings.Join(q.lines, "\n"))
-		for name, needs := range guardNeeds {
-			if needs.MatchString(code) && have[name] != 1 {
-				problems = append(problems, fmt.Sprintf("%sneeds guard:%s exactly once, has %d", where, name, have[name]))
+		for kind, byName := range needs {
+			for name, need := range byName {
+				if need.MatchString(code) && have[kind+":"+name] != 1 {
+					problems = append(problems, fmt.Sprintf("%sneeds %s:%s exactly once, has %d", where, kind, name, have[kind+":"+name]))
+				}
 			}
 		}
 		if guardNeeds["lease"].MatchString(code) && !strings.Contains(code, leaseLock) {
@@ -317,12 +430,15 @@ var (
 )
 
 // normalizeSQL drops line comments, collapses whitespace (none after an
-// opening or before a closing parenthesis) and a leading AND or WHERE.
-// The query files have no "--" inside string literals.
+// opening or before a closing parenthesis), a leading AND or WHERE (a
+// guard's connective) and a trailing comma (a block's, before the next
+// column of its SET list). The query files have no "--" inside string
+// literals.
 func normalizeSQL(s string) string {
 	s = lineComment.ReplaceAllString(s, "")
 	s = strings.TrimSpace(spaces.ReplaceAllString(s, " "))
 	s = openParen.ReplaceAllString(s, "(")
 	s = closeParen.ReplaceAllString(s, ")")
+	s = strings.TrimSuffix(s, ",")
 	return connective.ReplaceAllString(s, "")
 }

@@ -1,5 +1,10 @@
 package repo
 
+// The operator reads, the Go twin of db/queries/operator.sql and in its
+// order: ListAttempts, CountAttempts, OutboxBacklog, ListStuck and
+// Throughput. Each is bounded by a limit or a count cap, so its cost does
+// not grow with the retained history.
+
 import (
 	"context"
 	"fmt"
@@ -15,13 +20,14 @@ import (
 // Bounds of the operator reads (ListAttempts, CountAttempts,
 // OutboxBacklog, ListStuck).
 const (
-	// MaxListLimit bounds ListAttemptsParams.Limit and StuckParams.Limit.
+	// MaxListLimit bounds ListAttemptsParams.Limit and ListStuckParams.Limit.
 	MaxListLimit = 1000
-	// CountCapDefault is CountParams.Cap when zero: counts stop there.
+	// CountCapDefault is CountAttemptsParams.Cap and OutboxBacklogParams.Cap
+	// when zero: counts stop there.
 	CountCapDefault = 10_000
-	// MaxCountCap bounds CountParams.Cap.
+	// MaxCountCap bounds CountAttemptsParams.Cap and OutboxBacklogParams.Cap.
 	MaxCountCap = 1_000_000
-	// PendingOverdueDefault is StuckParams.PendingOverdue when zero.
+	// PendingOverdueDefault is ListStuckParams.PendingOverdue when zero.
 	PendingOverdueDefault = 5 * time.Minute
 )
 
@@ -29,8 +35,11 @@ const (
 // completion time (nil while it is live) and id. Pass it back as
 // ListAttemptsParams.After for the next page.
 type AttemptCursor struct {
+	// CompletedAt is the last attempt's completion time; nil while it is
+	// live.
 	CompletedAt *time.Time
-	ID          uuid.UUID
+	// ID is the last attempt's id.
+	ID uuid.UUID
 }
 
 // ListAttemptsParams selects a page of a tenant's attempts.
@@ -51,6 +60,7 @@ type ListAttemptsParams struct {
 
 // AttemptPage is one page of ListAttempts.
 type AttemptPage struct {
+	// Attempts are the page's attempts, in ListAttempts' order.
 	Attempts []*kfstype.Attempt
 	// Next is the cursor of the following page; nil when this page is the
 	// last (it holds fewer than Limit attempts).
@@ -122,7 +132,7 @@ func (r *Repo) ListAttempts(ctx context.Context, db DBTX, p *ListAttemptsParams)
 		states[i] = string(s)
 		live, terminal = live || s.Live(), terminal || s.Terminal()
 	}
-	q := &gen.AttemptListByRunStateParams{
+	q := &gen.ListAttemptsParams{
 		TenantID: p.TenantID, RunStates: states, KnowledgeSpaceID: p.KnowledgeSpaceID, RowLimit: p.Limit,
 		// Past the live half once the cursor holds a completion time.
 		ScanLive: live && (p.After == nil || p.After.CompletedAt == nil), ScanTerminal: terminal,
@@ -130,7 +140,7 @@ func (r *Repo) ListAttempts(ctx context.Context, db DBTX, p *ListAttemptsParams)
 	if p.After != nil {
 		q.AfterID, q.AfterCompletedAt = &p.After.ID, p.After.CompletedAt
 	}
-	rows, err := r.q.AttemptListByRunState(ctx, db, q)
+	rows, err := r.q.ListAttempts(ctx, db, q)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of tenant %q: %w", p.TenantID, mapError(err))
 	}
@@ -145,8 +155,8 @@ func (r *Repo) ListAttempts(ctx context.Context, db DBTX, p *ListAttemptsParams)
 	return page, nil
 }
 
-// CountParams selects CountAttempts' scope and cap.
-type CountParams struct {
+// CountAttemptsParams selects CountAttempts' scope and cap.
+type CountAttemptsParams struct {
 	// TenantID is the tenant counted (1..255 characters); it must be
 	// empty when AllTenants is set.
 	TenantID string
@@ -159,11 +169,15 @@ type CountParams struct {
 
 // StateCount is the number of attempts in one run state.
 type StateCount struct {
+	// State is the run state counted.
 	State kfstype.RunState
 	// N is the count: exact when Exact, otherwise the cap, and there are
 	// at least N (AtLeast).
-	N       int64
-	Exact   bool
+	N int64
+	// Exact is set when N is the whole count.
+	Exact bool
+	// AtLeast is set when the count stopped at the cap: there are N or
+	// more.
 	AtLeast bool
 }
 
@@ -175,9 +189,9 @@ type StateCount struct {
 // finds rare); AllTenants reads run_schedule_idx alone, index-only.
 //
 // Errors: *InputError.
-func (r *Repo) CountAttempts(ctx context.Context, db DBTX, p *CountParams) ([]StateCount, error) {
+func (r *Repo) CountAttempts(ctx context.Context, db DBTX, p *CountAttemptsParams) ([]StateCount, error) {
 	v := r.call(ctx, db)
-	if set(v, "CountParams", p) {
+	if set(v, "CountAttemptsParams", p) {
 		v.tenantScope(p.TenantID, p.AllTenants)
 		v.cap("Cap", p.Cap)
 	}
@@ -187,13 +201,13 @@ func (r *Repo) CountAttempts(ctx context.Context, db DBTX, p *CountParams) ([]St
 	limit := capOrDefault(p.Cap) + 1
 	var n [8]int64
 	if p.AllTenants {
-		row, err := r.q.AttemptCountByRunStateAllTenants(ctx, db, limit)
+		row, err := r.q.CountAttemptsAllTenants(ctx, db, limit)
 		if err != nil {
 			return nil, fmt.Errorf("count attempts of all tenants: %w", mapError(err))
 		}
 		n = [8]int64{row.DispatchPending, row.Queued, row.Running, row.RetryWait, row.Succeeded, row.Failed, row.Canceled, row.Superseded}
 	} else {
-		row, err := r.q.AttemptCountByRunState(ctx, db, &gen.AttemptCountByRunStateParams{TenantID: p.TenantID, CountLimit: limit})
+		row, err := r.q.CountAttempts(ctx, db, &gen.CountAttemptsParams{TenantID: p.TenantID, CountLimit: limit})
 		if err != nil {
 			return nil, fmt.Errorf("count attempts of tenant %q: %w", p.TenantID, mapError(err))
 		}
@@ -232,8 +246,8 @@ func capOrDefault(c int32) int32 {
 	return c
 }
 
-// BacklogParams tunes OutboxBacklog.
-type BacklogParams struct {
+// OutboxBacklogParams tunes OutboxBacklog.
+type OutboxBacklogParams struct {
 	// Cap is where each count stops (1..MaxCountCap). Defaults to
 	// CountCapDefault.
 	Cap int32
@@ -241,11 +255,15 @@ type BacklogParams struct {
 
 // StatusCount is the number of due outbox rows in one status.
 type StatusCount struct {
+	// Status is the outbox status counted.
 	Status kfstype.OutboxStatus
 	// N is the count: exact when Exact, otherwise the cap, and there are
 	// at least N (AtLeast).
-	N       int64
-	Exact   bool
+	N int64
+	// Exact is set when N is the whole count.
+	Exact bool
+	// AtLeast is set when the count stopped at the cap: there are N or
+	// more.
 	AtLeast bool
 }
 
@@ -272,9 +290,9 @@ type Backlog struct {
 // every tenant's.
 //
 // Errors: *InputError.
-func (r *Repo) OutboxBacklog(ctx context.Context, db DBTX, p *BacklogParams) (*Backlog, error) {
+func (r *Repo) OutboxBacklog(ctx context.Context, db DBTX, p *OutboxBacklogParams) (*Backlog, error) {
 	v := r.call(ctx, db)
-	if set(v, "BacklogParams", p) {
+	if set(v, "OutboxBacklogParams", p) {
 		v.cap("Cap", p.Cap)
 	}
 	if err := v.result(); err != nil {
@@ -319,7 +337,7 @@ const (
 	// worker took it before the visibility deadline.
 	StuckVisibilityExpired StuckReason = "visibility_expired"
 	// StuckPendingOverdue: waiting for publication for longer than
-	// StuckParams.PendingOverdue (no relay or direct worker is taking
+	// ListStuckParams.PendingOverdue (no relay or direct worker is taking
 	// rows).
 	StuckPendingOverdue StuckReason = "pending_overdue"
 	// StuckDeadNotTerminal: its outbox row is dead while the attempt is
@@ -349,8 +367,8 @@ func (s StuckReason) Description() string {
 	return "unknown reason " + string(s)
 }
 
-// StuckParams selects ListStuck's scope.
-type StuckParams struct {
+// ListStuckParams selects ListStuck's scope.
+type ListStuckParams struct {
 	// TenantID is the tenant looked at (1..255 characters); it must be
 	// empty when AllTenants is set.
 	TenantID string
@@ -365,13 +383,16 @@ type StuckParams struct {
 
 // StuckAttempt is an attempt that should have moved on and has not.
 type StuckAttempt struct {
+	// Reason is why it is reported.
 	Reason StuckReason
 	// Since is when it became stuck: the lease's expiry, the relay lock's
 	// expiry, the visibility deadline, when it became due, or when the
 	// outbox row was last written (dead_not_terminal).
-	Since   time.Time
+	Since time.Time
+	// Attempt is the attempt as read.
 	Attempt *kfstype.Attempt
-	Outbox  *kfstype.OutboxMessage
+	// Outbox is its outbox row as read.
+	Outbox *kfstype.OutboxMessage
 }
 
 // ListStuck lists stuck attempts, longest stuck first, at most Limit; an
@@ -380,9 +401,9 @@ type StuckAttempt struct {
 // cost grows with the number of stuck rows, not with the history.
 //
 // Errors: *InputError.
-func (r *Repo) ListStuck(ctx context.Context, db DBTX, p *StuckParams) ([]*StuckAttempt, error) {
+func (r *Repo) ListStuck(ctx context.Context, db DBTX, p *ListStuckParams) ([]*StuckAttempt, error) {
 	v := r.call(ctx, db)
-	if set(v, "StuckParams", p) {
+	if set(v, "ListStuckParams", p) {
 		v.tenantScope(p.TenantID, p.AllTenants)
 		if p.PendingOverdue != 0 {
 			v.duration("PendingOverdue", p.PendingOverdue)
@@ -396,7 +417,7 @@ func (r *Repo) ListStuck(ctx context.Context, db DBTX, p *StuckParams) ([]*Stuck
 	if overdue == 0 {
 		overdue = PendingOverdueDefault
 	}
-	rows, err := r.q.AttemptListStuck(ctx, db, &gen.AttemptListStuckParams{
+	rows, err := r.q.ListStuck(ctx, db, &gen.ListStuckParams{
 		Now: r.now(), RowLimit: p.Limit, AllTenants: p.AllTenants, TenantID: p.TenantID, PendingOverdue: overdue,
 	})
 	if err != nil {
@@ -407,6 +428,107 @@ func (r *Repo) ListStuck(ctx context.Context, db DBTX, p *StuckParams) ([]*Stuck
 		out[i] = &StuckAttempt{
 			Reason: StuckReason(row.Reason), Since: row.Since.UTC(),
 			Attempt: attemptFromRow(&row.DocumentCompilationAttempt), Outbox: outboxFromRow(&row.DocumentCompilationOutbox),
+		}
+	}
+	return out, nil
+}
+
+// Bounds of Throughput.
+const (
+	// ThroughputMinutesDefault is ThroughputParams.Minutes when zero.
+	ThroughputMinutesDefault = 15
+	// MaxThroughputMinutes bounds ThroughputParams.Minutes: the read costs
+	// one index entry per attempt ended in the window.
+	MaxThroughputMinutes = 60
+	// ThroughputCapDefault is ThroughputParams.Cap when zero.
+	ThroughputCapDefault = 10_000
+	// MaxThroughputCap bounds ThroughputParams.Cap.
+	MaxThroughputCap = 1_000_000
+)
+
+// ThroughputParams selects Throughput's scope and window.
+type ThroughputParams struct {
+	// TenantID is the tenant looked at (1..255 characters); it must be
+	// empty when AllTenants is set.
+	TenantID string
+	// AllTenants looks at every tenant. Defaults to false.
+	AllTenants bool
+	// Minutes is the window, 1..MaxThroughputMinutes whole minutes ending
+	// with the current one. Defaults to ThroughputMinutesDefault.
+	Minutes int32
+	// Cap is the most ended attempts read (1..MaxThroughputCap), newest
+	// first per tenant: past it every count is a lower bound (AtLeast).
+	// Defaults to ThroughputCapDefault.
+	Cap int32
+}
+
+// MinuteCount is the number of attempts that ended in one minute, per
+// terminal state.
+type MinuteCount struct {
+	// Minute is the minute's start (UTC).
+	Minute time.Time
+	// Succeeded counts the attempts that succeeded in the minute.
+	Succeeded int64
+	// Failed counts the attempts that failed in the minute.
+	Failed int64
+	// Canceled counts the attempts canceled in the minute.
+	Canceled int64
+	// Superseded counts the attempts superseded in the minute.
+	Superseded int64
+	// AtLeast is set on every minute when the read stopped at
+	// ThroughputParams.Cap: the counts are lower bounds.
+	AtLeast bool
+}
+
+// Total is the number of attempts that ended in the minute.
+func (m MinuteCount) Total() int64 { return m.Succeeded + m.Failed + m.Canceled + m.Superseded }
+
+// Throughput counts the attempts that ended (reached a terminal state) in
+// each of the last Minutes minutes, oldest first, the current, partial
+// minute last; every minute is present, zeros included. It reads the
+// tenant's range of tenant_completed_idx (AllTenants: each tenant's, found
+// by a walk of the same index), so its cost grows with the attempts that
+// ended in the window (at most Cap of them) and the number of tenants, not
+// with the history.
+//
+// Errors: *InputError.
+func (r *Repo) Throughput(ctx context.Context, db DBTX, p *ThroughputParams) ([]MinuteCount, error) {
+	v := r.call(ctx, db)
+	if set(v, "ThroughputParams", p) {
+		v.tenantScope(p.TenantID, p.AllTenants)
+		if p.Minutes != 0 {
+			v.between("Minutes", p.Minutes, 1, MaxThroughputMinutes)
+		}
+		if p.Cap != 0 {
+			v.between("Cap", p.Cap, 1, MaxThroughputCap)
+		}
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	minutes := p.Minutes
+	if minutes == 0 {
+		minutes = ThroughputMinutesDefault
+	}
+	limit := p.Cap
+	if limit == 0 {
+		limit = ThroughputCapDefault
+	}
+	rows, err := r.q.Throughput(ctx, db, &gen.ThroughputParams{
+		AllTenants: p.AllTenants, TenantID: p.TenantID, Now: r.now(), Minutes: minutes, MaxRows: limit,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the throughput of the last %d minutes: %w", minutes, mapError(err))
+	}
+	out := make([]MinuteCount, len(rows))
+	var total int64
+	for i, row := range rows {
+		out[i] = MinuteCount{Minute: row.Minute.UTC(), Succeeded: row.Succeeded, Failed: row.Failed, Canceled: row.Canceled, Superseded: row.Superseded}
+		total += out[i].Total()
+	}
+	if total >= int64(limit) {
+		for i := range out {
+			out[i].AtLeast = true
 		}
 	}
 	return out, nil

@@ -9,6 +9,18 @@
 // statement reads the row to say which). Statements lock an attempt before
 // its outbox row.
 //
+// Every exported method has one shape, (ctx, db, *<Method>Params), and
+// bears the name of the statement it runs (db/gen's method of the same
+// name, from the query of that name in db/queries). Each query file has
+// its Go twin here, the methods in the file's order: attempts_control.go
+// (Start, StartMany, ReleaseDeferred, Cancel, Supersede, RetryFailed,
+// Purge), worker.go (AcquireLease to CompleteMany), direct_delivery.go
+// (FetchLeases), outbox_relay.go (ClaimOutbox to ReleaseOutbox),
+// operator.go (ListAttempts to Throughput), reads.go (GetAttempt to
+// HeadRevision, and the read that explains a refusal) and
+// tenant_limits.go. errors.go, validate.go, pgxtypes.go and this file
+// hold what they share.
+//
 // Inputs are validated before any round trip; outputs are kfstype values,
 // never generated rows. A Repo is safe for concurrent use.
 //

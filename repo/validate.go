@@ -2,6 +2,7 @@ package repo
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -22,8 +23,10 @@ const (
 	MaxErrorCodeLength   = 64
 	MaxErrorMessageRunes = 4096
 	// MaxBatchSize bounds every batch of the runtime's transitions:
-	// ClaimParams.BatchSize, MarkDispatchedParams.Dispatches, StartMany
-	// and CompleteMany (Purge, a retention delete, has MaxPurgeBatch).
+	// ClaimOutboxParams.BatchSize, MarkDispatchedParams.Dispatches,
+	// StartManyParams.Starts, CompleteManyParams.Entries and
+	// FetchLeasesParams.BatchSize (Purge, a retention delete, has
+	// MaxPurgeBatch).
 	MaxBatchSize      = 100
 	fingerprintPrefix = "projection-set-sha256:"
 )
@@ -224,4 +227,15 @@ func (v *validator) traceContext(field string, tc kfstype.TraceContext) {
 			return
 		}
 	}
+}
+
+// entryError runs check on a batch entry and names the entry in its
+// *InputError.
+func entryError(field string, i int, check func(*validator)) error {
+	var v validator
+	check(&v)
+	if v.err == nil {
+		return nil
+	}
+	return &InputError{Field: fmt.Sprintf("%s[%d].%s", field, i, v.err.Field), Reason: v.err.Reason}
 }

@@ -102,7 +102,7 @@ func (c *completer) flush(batch []*pendingCompletion) {
 		for j, i := range first {
 			entries[j] = batch[i].c.entry()
 		}
-		if res, err := w.cfg.Repo.CompleteMany(wctx, w.pool, entries); err == nil {
+		if res, err := w.cfg.Repo.CompleteMany(wctx, w.pool, &repo.CompleteManyParams{Entries: entries}); err == nil {
 			for j, i := range first {
 				attempts[i], errs[i] = res[j].Attempt, res[j].Err
 			}
@@ -148,7 +148,7 @@ func (c completion) entry() repo.CompleteManyEntry {
 // complete records one completion in its own statement.
 func (w *Worker) complete(ctx context.Context, c completion) (*kfstype.Attempt, error) {
 	if c.through == nil {
-		return w.cfg.Repo.Complete(ctx, w.pool, c.lease)
+		return w.cfg.Repo.Complete(ctx, w.pool, &repo.CompleteParams{Lease: c.lease})
 	}
 	p := *c.through
 	p.Lease = c.lease

@@ -58,7 +58,7 @@ func (j *Job) AdvanceTo(ctx context.Context, cp kfstype.Checkpoint) error {
 	if j == nil {
 		return errNilJob
 	}
-	a, err := j.repo.AdvanceTo(ctx, j.pool, &repo.AdvanceParams{Lease: j.Lease(), Checkpoint: cp})
+	a, err := j.repo.AdvanceTo(ctx, j.pool, &repo.AdvanceToParams{Lease: j.Lease(), Checkpoint: cp})
 	if err != nil {
 		return err
 	}

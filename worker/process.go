@@ -213,7 +213,7 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 		w.retryDelivery(wctx, log, msg, time.Now().Add(pendingDeliveryDelay))
 		return res
 	case errors.Is(err, repo.ErrAttemptsExhausted):
-		if _, ferr := w.cfg.Repo.FailExhausted(wctx, w.pool, &d); ferr != nil && !errors.Is(ferr, repo.ErrInvalidTransition) && !errors.Is(ferr, repo.ErrDeliveryMismatch) {
+		if _, ferr := w.cfg.Repo.FailExhausted(wctx, w.pool, &repo.FailExhaustedParams{Delivery: d}); ferr != nil && !errors.Is(ferr, repo.ErrInvalidTransition) && !errors.Is(ferr, repo.ErrDeliveryMismatch) {
 			log.ErrorContext(ctx, "fail exhausted attempt", "err", ferr)
 			res.Outcome, res.Err = OutcomeDeferred, ferr
 			w.retryDelivery(wctx, log, msg, time.Now().Add(time.Second))

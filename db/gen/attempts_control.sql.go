@@ -17,12 +17,14 @@ WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
    WHERE a.id = $5
+     -- guard:control
      AND a.tenant_id = $6
      AND a.knowledge_space_id = $7
-     AND a.active_slot = 1
-     AND $1::varchar IN ('canceled', 'superseded')
      AND ($8::integer IS NULL
           OR a.row_version = $8::integer)
+     -- end guard
+     AND a.active_slot = 1
+     AND $1::varchar IN ('canceled', 'superseded')
      FOR UPDATE
 ),
 outbox AS (
@@ -38,7 +40,9 @@ UPDATE document_compilation_attempts a
    SET run_state = $1::varchar,
        active_slot = NULL,
        completed_at = coalesce($2::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        last_error_code = CASE WHEN $3::text IS NULL THEN a.last_error_code ELSE $4::text END,
        last_error_message = coalesce($3::text, a.last_error_message),
@@ -110,7 +114,7 @@ func (q *Queries) EndAttempt(ctx context.Context, db DBTX, arg *EndAttemptParams
 	return &i, err
 }
 
-const purgeAttempts = `-- name: PurgeAttempts :many
+const purge = `-- name: Purge :many
 WITH doomed AS (
   SELECT a.id
     FROM document_compilation_attempts a
@@ -126,7 +130,7 @@ DELETE FROM document_compilation_attempts a
 RETURNING a.id
 `
 
-type PurgeAttemptsParams struct {
+type PurgeParams struct {
 	TenantID        string
 	CompletedBefore time.Time
 	BatchSize       int32
@@ -136,8 +140,8 @@ type PurgeAttemptsParams struct {
 // completed before the cut-off, oldest first (tenant_completed_idx). SKIP
 // LOCKED leaves rows a concurrent transition holds; outbox rows go by
 // cascade, after their attempt.
-func (q *Queries) PurgeAttempts(ctx context.Context, db DBTX, arg *PurgeAttemptsParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, purgeAttempts, arg.TenantID, arg.CompletedBefore, arg.BatchSize)
+func (q *Queries) Purge(ctx context.Context, db DBTX, arg *PurgeParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, purge, arg.TenantID, arg.CompletedBefore, arg.BatchSize)
 	if err != nil {
 		return nil, err
 	}
@@ -161,11 +165,13 @@ WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
    WHERE a.id = $2
+     -- guard:control
      AND a.tenant_id = $3
      AND a.knowledge_space_id = $4
-     AND a.run_state = 'dispatch_pending'
      AND ($5::integer IS NULL
           OR a.row_version = $5::integer)
+     -- end guard
+     AND a.run_state = 'dispatch_pending'
      FOR UPDATE
 ),
 outbox AS (
@@ -249,11 +255,13 @@ WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
    WHERE a.id = $2
+     -- guard:control
      AND a.tenant_id = $3
      AND a.knowledge_space_id = $4
-     AND a.run_state = 'failed'
      AND ($5::integer IS NULL
           OR a.row_version = $5::integer)
+     -- end guard
+     AND a.run_state = 'failed'
      AND NOT EXISTS (
        SELECT 1
          FROM document_compilation_attempts live
@@ -283,7 +291,9 @@ UPDATE document_compilation_attempts a
        execution_attempts = 0,
        completed_at = NULL, started_at = NULL,
        last_error_code = NULL, last_error_message = NULL,
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        queue_job_id = NULL, external_job_id = NULL, retry_at = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce($1::timestamptz, now())
@@ -346,7 +356,7 @@ func (q *Queries) RetryFailed(ctx context.Context, db DBTX, arg *RetryFailedPara
 	return &i, err
 }
 
-const startAttempt = `-- name: StartAttempt :one
+const start = `-- name: Start :one
 
 WITH eligible AS (
   SELECT 1
@@ -423,7 +433,7 @@ SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_
    AND a.active_slot = 1
 `
 
-type StartAttemptParams struct {
+type StartParams struct {
 	KnowledgeSpaceID        uuid.UUID
 	TenantID                string
 	DocumentAssetID         uuid.UUID
@@ -440,7 +450,7 @@ type StartAttemptParams struct {
 	Tracestate              *string
 }
 
-type StartAttemptRow struct {
+type StartRow struct {
 	ID                      uuid.UUID
 	TenantID                string
 	KnowledgeSpaceID        uuid.UUID
@@ -476,11 +486,19 @@ type StartAttemptRow struct {
 // coalesce(sqlc.narg('now'), now()), and locks the attempt before its outbox
 // row: the outbox is only ever reached through a CTE that has already locked
 // or written the attempt.
+//
+// The transitions on an existing attempt (ReleaseDeferred, EndAttempt,
+// RetryFailed) share the control guard, between "-- guard:control" and
+// "-- end guard": the tenant and space, and the expected row version when
+// one is given. EndAttempt and RetryFailed clear the lease columns with the
+// "-- block:lease-end" SET list ("-- end block"). repo/guards_test.go
+// checks every copy against one canonical text (worker.sql's header
+// describes the markers).
 // Inserts the attempt and its outbox row, or returns the document version's
 // live attempt (the caller compares ids to tell). Returns no row when the
 // space or asset version is missing, the base head revision is stale, or a
 // concurrent Start won the active slot after this statement's snapshot: the
-// caller then runs StartAttemptPreconditions to say which.
+// caller then runs StartPreconditions to say which.
 //
 // The live attempt is not looked up before the insert: the active-slot
 // unique index is the existence test. ON CONFLICT DO NOTHING probes it
@@ -493,8 +511,8 @@ type StartAttemptRow struct {
 // Nothing inserted (a one-time filter: skipped when a row was): the live
 // attempt, if this statement's snapshot sees it (a space or asset that
 // does not exist, or a stale head, has none to see).
-func (q *Queries) StartAttempt(ctx context.Context, db DBTX, arg *StartAttemptParams) (*StartAttemptRow, error) {
-	row := db.QueryRow(ctx, startAttempt,
+func (q *Queries) Start(ctx context.Context, db DBTX, arg *StartParams) (*StartRow, error) {
+	row := db.QueryRow(ctx, start,
 		arg.KnowledgeSpaceID,
 		arg.TenantID,
 		arg.DocumentAssetID,
@@ -510,7 +528,7 @@ func (q *Queries) StartAttempt(ctx context.Context, db DBTX, arg *StartAttemptPa
 		arg.Traceparent,
 		arg.Tracestate,
 	)
-	var i StartAttemptRow
+	var i StartRow
 	err := row.Scan(
 		&i.ID,
 		&i.TenantID,
@@ -544,70 +562,7 @@ func (q *Queries) StartAttempt(ctx context.Context, db DBTX, arg *StartAttemptPa
 	return &i, err
 }
 
-const startAttemptPreconditions = `-- name: StartAttemptPreconditions :one
-SELECT
-  EXISTS (
-    SELECT 1 FROM knowledge_spaces ks
-     WHERE ks.id = $1 AND ks.tenant_id = $2
-  ) AS space_exists,
-  EXISTS (
-    SELECT 1
-      FROM knowledge_spaces ks
-      JOIN document_assets da ON da.knowledge_space_id = ks.id
-     WHERE ks.id = $1 AND ks.tenant_id = $2
-       AND da.id = $3 AND da.version = $4
-  ) AS asset_version_exists,
-  coalesce((
-    SELECT h.head_revision
-      FROM projection_set_publication_heads h
-     WHERE h.tenant_id = $2 AND h.knowledge_space_id = $1
-  ), 0)::integer AS head_revision,
-  -- The zero UUID stands for "none": attempt ids are never zero.
-  coalesce((
-    SELECT a.id
-      FROM document_compilation_attempts a
-     WHERE a.tenant_id = $2
-       AND a.knowledge_space_id = $1
-       AND a.document_asset_id = $3
-       AND a.document_version = $4
-       AND a.active_slot = 1
-  ), '00000000-0000-0000-0000-000000000000')::uuid AS live_attempt_id
-`
-
-type StartAttemptPreconditionsParams struct {
-	KnowledgeSpaceID uuid.UUID
-	TenantID         string
-	DocumentAssetID  uuid.UUID
-	DocumentVersion  int32
-}
-
-type StartAttemptPreconditionsRow struct {
-	SpaceExists        bool
-	AssetVersionExists bool
-	HeadRevision       int32
-	LiveAttemptID      uuid.UUID
-}
-
-// Explains why StartAttempt returned no row; a fresh statement, so it sees
-// a live attempt committed by a concurrent Start.
-func (q *Queries) StartAttemptPreconditions(ctx context.Context, db DBTX, arg *StartAttemptPreconditionsParams) (*StartAttemptPreconditionsRow, error) {
-	row := db.QueryRow(ctx, startAttemptPreconditions,
-		arg.KnowledgeSpaceID,
-		arg.TenantID,
-		arg.DocumentAssetID,
-		arg.DocumentVersion,
-	)
-	var i StartAttemptPreconditionsRow
-	err := row.Scan(
-		&i.SpaceExists,
-		&i.AssetVersionExists,
-		&i.HeadRevision,
-		&i.LiveAttemptID,
-	)
-	return &i, err
-}
-
-const startAttempts = `-- name: StartAttempts :many
+const startMany = `-- name: StartMany :many
 WITH input AS (
   -- Set-returning functions in one SELECT list advance in lockstep.
   SELECT unnest($1::uuid[]) AS id,
@@ -677,7 +632,7 @@ outbox AS (
          'pending', 0, ins.created_at, ins.created_at, ins.created_at
     FROM inserted ins
     JOIN input i ON i.id = ins.id
-  -- Idle relays are woken at commit (migration 0007), as for StartAttempt.
+  -- Idle relays are woken at commit (migration 0007), as for Start.
   RETURNING id
 )
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM inserted
@@ -685,7 +640,7 @@ UNION ALL
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at FROM existing
 `
 
-type StartAttemptsParams struct {
+type StartManyParams struct {
 	IDs                      []uuid.UUID
 	OutboxIDs                []uuid.UUID
 	TenantIDs                []string
@@ -698,7 +653,7 @@ type StartAttemptsParams struct {
 	Now                      *time.Time
 }
 
-type StartAttemptsRow struct {
+type StartManyRow struct {
 	ID                      uuid.UUID
 	TenantID                string
 	KnowledgeSpaceID        uuid.UUID
@@ -732,9 +687,9 @@ type StartAttemptsRow struct {
 // Start for a batch of document versions in one statement (parallel
 // arrays, distinct versions). Returns the created attempts and the live
 // attempts that already existed; a version missing from the result failed
-// a precondition and the caller explains it with StartAttempt.
-func (q *Queries) StartAttempts(ctx context.Context, db DBTX, arg *StartAttemptsParams) ([]*StartAttemptsRow, error) {
-	rows, err := db.Query(ctx, startAttempts,
+// a precondition and the caller explains it with Start.
+func (q *Queries) StartMany(ctx context.Context, db DBTX, arg *StartManyParams) ([]*StartManyRow, error) {
+	rows, err := db.Query(ctx, startMany,
 		arg.IDs,
 		arg.OutboxIDs,
 		arg.TenantIDs,
@@ -750,9 +705,9 @@ func (q *Queries) StartAttempts(ctx context.Context, db DBTX, arg *StartAttempts
 		return nil, err
 	}
 	defer rows.Close()
-	var items []*StartAttemptsRow
+	var items []*StartManyRow
 	for rows.Next() {
-		var i StartAttemptsRow
+		var i StartManyRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.TenantID,
@@ -791,4 +746,67 @@ func (q *Queries) StartAttempts(ctx context.Context, db DBTX, arg *StartAttempts
 		return nil, err
 	}
 	return items, nil
+}
+
+const startPreconditions = `-- name: StartPreconditions :one
+SELECT
+  EXISTS (
+    SELECT 1 FROM knowledge_spaces ks
+     WHERE ks.id = $1 AND ks.tenant_id = $2
+  ) AS space_exists,
+  EXISTS (
+    SELECT 1
+      FROM knowledge_spaces ks
+      JOIN document_assets da ON da.knowledge_space_id = ks.id
+     WHERE ks.id = $1 AND ks.tenant_id = $2
+       AND da.id = $3 AND da.version = $4
+  ) AS asset_version_exists,
+  coalesce((
+    SELECT h.head_revision
+      FROM projection_set_publication_heads h
+     WHERE h.tenant_id = $2 AND h.knowledge_space_id = $1
+  ), 0)::integer AS head_revision,
+  -- The zero UUID stands for "none": attempt ids are never zero.
+  coalesce((
+    SELECT a.id
+      FROM document_compilation_attempts a
+     WHERE a.tenant_id = $2
+       AND a.knowledge_space_id = $1
+       AND a.document_asset_id = $3
+       AND a.document_version = $4
+       AND a.active_slot = 1
+  ), '00000000-0000-0000-0000-000000000000')::uuid AS live_attempt_id
+`
+
+type StartPreconditionsParams struct {
+	KnowledgeSpaceID uuid.UUID
+	TenantID         string
+	DocumentAssetID  uuid.UUID
+	DocumentVersion  int32
+}
+
+type StartPreconditionsRow struct {
+	SpaceExists        bool
+	AssetVersionExists bool
+	HeadRevision       int32
+	LiveAttemptID      uuid.UUID
+}
+
+// Explains why Start returned no row; a fresh statement, so it sees
+// a live attempt committed by a concurrent Start.
+func (q *Queries) StartPreconditions(ctx context.Context, db DBTX, arg *StartPreconditionsParams) (*StartPreconditionsRow, error) {
+	row := db.QueryRow(ctx, startPreconditions,
+		arg.KnowledgeSpaceID,
+		arg.TenantID,
+		arg.DocumentAssetID,
+		arg.DocumentVersion,
+	)
+	var i StartPreconditionsRow
+	err := row.Scan(
+		&i.SpaceExists,
+		&i.AssetVersionExists,
+		&i.HeadRevision,
+		&i.LiveAttemptID,
+	)
+	return &i, err
 }

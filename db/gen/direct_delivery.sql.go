@@ -239,15 +239,19 @@ exhausted_outbox AS (
 ),
 exhausted AS (
   UPDATE document_compilation_attempts a
+     -- block:exhausted
      SET run_state = 'failed',
          active_slot = NULL,
          completed_at = coalesce($2::timestamptz, now()),
+         -- block:lease-end
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+         -- end block
          retry_at = NULL,
          last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
          last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
          row_version = a.row_version + 1,
          updated_at = coalesce($2::timestamptz, now())
+     -- end block
     FROM exhausted_outbox
    WHERE a.id = exhausted_outbox.attempt_id
   RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
@@ -340,6 +344,11 @@ type FetchLeasesRow struct {
 // LOCKED, never waited on, so the attempt-first lock order of the other
 // transitions cannot deadlock against it, and a relay (for an external
 // broker) can run beside direct workers: a row either holds is skipped.
+//
+// The exhausted attempt's failure is FailExhausted's SET list, marked
+// "-- block:exhausted" in both (with the "-- block:lease-end" list inside),
+// and the awaiting-delivery guard is MarkDispatched's; repo/guards_test.go
+// checks the copies (worker.sql's header describes the markers).
 // Leases up to batch_size due attempts to worker_id, fairly across
 // tenants. Tenants are walked in tenant_id order from after_tenant
 // (wrapping), two index descents each on tenant_completed_idx (the next

@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 )
 
-const attemptCountByRunState = `-- name: AttemptCountByRunState :one
+const countAttempts = `-- name: CountAttempts :one
 SELECT
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.tenant_id = $1::text AND a.completed_at IS NULL
@@ -48,12 +48,12 @@ SELECT
                                LIMIT $2::integer) c)::bigint AS superseded
 `
 
-type AttemptCountByRunStateParams struct {
+type CountAttemptsParams struct {
 	TenantID   string
 	CountLimit int32
 }
 
-type AttemptCountByRunStateRow struct {
+type CountAttemptsRow struct {
 	DispatchPending int64
 	Queued          int64
 	Running         int64
@@ -69,9 +69,9 @@ type AttemptCountByRunStateRow struct {
 // state with the state as a literal, so the planner weighs each on its own
 // statistics: tenant_completed_idx's tenant range (live or terminal half),
 // or run_schedule_idx's state range when the state is rare.
-func (q *Queries) AttemptCountByRunState(ctx context.Context, db DBTX, arg *AttemptCountByRunStateParams) (*AttemptCountByRunStateRow, error) {
-	row := db.QueryRow(ctx, attemptCountByRunState, arg.TenantID, arg.CountLimit)
-	var i AttemptCountByRunStateRow
+func (q *Queries) CountAttempts(ctx context.Context, db DBTX, arg *CountAttemptsParams) (*CountAttemptsRow, error) {
+	row := db.QueryRow(ctx, countAttempts, arg.TenantID, arg.CountLimit)
+	var i CountAttemptsRow
 	err := row.Scan(
 		&i.DispatchPending,
 		&i.Queued,
@@ -85,7 +85,7 @@ func (q *Queries) AttemptCountByRunState(ctx context.Context, db DBTX, arg *Atte
 	return &i, err
 }
 
-const attemptCountByRunStateAllTenants = `-- name: AttemptCountByRunStateAllTenants :one
+const countAttemptsAllTenants = `-- name: CountAttemptsAllTenants :one
 SELECT
        (SELECT count(*) FROM (SELECT 1 FROM document_compilation_attempts a
                                WHERE a.run_state = 'dispatch_pending'
@@ -121,7 +121,7 @@ SELECT
                                LIMIT $1::integer) c)::bigint AS superseded
 `
 
-type AttemptCountByRunStateAllTenantsRow struct {
+type CountAttemptsAllTenantsRow struct {
 	DispatchPending int64
 	Queued          int64
 	Running         int64
@@ -137,9 +137,9 @@ type AttemptCountByRunStateAllTenantsRow struct {
 // run_state. The ORDER BY is that index's, so the planner never prefers a
 // sequential scan that stops at the limit for a common state (its cost
 // would still grow with the rows of other states it passes).
-func (q *Queries) AttemptCountByRunStateAllTenants(ctx context.Context, db DBTX, countLimit int32) (*AttemptCountByRunStateAllTenantsRow, error) {
-	row := db.QueryRow(ctx, attemptCountByRunStateAllTenants, countLimit)
-	var i AttemptCountByRunStateAllTenantsRow
+func (q *Queries) CountAttemptsAllTenants(ctx context.Context, db DBTX, countLimit int32) (*CountAttemptsAllTenantsRow, error) {
+	row := db.QueryRow(ctx, countAttemptsAllTenants, countLimit)
+	var i CountAttemptsAllTenantsRow
 	err := row.Scan(
 		&i.DispatchPending,
 		&i.Queued,
@@ -153,7 +153,7 @@ func (q *Queries) AttemptCountByRunStateAllTenants(ctx context.Context, db DBTX,
 	return &i, err
 }
 
-const attemptListByRunState = `-- name: AttemptListByRunState :many
+const listAttempts = `-- name: ListAttempts :many
 
 
 WITH page AS (
@@ -186,7 +186,7 @@ SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_
  LIMIT $1::integer
 `
 
-type AttemptListByRunStateParams struct {
+type ListAttemptsParams struct {
 	RowLimit         int32
 	ScanLive         bool
 	TenantID         string
@@ -214,8 +214,8 @@ type AttemptListByRunStateParams struct {
 // false or scan_terminal false when no asked state is in that half, so a
 // half that cannot match is not read. The halves are re-joined to the
 // table by id: at most 2 * row_limit primary key lookups.
-func (q *Queries) AttemptListByRunState(ctx context.Context, db DBTX, arg *AttemptListByRunStateParams) ([]*DocumentCompilationAttempt, error) {
-	rows, err := db.Query(ctx, attemptListByRunState,
+func (q *Queries) ListAttempts(ctx context.Context, db DBTX, arg *ListAttemptsParams) ([]*DocumentCompilationAttempt, error) {
+	rows, err := db.Query(ctx, listAttempts,
 		arg.RowLimit,
 		arg.ScanLive,
 		arg.TenantID,
@@ -272,7 +272,7 @@ func (q *Queries) AttemptListByRunState(ctx context.Context, db DBTX, arg *Attem
 	return items, nil
 }
 
-const attemptListStuck = `-- name: AttemptListStuck :many
+const listStuck = `-- name: ListStuck :many
 WITH stuck AS (
   (SELECT a.id AS attempt_id, 'lease_expired'::text AS reason, a.lease_expires_at AS since
      FROM document_compilation_attempts a
@@ -327,7 +327,7 @@ SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_
  LIMIT $2::integer
 `
 
-type AttemptListStuckParams struct {
+type ListStuckParams struct {
 	Now            *time.Time
 	RowLimit       int32
 	AllTenants     bool
@@ -335,7 +335,7 @@ type AttemptListStuckParams struct {
 	PendingOverdue time.Duration
 }
 
-type AttemptListStuckRow struct {
+type ListStuckRow struct {
 	DocumentCompilationAttempt DocumentCompilationAttempt
 	DocumentCompilationOutbox  DocumentCompilationOutbox
 	Reason                     string
@@ -359,8 +359,8 @@ type AttemptListStuckRow struct {
 //
 // all_tenants false confines every range to tenant_id (a filter: the
 // ranges are short, only stuck rows are in them).
-func (q *Queries) AttemptListStuck(ctx context.Context, db DBTX, arg *AttemptListStuckParams) ([]*AttemptListStuckRow, error) {
-	rows, err := db.Query(ctx, attemptListStuck,
+func (q *Queries) ListStuck(ctx context.Context, db DBTX, arg *ListStuckParams) ([]*ListStuckRow, error) {
+	rows, err := db.Query(ctx, listStuck,
 		arg.Now,
 		arg.RowLimit,
 		arg.AllTenants,
@@ -371,9 +371,9 @@ func (q *Queries) AttemptListStuck(ctx context.Context, db DBTX, arg *AttemptLis
 		return nil, err
 	}
 	defer rows.Close()
-	var items []*AttemptListStuckRow
+	var items []*ListStuckRow
 	for rows.Next() {
-		var i AttemptListStuckRow
+		var i ListStuckRow
 		if err := rows.Scan(
 			&i.DocumentCompilationAttempt.ID,
 			&i.DocumentCompilationAttempt.TenantID,
@@ -424,120 +424,6 @@ func (q *Queries) AttemptListStuck(ctx context.Context, db DBTX, arg *AttemptLis
 			&i.Reason,
 			&i.Since,
 			&i.DbNow,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, &i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const attemptThroughputByMinute = `-- name: AttemptThroughputByMinute :many
-WITH RECURSIVE tenants AS (
-  (SELECT a.tenant_id::text AS tenant_id
-     FROM document_compilation_attempts a
-    WHERE $1::boolean
-    ORDER BY a.tenant_id
-    LIMIT 1)
-  UNION ALL
-  SELECT (SELECT a.tenant_id::text
-            FROM document_compilation_attempts a
-           WHERE a.tenant_id > t.tenant_id
-           ORDER BY a.tenant_id
-           LIMIT 1)
-    FROM tenants t
-   WHERE t.tenant_id IS NOT NULL
-), scope AS (
-  SELECT t.tenant_id FROM tenants t WHERE t.tenant_id IS NOT NULL
-  UNION ALL
-  SELECT $2::text WHERE NOT $1::boolean
-), clock AS (
-  SELECT coalesce($3::timestamptz, now()) AS until,
-         $4::integer AS minutes
-), bounds AS (
-  SELECT date_trunc('minute', c.until) - (c.minutes - 1) * interval '1 minute' AS since, c.until
-    FROM clock c
-), ended AS (
-  SELECT a.completed_at, a.run_state
-    FROM scope s
-   CROSS JOIN bounds b
-   CROSS JOIN LATERAL (
-     SELECT x.completed_at, x.run_state
-       FROM document_compilation_attempts x
-      WHERE x.tenant_id = s.tenant_id
-        AND x.completed_at >= b.since
-        AND x.completed_at <= b.until
-      ORDER BY x.completed_at DESC
-     -- Newest first, at most max_rows per tenant (the LIMIT is also a
-     -- fence: without one the planner flattens the subquery and, knowing
-     -- nothing of the walk's row count, hashes a sequential scan).
-     LIMIT $5::integer) a
-   -- At most max_rows in all: the nested loop stops reading there, so a
-   -- burst of ended attempts costs a bounded read; the counts are then
-   -- lower bounds (the caller sees their sum reach max_rows).
-   LIMIT $5::integer
-)
-SELECT m.minute::timestamptz AS minute,
-       (count(*) FILTER (WHERE e.run_state = 'succeeded'))::bigint AS succeeded,
-       (count(*) FILTER (WHERE e.run_state = 'failed'))::bigint AS failed,
-       (count(*) FILTER (WHERE e.run_state = 'canceled'))::bigint AS canceled,
-       (count(*) FILTER (WHERE e.run_state = 'superseded'))::bigint AS superseded
-  FROM bounds b
- CROSS JOIN generate_series(b.since, date_trunc('minute', b.until), interval '1 minute') AS m(minute)
-  LEFT JOIN ended e ON date_trunc('minute', e.completed_at) = m.minute
- GROUP BY m.minute
- ORDER BY m.minute
-`
-
-type AttemptThroughputByMinuteParams struct {
-	AllTenants bool
-	TenantID   string
-	Now        *time.Time
-	Minutes    int32
-	MaxRows    int32
-}
-
-type AttemptThroughputByMinuteRow struct {
-	Minute     time.Time
-	Succeeded  int64
-	Failed     int64
-	Canceled   int64
-	Superseded int64
-}
-
-// Attempts that ended per minute of the last `minutes` minutes, per
-// terminal state: one row per minute, oldest first, the current (partial)
-// minute last, zeros included; at most max_rows ended attempts are read.
-// Each tenant's ended attempts are one range of tenant_completed_idx
-// (tenant_id, completed_at), so the cost grows with the attempts ended in
-// the window, not with the history. all_tenants walks the index's distinct
-// tenants first (a loose index scan: one index probe per tenant, since
-// PostgreSQL 17 has no skip scan) and reads each tenant's range; otherwise
-// only tenant_id's range is read.
-func (q *Queries) AttemptThroughputByMinute(ctx context.Context, db DBTX, arg *AttemptThroughputByMinuteParams) ([]*AttemptThroughputByMinuteRow, error) {
-	rows, err := db.Query(ctx, attemptThroughputByMinute,
-		arg.AllTenants,
-		arg.TenantID,
-		arg.Now,
-		arg.Minutes,
-		arg.MaxRows,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []*AttemptThroughputByMinuteRow
-	for rows.Next() {
-		var i AttemptThroughputByMinuteRow
-		if err := rows.Scan(
-			&i.Minute,
-			&i.Succeeded,
-			&i.Failed,
-			&i.Canceled,
-			&i.Superseded,
 		); err != nil {
 			return nil, err
 		}
@@ -621,4 +507,118 @@ func (q *Queries) OutboxBacklog(ctx context.Context, db DBTX, arg *OutboxBacklog
 		&i.DbNow,
 	)
 	return &i, err
+}
+
+const throughput = `-- name: Throughput :many
+WITH RECURSIVE tenants AS (
+  (SELECT a.tenant_id::text AS tenant_id
+     FROM document_compilation_attempts a
+    WHERE $1::boolean
+    ORDER BY a.tenant_id
+    LIMIT 1)
+  UNION ALL
+  SELECT (SELECT a.tenant_id::text
+            FROM document_compilation_attempts a
+           WHERE a.tenant_id > t.tenant_id
+           ORDER BY a.tenant_id
+           LIMIT 1)
+    FROM tenants t
+   WHERE t.tenant_id IS NOT NULL
+), scope AS (
+  SELECT t.tenant_id FROM tenants t WHERE t.tenant_id IS NOT NULL
+  UNION ALL
+  SELECT $2::text WHERE NOT $1::boolean
+), clock AS (
+  SELECT coalesce($3::timestamptz, now()) AS until,
+         $4::integer AS minutes
+), bounds AS (
+  SELECT date_trunc('minute', c.until) - (c.minutes - 1) * interval '1 minute' AS since, c.until
+    FROM clock c
+), ended AS (
+  SELECT a.completed_at, a.run_state
+    FROM scope s
+   CROSS JOIN bounds b
+   CROSS JOIN LATERAL (
+     SELECT x.completed_at, x.run_state
+       FROM document_compilation_attempts x
+      WHERE x.tenant_id = s.tenant_id
+        AND x.completed_at >= b.since
+        AND x.completed_at <= b.until
+      ORDER BY x.completed_at DESC
+     -- Newest first, at most max_rows per tenant (the LIMIT is also a
+     -- fence: without one the planner flattens the subquery and, knowing
+     -- nothing of the walk's row count, hashes a sequential scan).
+     LIMIT $5::integer) a
+   -- At most max_rows in all: the nested loop stops reading there, so a
+   -- burst of ended attempts costs a bounded read; the counts are then
+   -- lower bounds (the caller sees their sum reach max_rows).
+   LIMIT $5::integer
+)
+SELECT m.minute::timestamptz AS minute,
+       (count(*) FILTER (WHERE e.run_state = 'succeeded'))::bigint AS succeeded,
+       (count(*) FILTER (WHERE e.run_state = 'failed'))::bigint AS failed,
+       (count(*) FILTER (WHERE e.run_state = 'canceled'))::bigint AS canceled,
+       (count(*) FILTER (WHERE e.run_state = 'superseded'))::bigint AS superseded
+  FROM bounds b
+ CROSS JOIN generate_series(b.since, date_trunc('minute', b.until), interval '1 minute') AS m(minute)
+  LEFT JOIN ended e ON date_trunc('minute', e.completed_at) = m.minute
+ GROUP BY m.minute
+ ORDER BY m.minute
+`
+
+type ThroughputParams struct {
+	AllTenants bool
+	TenantID   string
+	Now        *time.Time
+	Minutes    int32
+	MaxRows    int32
+}
+
+type ThroughputRow struct {
+	Minute     time.Time
+	Succeeded  int64
+	Failed     int64
+	Canceled   int64
+	Superseded int64
+}
+
+// Attempts that ended per minute of the last `minutes` minutes, per
+// terminal state: one row per minute, oldest first, the current (partial)
+// minute last, zeros included; at most max_rows ended attempts are read.
+// Each tenant's ended attempts are one range of tenant_completed_idx
+// (tenant_id, completed_at), so the cost grows with the attempts ended in
+// the window, not with the history. all_tenants walks the index's distinct
+// tenants first (a loose index scan: one index probe per tenant, since
+// PostgreSQL 17 has no skip scan) and reads each tenant's range; otherwise
+// only tenant_id's range is read.
+func (q *Queries) Throughput(ctx context.Context, db DBTX, arg *ThroughputParams) ([]*ThroughputRow, error) {
+	rows, err := db.Query(ctx, throughput,
+		arg.AllTenants,
+		arg.TenantID,
+		arg.Now,
+		arg.Minutes,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []*ThroughputRow
+	for rows.Next() {
+		var i ThroughputRow
+		if err := rows.Scan(
+			&i.Minute,
+			&i.Succeeded,
+			&i.Failed,
+			&i.Canceled,
+			&i.Superseded,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, &i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

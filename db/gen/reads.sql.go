@@ -13,7 +13,7 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
-const attemptCountLiveByRunState = `-- name: AttemptCountLiveByRunState :many
+const countLiveAttempts = `-- name: CountLiveAttempts :many
 SELECT a.run_state, count(*) AS attempts
   FROM document_compilation_attempts a
  WHERE a.tenant_id = $1
@@ -22,22 +22,22 @@ SELECT a.run_state, count(*) AS attempts
  ORDER BY a.run_state
 `
 
-type AttemptCountLiveByRunStateRow struct {
+type CountLiveAttemptsRow struct {
 	RunState kfstype.RunState
 	Attempts int64
 }
 
 // Live attempts of a tenant per run_state (scope_version_active_uq's
 // leading tenant_id column).
-func (q *Queries) AttemptCountLiveByRunState(ctx context.Context, db DBTX, tenantID string) ([]*AttemptCountLiveByRunStateRow, error) {
-	rows, err := db.Query(ctx, attemptCountLiveByRunState, tenantID)
+func (q *Queries) CountLiveAttempts(ctx context.Context, db DBTX, tenantID string) ([]*CountLiveAttemptsRow, error) {
+	rows, err := db.Query(ctx, countLiveAttempts, tenantID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []*AttemptCountLiveByRunStateRow
+	var items []*CountLiveAttemptsRow
 	for rows.Next() {
-		var i AttemptCountLiveByRunStateRow
+		var i CountLiveAttemptsRow
 		if err := rows.Scan(&i.RunState, &i.Attempts); err != nil {
 			return nil, err
 		}
@@ -49,7 +49,7 @@ func (q *Queries) AttemptCountLiveByRunState(ctx context.Context, db DBTX, tenan
 	return items, nil
 }
 
-const attemptGetByID = `-- name: AttemptGetByID :one
+const getAttempt = `-- name: GetAttempt :one
 
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at
   FROM document_compilation_attempts a
@@ -57,14 +57,17 @@ SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, p
    AND a.tenant_id = $2
 `
 
-type AttemptGetByIDParams struct {
+type GetAttemptParams struct {
 	ID       uuid.UUID
 	TenantID string
 }
 
-// Plain reads, named Table+Verb.
-func (q *Queries) AttemptGetByID(ctx context.Context, db DBTX, arg *AttemptGetByIDParams) (*DocumentCompilationAttempt, error) {
-	row := db.QueryRow(ctx, attemptGetByID, arg.ID, arg.TenantID)
+// Plain reads, each named after the repo method that runs it (repo/reads.go,
+// this file's Go twin). GetAttemptWithOutbox is also the refusal-explaining
+// read: when a guarded write matches no row, repo reads the row with it to
+// say why (not found, stale version, lease lost, invalid transition).
+func (q *Queries) GetAttempt(ctx context.Context, db DBTX, arg *GetAttemptParams) (*DocumentCompilationAttempt, error) {
+	row := db.QueryRow(ctx, getAttempt, arg.ID, arg.TenantID)
 	var i DocumentCompilationAttempt
 	err := row.Scan(
 		&i.ID,
@@ -99,7 +102,7 @@ func (q *Queries) AttemptGetByID(ctx context.Context, db DBTX, arg *AttemptGetBy
 	return &i, err
 }
 
-const attemptGetWithOutbox = `-- name: AttemptGetWithOutbox :one
+const getAttemptWithOutbox = `-- name: GetAttemptWithOutbox :one
 SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at, o.id, o.attempt_id, o.event_type, o.schema_version, o.payload, o.idempotency_key, o.status, o.dispatch_attempts, o.available_at, o.locked_by, o.lock_token, o.locked_until, o.queue_job_id, o.external_job_id, o.delivered_at, o.last_error, o.created_at, o.updated_at,
        coalesce($1::timestamptz, now())::timestamptz AS db_now
   FROM document_compilation_attempts a
@@ -108,13 +111,13 @@ SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_
    AND ($3::text IS NULL OR a.tenant_id = $3::text)
 `
 
-type AttemptGetWithOutboxParams struct {
+type GetAttemptWithOutboxParams struct {
 	Now      *time.Time
 	ID       uuid.UUID
 	TenantID *string
 }
 
-type AttemptGetWithOutboxRow struct {
+type GetAttemptWithOutboxRow struct {
 	DocumentCompilationAttempt DocumentCompilationAttempt
 	DocumentCompilationOutbox  DocumentCompilationOutbox
 	DbNow                      time.Time
@@ -123,9 +126,9 @@ type AttemptGetWithOutboxRow struct {
 // An attempt and its outbox row, and the clock the transitions use (to tell
 // an expired lease from another refusal). tenant_id NULL reads any tenant's
 // row: the worker and relay paths use it to explain a refused transition.
-func (q *Queries) AttemptGetWithOutbox(ctx context.Context, db DBTX, arg *AttemptGetWithOutboxParams) (*AttemptGetWithOutboxRow, error) {
-	row := db.QueryRow(ctx, attemptGetWithOutbox, arg.Now, arg.ID, arg.TenantID)
-	var i AttemptGetWithOutboxRow
+func (q *Queries) GetAttemptWithOutbox(ctx context.Context, db DBTX, arg *GetAttemptWithOutboxParams) (*GetAttemptWithOutboxRow, error) {
+	row := db.QueryRow(ctx, getAttemptWithOutbox, arg.Now, arg.ID, arg.TenantID)
+	var i GetAttemptWithOutboxRow
 	err := row.Scan(
 		&i.DocumentCompilationAttempt.ID,
 		&i.DocumentCompilationAttempt.TenantID,
@@ -178,7 +181,33 @@ func (q *Queries) AttemptGetWithOutbox(ctx context.Context, db DBTX, arg *Attemp
 	return &i, err
 }
 
-const attemptListByDocumentVersion = `-- name: AttemptListByDocumentVersion :many
+const headRevision = `-- name: HeadRevision :one
+SELECT coalesce(h.head_revision, 0)::integer AS head_revision
+  FROM knowledge_spaces ks
+  LEFT JOIN projection_set_publication_heads h
+    ON h.tenant_id = ks.tenant_id
+   AND h.knowledge_space_id = ks.id
+ WHERE ks.id = $1
+   AND ks.tenant_id = $2
+`
+
+type HeadRevisionParams struct {
+	KnowledgeSpaceID uuid.UUID
+	TenantID         string
+}
+
+// The head revision of a tenant's space, what Start's base_head_revision
+// must equal: 0 while the space has no head row. No row when the space does
+// not exist or is another tenant's. Two index lookups (a key of the space,
+// the heads' primary key), checked with EXPLAIN on 5·10^4 spaces.
+func (q *Queries) HeadRevision(ctx context.Context, db DBTX, arg *HeadRevisionParams) (int32, error) {
+	row := db.QueryRow(ctx, headRevision, arg.KnowledgeSpaceID, arg.TenantID)
+	var head_revision int32
+	err := row.Scan(&head_revision)
+	return head_revision, err
+}
+
+const listDocumentVersionAttempts = `-- name: ListDocumentVersionAttempts :many
 SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id, base_head_revision, candidate_publication_id, candidate_fingerprint, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts, queue_job_id, external_job_id, worker_id, lease_token, lease_expires_at, heartbeat_at, retry_at, last_error_code, last_error_message, row_version, created_at, updated_at, started_at, completed_at
   FROM document_compilation_attempts a
  WHERE a.knowledge_space_id = $1
@@ -188,7 +217,7 @@ SELECT id, tenant_id, knowledge_space_id, document_asset_id, document_version, p
  ORDER BY a.id
 `
 
-type AttemptListByDocumentVersionParams struct {
+type ListDocumentVersionAttemptsParams struct {
 	KnowledgeSpaceID uuid.UUID
 	DocumentAssetID  uuid.UUID
 	DocumentVersion  int32
@@ -197,8 +226,8 @@ type AttemptListByDocumentVersionParams struct {
 
 // All attempts of a document version, oldest first (UUIDv7 ids sort by
 // creation); served by document_version_idx.
-func (q *Queries) AttemptListByDocumentVersion(ctx context.Context, db DBTX, arg *AttemptListByDocumentVersionParams) ([]*DocumentCompilationAttempt, error) {
-	rows, err := db.Query(ctx, attemptListByDocumentVersion,
+func (q *Queries) ListDocumentVersionAttempts(ctx context.Context, db DBTX, arg *ListDocumentVersionAttemptsParams) ([]*DocumentCompilationAttempt, error) {
+	rows, err := db.Query(ctx, listDocumentVersionAttempts,
 		arg.KnowledgeSpaceID,
 		arg.DocumentAssetID,
 		arg.DocumentVersion,
@@ -251,65 +280,7 @@ func (q *Queries) AttemptListByDocumentVersion(ctx context.Context, db DBTX, arg
 	return items, nil
 }
 
-const outboxGetByAttemptID = `-- name: OutboxGetByAttemptID :one
-SELECT id, attempt_id, event_type, schema_version, payload, idempotency_key, status, dispatch_attempts, available_at, locked_by, lock_token, locked_until, queue_job_id, external_job_id, delivered_at, last_error, created_at, updated_at
-  FROM document_compilation_outbox o
- WHERE o.attempt_id = $1
-`
-
-func (q *Queries) OutboxGetByAttemptID(ctx context.Context, db DBTX, attemptID uuid.UUID) (*DocumentCompilationOutbox, error) {
-	row := db.QueryRow(ctx, outboxGetByAttemptID, attemptID)
-	var i DocumentCompilationOutbox
-	err := row.Scan(
-		&i.ID,
-		&i.AttemptID,
-		&i.EventType,
-		&i.SchemaVersion,
-		&i.Payload,
-		&i.IdempotencyKey,
-		&i.Status,
-		&i.DispatchAttempts,
-		&i.AvailableAt,
-		&i.LockedBy,
-		&i.LockToken,
-		&i.LockedUntil,
-		&i.QueueJobID,
-		&i.ExternalJobID,
-		&i.DeliveredAt,
-		&i.LastError,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-	)
-	return &i, err
-}
-
-const publicationHeadGetRevision = `-- name: PublicationHeadGetRevision :one
-SELECT coalesce(h.head_revision, 0)::integer AS head_revision
-  FROM knowledge_spaces ks
-  LEFT JOIN projection_set_publication_heads h
-    ON h.tenant_id = ks.tenant_id
-   AND h.knowledge_space_id = ks.id
- WHERE ks.id = $1
-   AND ks.tenant_id = $2
-`
-
-type PublicationHeadGetRevisionParams struct {
-	KnowledgeSpaceID uuid.UUID
-	TenantID         string
-}
-
-// The head revision of a tenant's space, what Start's base_head_revision
-// must equal: 0 while the space has no head row. No row when the space does
-// not exist or is another tenant's. Two index lookups (a key of the space,
-// the heads' primary key), checked with EXPLAIN on 5·10^4 spaces.
-func (q *Queries) PublicationHeadGetRevision(ctx context.Context, db DBTX, arg *PublicationHeadGetRevisionParams) (int32, error) {
-	row := db.QueryRow(ctx, publicationHeadGetRevision, arg.KnowledgeSpaceID, arg.TenantID)
-	var head_revision int32
-	err := row.Scan(&head_revision)
-	return head_revision, err
-}
-
-const traceContextGetMany = `-- name: TraceContextGetMany :many
+const traceContexts = `-- name: TraceContexts :many
 SELECT t.attempt_id, t.traceparent, t.tracestate
   FROM document_compilation_trace_contexts t
  WHERE t.attempt_id = ANY($1::uuid[])
@@ -317,8 +288,8 @@ SELECT t.attempt_id, t.traceparent, t.tracestate
 
 // The Start trace contexts of up to a batch of attempts (migration 0009);
 // attempts started without one have no row.
-func (q *Queries) TraceContextGetMany(ctx context.Context, db DBTX, attemptIds []uuid.UUID) ([]*DocumentCompilationTraceContext, error) {
-	rows, err := db.Query(ctx, traceContextGetMany, attemptIds)
+func (q *Queries) TraceContexts(ctx context.Context, db DBTX, attemptIds []uuid.UUID) ([]*DocumentCompilationTraceContext, error) {
+	rows, err := db.Query(ctx, traceContexts, attemptIds)
 	if err != nil {
 		return nil, err
 	}

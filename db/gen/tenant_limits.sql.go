@@ -10,40 +10,26 @@ import (
 	"time"
 )
 
-const tenantLimitDelete = `-- name: TenantLimitDelete :execrows
-DELETE FROM document_compilation_tenant_limits l
- WHERE l.tenant_id = $1::text
-`
-
-// Lifts a tenant's cap.
-func (q *Queries) TenantLimitDelete(ctx context.Context, db DBTX, tenantID string) (int64, error) {
-	result, err := db.Exec(ctx, tenantLimitDelete, tenantID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const tenantLimitList = `-- name: TenantLimitList :many
+const listTenantLimits = `-- name: ListTenantLimits :many
 SELECT l.tenant_id, l.max_running
   FROM document_compilation_tenant_limits l
  ORDER BY l.tenant_id
 `
 
-type TenantLimitListRow struct {
+type ListTenantLimitsRow struct {
 	TenantID   string
 	MaxRunning int32
 }
 
-func (q *Queries) TenantLimitList(ctx context.Context, db DBTX) ([]*TenantLimitListRow, error) {
-	rows, err := db.Query(ctx, tenantLimitList)
+func (q *Queries) ListTenantLimits(ctx context.Context, db DBTX) ([]*ListTenantLimitsRow, error) {
+	rows, err := db.Query(ctx, listTenantLimits)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []*TenantLimitListRow
+	var items []*ListTenantLimitsRow
 	for rows.Next() {
-		var i TenantLimitListRow
+		var i ListTenantLimitsRow
 		if err := rows.Scan(&i.TenantID, &i.MaxRunning); err != nil {
 			return nil, err
 		}
@@ -55,7 +41,21 @@ func (q *Queries) TenantLimitList(ctx context.Context, db DBTX) ([]*TenantLimitL
 	return items, nil
 }
 
-const tenantLimitSet = `-- name: TenantLimitSet :one
+const removeTenantLimit = `-- name: RemoveTenantLimit :execrows
+DELETE FROM document_compilation_tenant_limits l
+ WHERE l.tenant_id = $1::text
+`
+
+// Lifts a tenant's cap.
+func (q *Queries) RemoveTenantLimit(ctx context.Context, db DBTX, tenantID string) (int64, error) {
+	result, err := db.Exec(ctx, removeTenantLimit, tenantID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const setTenantLimit = `-- name: SetTenantLimit :one
 
 INSERT INTO document_compilation_tenant_limits (tenant_id, max_running, updated_at)
 VALUES ($1::text, $2::integer, coalesce($3::timestamptz, now()))
@@ -65,13 +65,13 @@ ON CONFLICT (tenant_id) DO UPDATE
 RETURNING tenant_id, max_running
 `
 
-type TenantLimitSetParams struct {
+type SetTenantLimitParams struct {
 	TenantID   string
 	MaxRunning int32
 	Now        *time.Time
 }
 
-type TenantLimitSetRow struct {
+type SetTenantLimitRow struct {
 	TenantID   string
 	MaxRunning int32
 }
@@ -80,9 +80,9 @@ type TenantLimitSetRow struct {
 // 0008). FetchLeases reads and stamps them; these set them.
 // Caps a tenant, or changes its cap (its stamp is kept: the cap's
 // guarantee never lapses while it changes).
-func (q *Queries) TenantLimitSet(ctx context.Context, db DBTX, arg *TenantLimitSetParams) (*TenantLimitSetRow, error) {
-	row := db.QueryRow(ctx, tenantLimitSet, arg.TenantID, arg.MaxRunning, arg.Now)
-	var i TenantLimitSetRow
+func (q *Queries) SetTenantLimit(ctx context.Context, db DBTX, arg *SetTenantLimitParams) (*SetTenantLimitRow, error) {
+	row := db.QueryRow(ctx, setTenantLimit, arg.TenantID, arg.MaxRunning, arg.Now)
+	var i SetTenantLimitRow
 	err := row.Scan(&i.TenantID, &i.MaxRunning)
 	return &i, err
 }

@@ -18,13 +18,15 @@ WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
    WHERE a.id = $5
+     -- guard:delivery
      AND a.queue_job_id = $6::text
      AND ($7::text IS NULL
           OR a.external_job_id = $7::text)
-     AND a.execution_attempts < a.max_execution_attempts
      AND (a.run_state = 'queued'
           OR (a.run_state = 'running'
               AND a.lease_expires_at <= coalesce($2::timestamptz, now())))
+     -- end guard
+     AND a.execution_attempts < a.max_execution_attempts
      FOR UPDATE
 ),
 outbox AS (
@@ -80,9 +82,16 @@ type AcquireLeaseParams struct {
 //
 // The lease guard is the same lines in every lease-fenced statement, between
 // "-- guard:lease" and "-- end guard", and so is the candidate guard
-// ("-- guard:candidate"); repo/guards_test.go checks every copy against one
-// canonical text and that no statement taking a lease token or a candidate
-// lacks its guard. The lease guard reads the outbox row as well as the
+// ("-- guard:candidate") and the delivery fence of AcquireLease and
+// FailExhausted ("-- guard:delivery": the delivered job ids, and a
+// claimable state). Repeated SET lists are marked the same way as blocks,
+// "-- block:NAME" to "-- end block" (a block may hold another): the
+// columns a lease's end clears ("-- block:lease-end", in every statement
+// that moves an attempt out of running other than by a new lease) and the
+// exhausted attempt's failure ("-- block:exhausted", FailExhausted here
+// and FetchLeases in direct_delivery.sql). repo/guards_test.go checks
+// every copy against one canonical text and that no statement that needs
+// a guard or block lacks it. The lease guard reads the outbox row as well as the
 // attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
 // lease's expiry (status dispatching), the lease is lost, even to a
 // statement whose clock is still before the expiry (its transaction began
@@ -291,7 +300,9 @@ UPDATE document_compilation_attempts a
        checkpoint = 'published',
        active_slot = NULL,
        completed_at = coalesce($1::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce($1::timestamptz, now())
@@ -409,7 +420,9 @@ UPDATE document_compilation_attempts a
        candidate_fingerprint = coalesce(a.candidate_fingerprint, attempt.candidate_fingerprint),
        active_slot = NULL,
        completed_at = coalesce($1::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce($1::timestamptz, now())
@@ -543,7 +556,9 @@ UPDATE document_compilation_attempts a
        candidate_fingerprint = coalesce(a.candidate_fingerprint, $2::varchar),
        active_slot = NULL,
        completed_at = coalesce($3::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce($3::timestamptz, now())
@@ -635,7 +650,9 @@ UPDATE document_compilation_attempts a
    SET run_state = 'failed',
        active_slot = NULL,
        completed_at = coalesce($1::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        last_error_code = $2::text,
        last_error_message = $3::text,
@@ -704,13 +721,15 @@ WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
    WHERE a.id = $2
+     -- guard:delivery
      AND a.queue_job_id = $3::text
      AND ($4::text IS NULL
           OR a.external_job_id = $4::text)
-     AND a.execution_attempts >= a.max_execution_attempts
      AND (a.run_state = 'queued'
           OR (a.run_state = 'running'
               AND a.lease_expires_at <= coalesce($1::timestamptz, now())))
+     -- end guard
+     AND a.execution_attempts >= a.max_execution_attempts
      FOR UPDATE
 ),
 outbox AS (
@@ -723,15 +742,19 @@ outbox AS (
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:exhausted
    SET run_state = 'failed',
        active_slot = NULL,
        completed_at = coalesce($1::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
        last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
        row_version = a.row_version + 1,
        updated_at = coalesce($1::timestamptz, now())
+   -- end block
   FROM attempt
  WHERE a.id = attempt.id
 RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
@@ -909,7 +932,9 @@ UPDATE document_compilation_attempts a
        retry_at = coalesce($1::timestamptz, now()) + $2::interval,
        last_error_code = $3::text,
        last_error_message = $4::text,
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        queue_job_id = NULL, external_job_id = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce($1::timestamptz, now())

@@ -16,6 +16,11 @@
 -- LOCKED, never waited on, so the attempt-first lock order of the other
 -- transitions cannot deadlock against it, and a relay (for an external
 -- broker) can run beside direct workers: a row either holds is skipped.
+--
+-- The exhausted attempt's failure is FailExhausted's SET list, marked
+-- "-- block:exhausted" in both (with the "-- block:lease-end" list inside),
+-- and the awaiting-delivery guard is MarkDispatched's; repo/guards_test.go
+-- checks the copies (worker.sql's header describes the markers).
 
 -- name: FetchLeases :many
 -- Leases up to batch_size due attempts to worker_id, fairly across
@@ -294,15 +299,19 @@ exhausted_outbox AS (
 ),
 exhausted AS (
   UPDATE document_compilation_attempts a
+     -- block:exhausted
      SET run_state = 'failed',
          active_slot = NULL,
          completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+         -- block:lease-end
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+         -- end block
          retry_at = NULL,
          last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
          last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
          row_version = a.row_version + 1,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+     -- end block
     FROM exhausted_outbox
    WHERE a.id = exhausted_outbox.attempt_id
   RETURNING a.*

@@ -5,7 +5,7 @@
 -- The clock is coalesce(sqlc.narg('now'), now()), as everywhere.
 
 
--- name: AttemptListByRunState :many
+-- name: ListAttempts :many
 -- One page of a tenant's attempts in the given run states, in
 -- tenant_completed_idx's order read backwards: live attempts first, newest
 -- first (completed_at NULL, UUIDv7 id descending), then terminal ones, most
@@ -47,7 +47,7 @@ SELECT a.*
  ORDER BY a.completed_at DESC NULLS FIRST, a.id DESC
  LIMIT @row_limit::integer;
 
--- name: AttemptCountByRunState :one
+-- name: CountAttempts :one
 -- A tenant's attempts per run state, each counted up to count_limit rows (the cap + 1)
 -- (count_limit of them read as "at least the cap"). One subquery per
 -- state with the state as a literal, so the planner weighs each on its own
@@ -87,7 +87,7 @@ SELECT
                                  AND a.run_state = 'superseded'
                                LIMIT @count_limit::integer) c)::bigint AS superseded;
 
--- name: AttemptCountByRunStateAllTenants :one
+-- name: CountAttemptsAllTenants :one
 -- Every tenant's attempts per run state, each counted up to count_limit
 -- (the cap + 1): an index-only range of run_schedule_idx, which leads with
 -- run_state. The ORDER BY is that index's, so the planner never prefers a
@@ -170,7 +170,7 @@ SELECT
        coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS db_now
   FROM due_heads;
 
--- name: AttemptListStuck :many
+-- name: ListStuck :many
 -- Attempts that should have moved on and have not, oldest first, each with
 -- a reason code (repo.StuckReason) and since when. Each reason is one
 -- range at the head of an index, limited to row_limit:
@@ -238,7 +238,7 @@ SELECT sqlc.embed(a), sqlc.embed(o), s.reason::text AS reason, s.since::timestam
  ORDER BY s.since, a.id, s.reason
  LIMIT @row_limit::integer;
 
--- name: AttemptThroughputByMinute :many
+-- name: Throughput :many
 -- Attempts that ended per minute of the last `minutes` minutes, per
 -- terminal state: one row per minute, oldest first, the current (partial)
 -- minute last, zeros included; at most max_rows ended attempts are read.

@@ -7,7 +7,9 @@
 -- guard (between "-- guard:awaiting-delivery" and "-- end guard"): the
 -- attempt waits for a delivery when it is dispatch_pending, retry_wait,
 -- queued, or running with an expired lease (repo/guards_test.go checks
--- the copies agree).
+-- the copies agree). ReleaseOutbox's dead-letter clears the lease columns
+-- with the "-- block:lease-end" SET list (worker.sql's header describes
+-- the markers).
 
 -- ClaimOutbox, MarkDispatched and the worker's AcquireLease, Heartbeat,
 -- Advance and AdvanceTo are progress, not outcomes: with async_commit
@@ -208,7 +210,9 @@ dead_attempt AS (
      SET run_state = 'failed',
          active_slot = NULL,
          completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+         -- block:lease-end
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+         -- end block
          retry_at = NULL,
          last_error_code = 'OUTBOX_DEAD',
          last_error_message = @last_error::text,

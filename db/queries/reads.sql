@@ -1,12 +1,15 @@
--- Plain reads, named Table+Verb.
+-- Plain reads, each named after the repo method that runs it (repo/reads.go,
+-- this file's Go twin). GetAttemptWithOutbox is also the refusal-explaining
+-- read: when a guarded write matches no row, repo reads the row with it to
+-- say why (not found, stale version, lease lost, invalid transition).
 
--- name: AttemptGetByID :one
+-- name: GetAttempt :one
 SELECT *
   FROM document_compilation_attempts a
  WHERE a.id = @id
    AND a.tenant_id = @tenant_id;
 
--- name: AttemptGetWithOutbox :one
+-- name: GetAttemptWithOutbox :one
 -- An attempt and its outbox row, and the clock the transitions use (to tell
 -- an expired lease from another refusal). tenant_id NULL reads any tenant's
 -- row: the worker and relay paths use it to explain a refused transition.
@@ -17,7 +20,7 @@ SELECT sqlc.embed(a), sqlc.embed(o),
  WHERE a.id = @id
    AND (sqlc.narg('tenant_id')::text IS NULL OR a.tenant_id = sqlc.narg('tenant_id')::text);
 
--- name: AttemptListByDocumentVersion :many
+-- name: ListDocumentVersionAttempts :many
 -- All attempts of a document version, oldest first (UUIDv7 ids sort by
 -- creation); served by document_version_idx.
 SELECT *
@@ -28,7 +31,7 @@ SELECT *
    AND a.tenant_id = @tenant_id
  ORDER BY a.id;
 
--- name: AttemptCountLiveByRunState :many
+-- name: CountLiveAttempts :many
 -- Live attempts of a tenant per run_state (scope_version_active_uq's
 -- leading tenant_id column).
 SELECT a.run_state, count(*) AS attempts
@@ -38,19 +41,14 @@ SELECT a.run_state, count(*) AS attempts
  GROUP BY a.run_state
  ORDER BY a.run_state;
 
--- name: OutboxGetByAttemptID :one
-SELECT *
-  FROM document_compilation_outbox o
- WHERE o.attempt_id = @attempt_id;
-
--- name: TraceContextGetMany :many
+-- name: TraceContexts :many
 -- The Start trace contexts of up to a batch of attempts (migration 0009);
 -- attempts started without one have no row.
 SELECT t.attempt_id, t.traceparent, t.tracestate
   FROM document_compilation_trace_contexts t
  WHERE t.attempt_id = ANY(@attempt_ids::uuid[]);
 
--- name: PublicationHeadGetRevision :one
+-- name: HeadRevision :one
 -- The head revision of a tenant's space, what Start's base_head_revision
 -- must equal: 0 while the space has no head row. No row when the space does
 -- not exist or is another tenant's. Two index lookups (a key of the space,

@@ -5,9 +5,16 @@
 --
 -- The lease guard is the same lines in every lease-fenced statement, between
 -- "-- guard:lease" and "-- end guard", and so is the candidate guard
--- ("-- guard:candidate"); repo/guards_test.go checks every copy against one
--- canonical text and that no statement taking a lease token or a candidate
--- lacks its guard. The lease guard reads the outbox row as well as the
+-- ("-- guard:candidate") and the delivery fence of AcquireLease and
+-- FailExhausted ("-- guard:delivery": the delivered job ids, and a
+-- claimable state). Repeated SET lists are marked the same way as blocks,
+-- "-- block:NAME" to "-- end block" (a block may hold another): the
+-- columns a lease's end clears ("-- block:lease-end", in every statement
+-- that moves an attempt out of running other than by a new lease) and the
+-- exhausted attempt's failure ("-- block:exhausted", FailExhausted here
+-- and FetchLeases in direct_delivery.sql). repo/guards_test.go checks
+-- every copy against one canonical text and that no statement that needs
+-- a guard or block lacks it. The lease guard reads the outbox row as well as the
 -- attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
 -- lease's expiry (status dispatching), the lease is lost, even to a
 -- statement whose clock is still before the expiry (its transaction began
@@ -34,13 +41,15 @@ WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
    WHERE a.id = @attempt_id
+     -- guard:delivery
      AND a.queue_job_id = @queue_job_id::text
      AND (sqlc.narg('external_job_id')::text IS NULL
           OR a.external_job_id = sqlc.narg('external_job_id')::text)
-     AND a.execution_attempts < a.max_execution_attempts
      AND (a.run_state = 'queued'
           OR (a.run_state = 'running'
               AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
+     -- end guard
+     AND a.execution_attempts < a.max_execution_attempts
      FOR UPDATE
 ),
 outbox AS (
@@ -87,13 +96,15 @@ WITH attempt AS (
   SELECT a.id
     FROM document_compilation_attempts a
    WHERE a.id = @attempt_id
+     -- guard:delivery
      AND a.queue_job_id = @queue_job_id::text
      AND (sqlc.narg('external_job_id')::text IS NULL
           OR a.external_job_id = sqlc.narg('external_job_id')::text)
-     AND a.execution_attempts >= a.max_execution_attempts
      AND (a.run_state = 'queued'
           OR (a.run_state = 'running'
               AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
+     -- end guard
+     AND a.execution_attempts >= a.max_execution_attempts
      FOR UPDATE
 ),
 outbox AS (
@@ -106,15 +117,19 @@ outbox AS (
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:exhausted
    SET run_state = 'failed',
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
        last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
+   -- end block
   FROM attempt
  WHERE a.id = attempt.id
 RETURNING a.*;
@@ -239,7 +254,9 @@ UPDATE document_compilation_attempts a
        checkpoint = 'published',
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -297,7 +314,9 @@ UPDATE document_compilation_attempts a
        candidate_fingerprint = coalesce(a.candidate_fingerprint, sqlc.narg('candidate_fingerprint')::varchar),
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -334,7 +353,9 @@ UPDATE document_compilation_attempts a
    SET run_state = 'failed',
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        last_error_code = @error_code::text,
        last_error_message = @error_message::text,
@@ -381,7 +402,9 @@ UPDATE document_compilation_attempts a
        retry_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @retry_delay::interval,
        last_error_code = @error_code::text,
        last_error_message = @error_message::text,
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        queue_job_id = NULL, external_job_id = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -460,7 +483,9 @@ UPDATE document_compilation_attempts a
        candidate_fingerprint = coalesce(a.candidate_fingerprint, attempt.candidate_fingerprint),
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+       -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+       -- end block
        retry_at = NULL,
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())

@@ -158,7 +158,7 @@ func (l *Listener) listenOnce(ctx context.Context) error {
 // transaction holds.
 type Idle struct {
 	// recheck is a new registration whose look-once-more is under way.
-	recheck *repo.ListenerIdleResult
+	recheck *repo.OutboxListenerIdleResult
 	// retry is the wait before looking for a locked due row again.
 	retry time.Duration
 	// refreshed is when the owner's registration was last confirmed, and
@@ -219,7 +219,7 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 			return wait, false
 		}
 		var err error
-		res, err = p.Repo.OutboxListenerIdle(ctx, p.Pool, &repo.ListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
+		res, err = p.Repo.OutboxListenerIdle(ctx, p.Pool, &repo.OutboxListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
 		if err != nil {
 			if ctx.Err() == nil {
 				p.Log.WarnContext(ctx, "could not register idle; polling", "err", err)
@@ -263,7 +263,7 @@ func (w *Idle) fresh(p *IdleParams) (time.Duration, bool) {
 
 // noteRegistration remembers a confirmed registration and when its
 // answer said the next row comes due.
-func (w *Idle) noteRegistration(res *repo.ListenerIdleResult) {
+func (w *Idle) noteRegistration(res *repo.OutboxListenerIdleResult) {
 	if !res.Registered {
 		w.refreshed, w.nextDue = time.Time{}, time.Time{}
 		return
@@ -278,7 +278,7 @@ func (w *Idle) noteRegistration(res *repo.ListenerIdleResult) {
 func Awake(ctx context.Context, r *repo.Repo, pool *pgxpool.Pool, log *slog.Logger, id string, timeout time.Duration) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := r.OutboxListenerAwake(actx, pool, id); err != nil {
+	if err := r.OutboxListenerAwake(actx, pool, &repo.OutboxListenerAwakeParams{ListenerID: id}); err != nil {
 		log.WarnContext(ctx, "could not end the idle registration; it expires", "err", err)
 	}
 }

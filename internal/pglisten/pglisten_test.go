@@ -40,27 +40,27 @@ func TestIdleTrustsOnlyAFreshRegistration(t *testing.T) {
 	if _, ok := w.fresh(p); ok {
 		t.Fatal("fresh with no registration")
 	}
-	w.noteRegistration(&repo.ListenerIdleResult{Registered: true})
+	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true})
 	if wait, ok := w.fresh(p); !ok || wait != time.Second {
 		t.Fatalf("fresh = %v, %v; want the poll interval", wait, ok)
 	}
 	if _, ok := w.fresh(&IdleParams{PollInterval: time.Second}); ok {
 		t.Fatal("fresh without TrustFresh")
 	}
-	w.noteRegistration(&repo.ListenerIdleResult{Registered: true, NextDueIn: in(200 * time.Millisecond)})
+	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(200 * time.Millisecond)})
 	if wait, ok := w.fresh(p); !ok || wait > 200*time.Millisecond || wait <= 0 {
 		t.Fatalf("fresh = %v, %v; want at most until the next due row", wait, ok)
 	}
-	w.noteRegistration(&repo.ListenerIdleResult{Registered: true, NextDueIn: in(-time.Millisecond)})
+	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(-time.Millisecond)})
 	if _, ok := w.fresh(p); ok {
 		t.Fatal("fresh although a row is due")
 	}
-	w.noteRegistration(&repo.ListenerIdleResult{Registered: true})
+	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true})
 	w.refreshed = time.Now().Add(-p.TTL() / 4)
 	if _, ok := w.fresh(p); ok {
 		t.Fatal("fresh although the registration is a quarter of its TTL old")
 	}
-	w.noteRegistration(&repo.ListenerIdleResult{Registered: true})
+	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true})
 	w.retry = time.Millisecond
 	if _, ok := w.fresh(p); ok {
 		t.Fatal("fresh while backing off for a locked row")
@@ -73,7 +73,7 @@ func TestIdleTrustsOnlyAFreshRegistration(t *testing.T) {
 	if _, ok := w.fresh(p); ok {
 		t.Fatal("fresh after Reset (a look that ended the registration)")
 	}
-	w.noteRegistration(&repo.ListenerIdleResult{Registered: false})
+	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: false})
 	if _, ok := w.fresh(p); ok {
 		t.Fatal("fresh after a refused registration")
 	}

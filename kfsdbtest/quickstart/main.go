@@ -55,7 +55,7 @@ func run(ctx context.Context, databaseURL string) error {
 
 	// 3. Start one compilation against the space's current head revision.
 	r := repo.New(nil)
-	head, err := r.HeadRevision(ctx, pool, tenant, space)
+	head, err := r.HeadRevision(ctx, pool, &repo.HeadRevisionParams{TenantID: tenant, KnowledgeSpaceID: space})
 	if err != nil {
 		return err
 	}
@@ -102,7 +102,7 @@ func run(ctx context.Context, databaseURL string) error {
 	if err := <-stopped; !errors.Is(err, context.Canceled) {
 		return err
 	}
-	a, err := r.GetAttempt(context.WithoutCancel(ctx), pool, tenant, res.Attempt.ID)
+	a, err := r.GetAttempt(context.WithoutCancel(ctx), pool, &repo.GetAttemptParams{TenantID: tenant, AttemptID: res.Attempt.ID})
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,7 @@
 // own TracerProvider:
 //
 //   - NewTracer is a pgx QueryTracer and BatchTracer: one CLIENT span per
-//     statement, named after its sqlc query (StartAttempt, AcquireLease,
+//     statement, named after its sqlc query (Start, AcquireLease,
 //     …), with the database semantic-convention attributes.
 //   - TraceContext gives repo.StartParams.TraceContext: the caller's trace
 //     context, which Start stores with the attempt in the same statement

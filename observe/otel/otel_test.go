@@ -172,16 +172,16 @@ func names(spans []tracetest.SpanStub) map[string]int {
 	return out
 }
 
-// checkStartAttempt checks the StartAttempt span of an attempt's trace:
+// checkStartAttempt checks the Start statement's span of an attempt's trace:
 // a CLIENT span under the request with the database conventions.
 func checkStartAttempt(t *testing.T, spans []tracetest.SpanStub, st started) {
 	t.Helper()
-	s := only(t, spans, "StartAttempt")
+	s := only(t, spans, "Start")
 	require.Equal(t, trace.SpanKindClient, s.SpanKind)
 	require.Equal(t, st.request.SpanID(), s.Parent.SpanID())
 	requireAttr(t, s, "db.system.name", "postgresql")
-	requireAttr(t, s, "db.operation.name", "StartAttempt")
-	requireAttr(t, s, "db.query.summary", "StartAttempt")
+	requireAttr(t, s, "db.operation.name", "Start")
+	requireAttr(t, s, "db.query.summary", "Start")
 	_, ok := attr(s, "server.address")
 	require.True(t, ok)
 	_, ok = attr(s, "server.port")
@@ -227,7 +227,7 @@ func (b *testBundle) checkNoSecrets(t *testing.T, spans tracetest.SpanStubs) {
 
 // TestDirectDeliveryTrace: Start inside a request span, a worker on
 // pgsource (TraceContexts) with the worker tracer: each attempt is one
-// trace holding the request, its StartAttempt span and the process span
+// trace holding the request, its Start span and the process span
 // (a child of the request, linked to it) with the handler's statements
 // under it.
 func TestDirectDeliveryTrace(t *testing.T) {

@@ -164,14 +164,14 @@ func (c *Collector) read() (*backlogSample, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.SampleTimeout)
 	defer cancel()
 	all := c.opts.TenantID == ""
-	attempts, err := c.opts.Repo.CountAttempts(ctx, c.db, &repo.CountParams{TenantID: c.opts.TenantID, AllTenants: all, Cap: c.opts.Cap})
+	attempts, err := c.opts.Repo.CountAttempts(ctx, c.db, &repo.CountAttemptsParams{TenantID: c.opts.TenantID, AllTenants: all, Cap: c.opts.Cap})
 	if err != nil {
 		return nil, err
 	}
 	if !all {
 		return &backlogSample{attempts: attempts}, nil
 	}
-	backlog, err := c.opts.Repo.OutboxBacklog(ctx, c.db, &repo.BacklogParams{Cap: c.opts.Cap})
+	backlog, err := c.opts.Repo.OutboxBacklog(ctx, c.db, &repo.OutboxBacklogParams{Cap: c.opts.Cap})
 	if err != nil {
 		return nil, err
 	}

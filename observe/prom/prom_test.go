@@ -171,7 +171,7 @@ func TestWorkloadSeries(t *testing.T) {
 	require.Positive(t, tookSum)
 	require.InEpsilon(t, tookSum, took.GetSampleSum(), 1e-6)
 
-	start := series(t, mfs, "kfsdb_statement_duration_seconds", "query", "StartAttempt").GetHistogram()
+	start := series(t, mfs, "kfsdb_statement_duration_seconds", "query", "Start").GetHistogram()
 	require.EqualValues(t, len(docs)+len(more), start.GetSampleCount())
 	require.Positive(t, start.GetSampleSum())
 	fetch := series(t, mfs, "kfsdb_statement_duration_seconds", "query", "FetchLeases").GetHistogram()

@@ -48,7 +48,7 @@ func benchDispatch(b *testing.B, raw bool, relays int, async bool) {
 	setupFixtures(b, b.N, state{"dispatch_pending", "queued"})
 
 	repoBatch := func(k int) (int, error) {
-		msgs, err := r.ClaimOutbox(ctx, env.pool, &repo.ClaimParams{RelayID: benchRelay, BatchSize: int32(k)})
+		msgs, err := r.ClaimOutbox(ctx, env.pool, &repo.ClaimOutboxParams{RelayID: benchRelay, BatchSize: int32(k)})
 		if err != nil || len(msgs) == 0 {
 			return 0, err
 		}
@@ -142,7 +142,7 @@ func rawDispatch(b *testing.B, r *repo.Repo) func(k int) (int, error) {
 	var ids, tokens []uuid.UUID
 	var jobs, exts []string
 	stmts, err := capture(ctx, func(tx pgx.Tx) error {
-		msgs, err := r.ClaimOutbox(ctx, tx, &repo.ClaimParams{RelayID: benchRelay, BatchSize: marker})
+		msgs, err := r.ClaimOutbox(ctx, tx, &repo.ClaimOutboxParams{RelayID: benchRelay, BatchSize: marker})
 		if err != nil {
 			return err
 		}

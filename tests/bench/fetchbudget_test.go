@@ -188,11 +188,11 @@ func measureFetchCost(ctx context.Context, tenants, backlog, history int) (*fetc
 			return nil, fmt.Errorf("fetch %d leased nothing with a backlog left", c.fetches)
 		}
 		entries := make([]repo.CompleteManyEntry, len(res.Leased))
-		for i, a := range res.Leased {
-			cand := cands[a.TenantID]
-			entries[i] = repo.CompleteManyEntry{Lease: res.Leases[i], Through: true, CandidatePublicationID: &cand.id, CandidateFingerprint: &cand.fingerprint}
+		for i, la := range res.Leased {
+			cand := cands[la.Attempt.TenantID]
+			entries[i] = repo.CompleteManyEntry{Lease: la.Lease, Through: true, CandidatePublicationID: &cand.id, CandidateFingerprint: &cand.fingerprint}
 		}
-		done, err := r.CompleteMany(ctx, plain, entries)
+		done, err := r.CompleteMany(ctx, plain, &repo.CompleteManyParams{Entries: entries})
 		if err != nil {
 			return nil, err
 		}

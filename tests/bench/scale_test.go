@@ -84,7 +84,7 @@ func BenchmarkScale(b *testing.B) {
 				{"ClaimOutbox", func(b *testing.B) func() error {
 					drv.Start(ctx, b, testfactory.NewScope(ctx, b, pool, nil), nil)
 					return func() error {
-						_, err := r.ClaimOutbox(ctx, pool, &repo.ClaimParams{RelayID: "scale", BatchSize: 100})
+						_, err := r.ClaimOutbox(ctx, pool, &repo.ClaimOutboxParams{RelayID: "scale", BatchSize: 100})
 						return err
 					}
 				}},

@@ -69,7 +69,7 @@ var transitions = []transition{
 	{
 		name: "Complete", from: state{"running", "smoke_eval_passed"},
 		call: func(ctx context.Context, r *repo.Repo, db repo.DBTX, _ *fixtureSet, f *fixture) error {
-			_, err := r.Complete(ctx, db, lease0(f))
+			_, err := r.Complete(ctx, db, &repo.CompleteParams{Lease: lease0(f)})
 			return err
 		},
 		done: `SELECT count(*) FROM document_compilation_attempts WHERE run_state = 'succeeded'`,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
 )
 
 // TestConsoleInBrowser walks the console's pages in Chromium, one subtest
@@ -107,7 +108,7 @@ func (b *testBundle) cancel(t *testing.T) {
 	require.Equal(t, "cancel applied", text(t, tab, ".flash"))
 	require.Equal(t, "canceled", text(t, tab, "#run-state"))
 	b.screenshot(t, tab, "attempt-canceled")
-	after, err := b.repo.GetAttempt(b.ctx, b.db.Pool, tenant, a.ID)
+	after, err := b.repo.GetAttempt(b.ctx, b.db.Pool, &repo.GetAttemptParams{TenantID: tenant, AttemptID: a.ID})
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateCanceled, after.RunState)
 	require.Zero(t, eval[int](t, tab, `document.querySelectorAll('.actions button').length`), "an ended attempt offers no cancel or supersede")

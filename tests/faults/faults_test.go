@@ -65,11 +65,11 @@ func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
 			return err
 		}},
 		{"GetAttempt", func(ctx context.Context, db repo.DBTX) error {
-			_, err := r.GetAttempt(ctx, db, scope.TenantID, started.Attempt.ID)
+			_, err := r.GetAttempt(ctx, db, &repo.GetAttemptParams{TenantID: scope.TenantID, AttemptID: started.Attempt.ID})
 			return err
 		}},
 		{"ClaimOutbox", func(ctx context.Context, db repo.DBTX) error {
-			_, err := r.ClaimOutbox(ctx, db, &repo.ClaimParams{RelayID: "probe", BatchSize: 1})
+			_, err := r.ClaimOutbox(ctx, db, &repo.ClaimOutboxParams{RelayID: "probe", BatchSize: 1})
 			return err
 		}},
 		{"Heartbeat", func(ctx context.Context, db repo.DBTX) error {
@@ -84,7 +84,7 @@ func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
 			return err
 		}},
 		{"AdvanceTo", func(ctx context.Context, db repo.DBTX) error {
-			_, err := r.AdvanceTo(ctx, db, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
+			_, err := r.AdvanceTo(ctx, db, &repo.AdvanceToParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
 			return err
 		}},
 		{"CompleteThrough", func(ctx context.Context, db repo.DBTX) error {
@@ -227,7 +227,7 @@ func TestCrashForgetsAsyncLease(t *testing.T) {
 	require.NoError(t, srv.Crash(ctx))
 
 	db.Pool.Reset() // drop the connections the crash broke
-	after, err := syncRepo.GetAttempt(ctx, db.Pool, s.TenantID, a.ID)
+	after, err := syncRepo.GetAttempt(ctx, db.Pool, &repo.GetAttemptParams{TenantID: s.TenantID, AttemptID: a.ID})
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateQueued, after.RunState, "the unflushed lease is forgotten")
 	require.Zero(t, after.ExecutionAttempts)
@@ -237,7 +237,7 @@ func TestCrashForgetsAsyncLease(t *testing.T) {
 	_, lease, err := asyncRepo.AcquireLease(ctx, db.Pool, &repo.AcquireLeaseParams{Delivery: *del, WorkerID: "worker-again"})
 	require.NoError(t, err, "the same delivery leases the attempt again")
 	drv.AdvanceTo(ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed)
-	done, err := syncRepo.Complete(ctx, db.Pool, lease)
+	done, err := syncRepo.Complete(ctx, db.Pool, &repo.CompleteParams{Lease: lease})
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateSucceeded, done.RunState)
 	require.Equal(t, int32(1), done.ExecutionAttempts)
@@ -270,7 +270,7 @@ func TestServerPauseDuringLoad(t *testing.T) {
 			start := time.Now()
 
 			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			_, err := lr.repo.GetAttempt(cctx, lr.pool, "tenant", lr.firstID())
+			_, err := lr.repo.GetAttempt(cctx, lr.pool, &repo.GetAttemptParams{TenantID: "tenant", AttemptID: lr.firstID()})
 			cancel()
 			requireTransient(t, err, "GetAttempt on a frozen server")
 

@@ -44,7 +44,7 @@ func (lr *loadRun) runProbe(ctx context.Context, p *probeTarget) {
 	for ctx.Err() == nil {
 		lr.probeCalls.Add(3)
 		a, err := retry(ctx, lr.t, &lr.errs, func(ctx context.Context) (*kfstype.Attempt, error) {
-			return lr.repo.GetAttempt(ctx, lr.pool, p.scope.TenantID, p.id)
+			return lr.repo.GetAttempt(ctx, lr.pool, &repo.GetAttemptParams{TenantID: p.scope.TenantID, AttemptID: p.id})
 		})
 		if ctx.Err() != nil {
 			return

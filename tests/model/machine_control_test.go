@@ -107,7 +107,7 @@ func isDeferred(am *attemptModel) bool {
 func (s *seq) ReleaseDeferred(t *rapid.T) {
 	ref := s.drawRef(t, isDeferred)
 	want := s.m.releaseDeferred(&ref)
-	got, err := s.repo.ReleaseDeferred(s.ctx, s.h.pool, &ref)
+	got, err := s.repo.ReleaseDeferred(s.ctx, s.h.pool, &repo.ReleaseDeferredParams{AttemptRef: ref})
 	s.expect(t, "ReleaseDeferred", want, err)
 	if want == clsOK {
 		s.requireAttempt("ReleaseDeferred", got, s.m.find(ref.AttemptID))
@@ -147,7 +147,7 @@ func (s *seq) Supersede(t *rapid.T) {
 func (s *seq) RetryFailed(t *rapid.T) {
 	ref := s.drawRef(t, isFailed)
 	want := s.m.retryFailed(&ref)
-	got, err := s.repo.RetryFailed(s.ctx, s.h.pool, &ref)
+	got, err := s.repo.RetryFailed(s.ctx, s.h.pool, &repo.RetryFailedParams{AttemptRef: ref})
 	s.expect(t, "RetryFailed", want, err)
 	if want == clsOK {
 		s.requireAttempt("RetryFailed", got, s.m.find(ref.AttemptID))

@@ -13,7 +13,7 @@ import (
 )
 
 func (s *seq) ClaimOutbox(t *rapid.T) {
-	p := &repo.ClaimParams{
+	p := &repo.ClaimOutboxParams{
 		RelayID:      draw(t, "relay", "relay-a", "relay-b"),
 		BatchSize:    int32(1 + uniform(t, "batch", 3)),
 		LockDuration: draw(t, "lock", time.Duration(0), 5*time.Second, 20*time.Second),
@@ -24,7 +24,7 @@ func (s *seq) ClaimOutbox(t *rapid.T) {
 	s.claim(t, p)
 }
 
-func (s *seq) claim(t *rapid.T, p *repo.ClaimParams) {
+func (s *seq) claim(t *rapid.T, p *repo.ClaimOutboxParams) {
 	want, cls := s.m.claim(p)
 	got, err := s.repo.ClaimOutbox(s.ctx, s.h.pool, p)
 	s.expect(t, "ClaimOutbox", cls, err)
@@ -57,7 +57,7 @@ func (s *seq) claim(t *rapid.T, p *repo.ClaimParams) {
 // (ReleaseOutbox, one call per row), each call checked on its own.
 func (s *seq) RelayCycle(t *rapid.T) {
 	relay := draw(t, "relay", "relay-a", "relay-b")
-	s.claim(t, &repo.ClaimParams{RelayID: relay, BatchSize: 3, LockDuration: 20 * time.Second})
+	s.claim(t, &repo.ClaimOutboxParams{RelayID: relay, BatchSize: 3, LockDuration: 20 * time.Second})
 	var ds []repo.Dispatch
 	var failed []*attemptModel
 	for _, am := range s.m.attempts {
@@ -117,7 +117,7 @@ func (s *seq) reclaim(t *rapid.T) (*attemptModel, time.Time) {
 	am := leased[uniform(t, "leased", len(leased))]
 	expiry := *am.a.LeaseExpiresAt
 	s.at(expiry.Add(time.Duration(uniform(t, "relayAfterMs", 2001))*time.Millisecond), func() {
-		s.claim(t, &repo.ClaimParams{RelayID: "relay-ahead", BatchSize: repo.MaxBatchSize})
+		s.claim(t, &repo.ClaimOutboxParams{RelayID: "relay-ahead", BatchSize: repo.MaxBatchSize})
 	})
 	s.check(t)
 	require.Equal(s.tb, kfstype.OutboxStatusDispatching, am.o.Status, "the relay reclaims the expired lease's row")

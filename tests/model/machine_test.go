@@ -181,7 +181,7 @@ func (s *seq) prefix(t *rapid.T) {
 		s.check(t)
 		return true
 	}
-	if !step(1, true, func() { s.claim(t, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 1}) }) {
+	if !step(1, true, func() { s.claim(t, &repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 1}) }) {
 		return
 	}
 	if !step(2, am.o.LockToken != nil, func() {

@@ -78,7 +78,7 @@ func (s *seq) FailExhausted(t *rapid.T) {
 
 func (s *seq) failExhausted(t *rapid.T, d *repo.Delivery) {
 	want := s.m.failExhausted(d)
-	got, err := s.repo.FailExhausted(s.ctx, s.h.pool, d)
+	got, err := s.repo.FailExhausted(s.ctx, s.h.pool, &repo.FailExhaustedParams{Delivery: *d})
 	s.expect(t, "FailExhausted", want, err)
 	if want == clsOK {
 		s.requireAttempt("FailExhausted", got, s.m.find(d.AttemptID))
@@ -243,7 +243,7 @@ func (s *seq) AdvanceTo(t *rapid.T) {
 
 func (s *seq) advanceTo(t *rapid.T, p *repo.AdvanceParams) {
 	want := s.m.advance(p, true)
-	got, err := s.repo.AdvanceTo(s.ctx, s.h.pool, p)
+	got, err := s.repo.AdvanceTo(s.ctx, s.h.pool, (*repo.AdvanceToParams)(p))
 	s.expect(t, "AdvanceTo", want, err)
 	if want == clsOK {
 		s.requireAttempt("AdvanceTo", got, s.m.find(p.Lease.AttemptID))
@@ -254,7 +254,7 @@ func (s *seq) Complete(t *rapid.T) { s.complete(t, s.drawLease(t)) }
 
 func (s *seq) complete(t *rapid.T, l *repo.Lease) {
 	want := s.m.complete(l)
-	got, err := s.repo.Complete(s.ctx, s.h.pool, l)
+	got, err := s.repo.Complete(s.ctx, s.h.pool, &repo.CompleteParams{Lease: l})
 	s.expect(t, "Complete", want, err)
 	if want == clsOK {
 		s.requireAttempt("Complete", got, s.m.find(l.AttemptID))

@@ -12,7 +12,7 @@ import (
 
 // claim returns the rows ClaimOutbox takes, in claim order, and moves
 // them to dispatching; the caller records each row's lock token.
-func (m *model) claim(p *repo.ClaimParams) ([]*attemptModel, errClass) {
+func (m *model) claim(p *repo.ClaimOutboxParams) ([]*attemptModel, errClass) {
 	if p.RelayID == "" || p.BatchSize < 1 || p.BatchSize > repo.MaxBatchSize || p.LockDuration < 0 {
 		return nil, clsInvalidInput
 	}

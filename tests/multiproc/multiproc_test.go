@@ -142,7 +142,7 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 			id, s := tr.random()
 			ref := s.Ref(id)
 			if rand.IntN(2) == 0 {
-				if a, err := r.GetAttempt(ctx, pool, s.TenantID, id); err == nil {
+				if a, err := r.GetAttempt(ctx, pool, &repo.GetAttemptParams{TenantID: s.TenantID, AttemptID: id}); err == nil {
 					ref.ExpectedRowVersion = &a.RowVersion
 				}
 			}
@@ -189,7 +189,7 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 				tr.mu.Lock()
 				s := tr.scope[id]
 				tr.mu.Unlock()
-				_, err := r.RetryFailed(ctx, pool, &repo.AttemptRef{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, AttemptID: id})
+				_, err := r.RetryFailed(ctx, pool, &repo.RetryFailedParams{AttemptRef: repo.AttemptRef{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, AttemptID: id}})
 				if err == nil {
 					retries.Add(1)
 				}

@@ -256,7 +256,7 @@ func concurrentLoad(t *testing.T, b *bouncer, mode pgx.QueryExecMode) (errs, cal
 				}
 			}
 			total.Add(1)
-			if _, err := r.CountLiveAttempts(ctx, app, s.TenantID); err != nil {
+			if _, err := r.CountLiveAttempts(ctx, app, &repo.CountLiveAttemptsParams{TenantID: s.TenantID}); err != nil {
 				failed.Add(1)
 			}
 		}()

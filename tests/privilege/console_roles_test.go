@@ -157,7 +157,7 @@ func TestConsoleRoles(t *testing.T) {
 		require.ErrorContains(t, err, "permission denied", out)
 		status, _ := serveConsole(t, ro, false).act(a, "cancel")
 		require.Equal(t, http.StatusInternalServerError, status, "a console on the read-only role cannot apply")
-		st, err := drv.Repo.GetAttempt(ctx, owner.Pool, "roles-a", a.ID)
+		st, err := drv.Repo.GetAttempt(ctx, owner.Pool, &repo.GetAttemptParams{TenantID: "roles-a", AttemptID: a.ID})
 		require.NoError(t, err)
 		require.Equal(t, kfstype.RunStateRunning, st.RunState)
 		for _, sql := range []string{
@@ -258,7 +258,7 @@ func TestConsoleRowLevelSecurity(t *testing.T) {
 
 	// The repo's all-tenant reads, as an unconfined console makes them,
 	// count only rls-a on a confined connection.
-	counts, err := drv.Repo.CountAttempts(ctx, confined(roURL, "rls-a"), &repo.CountParams{AllTenants: true})
+	counts, err := drv.Repo.CountAttempts(ctx, confined(roURL, "rls-a"), &repo.CountAttemptsParams{AllTenants: true})
 	require.NoError(t, err)
 	var total int64
 	for _, c := range counts {
@@ -272,7 +272,7 @@ func TestConsoleRowLevelSecurity(t *testing.T) {
 	tag, err := op.Exec(ctx, `UPDATE document_compilation_attempts SET updated_at = now() WHERE id = $1`, b.ID)
 	require.NoError(t, err)
 	require.Zero(t, tag.RowsAffected(), "another tenant's attempt is invisible to UPDATE")
-	_, err = drv.Repo.GetAttempt(ctx, op, "rls-b", b.ID)
+	_, err = drv.Repo.GetAttempt(ctx, op, &repo.GetAttemptParams{TenantID: "rls-b", AttemptID: b.ID})
 	require.ErrorIs(t, err, repo.ErrNotFound)
 
 	// A confined console on that connection serves its tenant.
@@ -305,7 +305,7 @@ func TestMeasureRowLevelSecurityCost(t *testing.T) {
 	one := page.Attempts[0]
 	queries := map[string]func(db repo.DBTX) error{
 		"CountAttempts": func(db repo.DBTX) error {
-			_, err := r.CountAttempts(ctx, db, &repo.CountParams{TenantID: tenant})
+			_, err := r.CountAttempts(ctx, db, &repo.CountAttemptsParams{TenantID: tenant})
 			return err
 		},
 		"Throughput": func(db repo.DBTX) error {
@@ -313,7 +313,7 @@ func TestMeasureRowLevelSecurityCost(t *testing.T) {
 			return err
 		},
 		"ListStuck": func(db repo.DBTX) error {
-			_, err := r.ListStuck(ctx, db, &repo.StuckParams{TenantID: tenant, Limit: repo.MaxListLimit})
+			_, err := r.ListStuck(ctx, db, &repo.ListStuckParams{TenantID: tenant, Limit: repo.MaxListLimit})
 			return err
 		},
 		"ListAttempts": func(db repo.DBTX) error {
@@ -321,7 +321,7 @@ func TestMeasureRowLevelSecurityCost(t *testing.T) {
 			return err
 		},
 		"GetAttemptWithOutbox": func(db repo.DBTX) error {
-			_, _, err := r.GetAttemptWithOutbox(ctx, db, tenant, one.ID)
+			_, _, err := r.GetAttemptWithOutbox(ctx, db, &repo.GetAttemptWithOutboxParams{TenantID: tenant, AttemptID: one.ID})
 			return err
 		},
 	}

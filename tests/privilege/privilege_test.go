@@ -191,7 +191,7 @@ func TestStartCommitsWithoutIdleTableGrant(t *testing.T) {
 	_, err := owner.Pool.Exec(ctx, `REVOKE ALL ON document_compilation_outbox_idle_listeners FROM `+pgx.Identifier{appRole}.Sanitize())
 	require.NoError(t, err)
 	r := repo.New(nil)
-	idle, err := r.OutboxListenerIdle(ctx, owner.Pool, &repo.ListenerIdleParams{ListenerID: "owner-relay", TTL: time.Minute})
+	idle, err := r.OutboxListenerIdle(ctx, owner.Pool, &repo.OutboxListenerIdleParams{ListenerID: "owner-relay", TTL: time.Minute})
 	require.NoError(t, err)
 	require.True(t, idle.Registered)
 
@@ -210,6 +210,6 @@ func TestStartCommitsWithoutIdleTableGrant(t *testing.T) {
 	_, err = listener.WaitForNotification(wctx)
 	require.NoError(t, err, "the idle relay is notified")
 
-	_, err = r.OutboxListenerIdle(ctx, app, &repo.ListenerIdleParams{ListenerID: "app-relay", TTL: time.Minute})
+	_, err = r.OutboxListenerIdle(ctx, app, &repo.OutboxListenerIdleParams{ListenerID: "app-relay", TTL: time.Minute})
 	require.Error(t, err, "the role's own relay cannot register without the grant")
 }

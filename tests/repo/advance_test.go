@@ -23,7 +23,7 @@ var advanceImpls = []struct {
 		return b.repo.Advance(b.ctx, b.db.Pool, p)
 	}},
 	{"AdvanceTo", func(b *testBundle, p *repo.AdvanceParams) (*kfstype.Attempt, error) {
-		return b.repo.AdvanceTo(b.ctx, b.db.Pool, p)
+		return b.repo.AdvanceTo(b.ctx, b.db.Pool, (*repo.AdvanceToParams)(p))
 	}},
 }
 
@@ -255,7 +255,7 @@ func TestAdvanceToWalksAllTheWay(t *testing.T) {
 	c := b.rwPub(t, s, "candidate")
 	b.clock.Advance(time.Second)
 	before := b.rows(t, lease.AttemptID)
-	got, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceParams{
+	got, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceToParams{
 		Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: c.id, CandidateFingerprint: c.fp,
 	})
 	require.NoError(t, err)
@@ -268,7 +268,7 @@ func TestAdvanceToWalksAllTheWay(t *testing.T) {
 	require.Equal(t, want.Attempt, *got)
 
 	b.clock.Advance(time.Second)
-	done, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+	done, err := b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: lease})
 	require.NoError(t, err)
 	wantDone := testfactory.ExpectEnded(&want, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
 	wantDone.Attempt.Checkpoint = kfstype.CheckpointPublished

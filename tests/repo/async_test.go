@@ -80,7 +80,7 @@ func TestAsyncProgressCommits(t *testing.T) {
 				require.NoError(t, err)
 			})
 			step("AdvanceTo", true, func(tx pgx.Tx) {
-				_, err := r.AdvanceTo(ctx, tx, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
+				_, err := r.AdvanceTo(ctx, tx, &repo.AdvanceToParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
 				require.NoError(t, err)
 			})
 			step("Heartbeat refused", false, func(tx pgx.Tx) {

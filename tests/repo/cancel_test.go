@@ -253,7 +253,7 @@ func testEndOp(t *testing.T, op ctlEndOp) {
 
 			// Nor does a canceled row come up for a claim again.
 			b.clock.Advance(time.Hour)
-			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-2", BatchSize: 100})
+			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-2", BatchSize: 100})
 			require.NoError(t, err)
 			require.Empty(t, msgs)
 			snap.requireUnchanged(t, b)

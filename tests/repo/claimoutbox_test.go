@@ -95,7 +95,7 @@ func TestClaimOutbox(t *testing.T) {
 		}, false},
 		{"SkipsCompletedRow", func(t *testing.T, b *testBundle) uuid.UUID {
 			_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
-			_, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+			_, err := b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: lease})
 			require.NoError(t, err)
 			b.clock.Advance(24 * time.Hour)
 			return lease.AttemptID
@@ -122,7 +122,7 @@ func TestClaimOutbox(t *testing.T) {
 			b := setup(t)
 			id := tc.build(t, b)
 			before := b.rows(t, id)
-			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 10, LockDuration: 45 * time.Second})
+			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 10, LockDuration: 45 * time.Second})
 			require.NoError(t, err)
 			after := b.rows(t, id)
 			if !tc.due {
@@ -164,7 +164,7 @@ func TestClaimOutbox(t *testing.T) {
 		notDueBefore := b.rows(t, notDue.ID)
 
 		claim := func(n int32) []uuid.UUID {
-			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: n})
+			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: n})
 			require.NoError(t, err)
 			require.LessOrEqual(t, len(msgs), int(n))
 			ids := make([]uuid.UUID, len(msgs))
@@ -189,7 +189,7 @@ func TestClaimOutbox(t *testing.T) {
 			befores = append(befores, b.rows(t, a.ID))
 		}
 		b.clock.Advance(5 * time.Second)
-		msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 3})
+		msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 3})
 		require.NoError(t, err)
 		require.Len(t, msgs, 3)
 		tokens := map[uuid.UUID]bool{}
@@ -222,7 +222,7 @@ func TestClaimOutbox(t *testing.T) {
 		// A claim that waited for the lock would run into the deadline.
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 		defer cancel()
-		msgs, err := b.repo.ClaimOutbox(ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 10})
+		msgs, err := b.repo.ClaimOutbox(ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 10})
 		require.NoError(t, err)
 		require.Len(t, msgs, 1)
 		require.Equal(t, free.ID, msgs[0].AttemptID)
@@ -230,7 +230,7 @@ func TestClaimOutbox(t *testing.T) {
 		b.requireUnchanged(t, lockedBefore)
 
 		require.NoError(t, tx.Rollback(b.ctx))
-		msgs, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 10})
+		msgs, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 10})
 		require.NoError(t, err)
 		require.Len(t, msgs, 1)
 		require.Equal(t, locked.ID, msgs[0].AttemptID)
@@ -255,7 +255,7 @@ func TestClaimOutbox(t *testing.T) {
 			relay := "relay-" + string(rune('a'+i))
 			wg.Go(func() {
 				for {
-					msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: relay, BatchSize: 3})
+					msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: relay, BatchSize: 3})
 					if err != nil {
 						errs <- err
 						return
@@ -292,14 +292,14 @@ func TestClaimOutbox(t *testing.T) {
 		before := b.rows(t, a.ID)
 		for _, tc := range []struct {
 			field string
-			p     repo.ClaimParams
+			p     repo.ClaimOutboxParams
 		}{
-			{"BatchSize", repo.ClaimParams{RelayID: "relay-a", BatchSize: 0}},
-			{"BatchSize", repo.ClaimParams{RelayID: "relay-a", BatchSize: 101}},
-			{"BatchSize", repo.ClaimParams{RelayID: "relay-a", BatchSize: -1}},
-			{"RelayID", repo.ClaimParams{RelayID: "", BatchSize: 1}},
-			{"RelayID", repo.ClaimParams{RelayID: strings.Repeat("r", 256), BatchSize: 1}},
-			{"LockDuration", repo.ClaimParams{RelayID: "relay-a", BatchSize: 1, LockDuration: -time.Second}},
+			{"BatchSize", repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 0}},
+			{"BatchSize", repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 101}},
+			{"BatchSize", repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: -1}},
+			{"RelayID", repo.ClaimOutboxParams{RelayID: "", BatchSize: 1}},
+			{"RelayID", repo.ClaimOutboxParams{RelayID: strings.Repeat("r", 256), BatchSize: 1}},
+			{"LockDuration", repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 1, LockDuration: -time.Second}},
 		} {
 			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &tc.p)
 			requireInputError(t, err, tc.field)

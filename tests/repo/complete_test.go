@@ -21,7 +21,7 @@ func TestComplete(t *testing.T) {
 		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
 		b.clock.Advance(5 * time.Second)
 		before := b.rows(t, lease.AttemptID)
-		got, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+		got, err := b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: lease})
 		require.NoError(t, err)
 		want := testfactory.ExpectEnded(before, kfstype.RunStateSucceeded, kfstype.OutboxStatusCompleted, b.clock.Now())
 		want.Attempt.Checkpoint = kfstype.CheckpointPublished
@@ -38,7 +38,7 @@ func TestComplete(t *testing.T) {
 				b.drv.AdvanceTo(b.ctx, t, s, lease, cp)
 			}
 			before := b.rows(t, lease.AttemptID)
-			got, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+			got, err := b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: lease})
 			var te *repo.TransitionError
 			require.ErrorAs(t, err, &te)
 			require.Equal(t, cp, te.Checkpoint)
@@ -52,9 +52,9 @@ func TestComplete(t *testing.T) {
 		b := setup(t)
 		_, lease, _ := b.drv.Running(b.ctx, t, b.scope(t), nil)
 		before := b.rows(t, lease.AttemptID)
-		_, err := b.repo.Complete(b.ctx, b.db.Pool, nil)
+		_, err := b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: nil})
 		requireInputError(t, err, "Lease")
-		_, err = b.repo.Complete(b.ctx, b.db.Pool, &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID})
+		_, err = b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: &repo.Lease{AttemptID: lease.AttemptID, WorkerID: lease.WorkerID}})
 		requireInputError(t, err, "Lease.Token")
 		b.requireUnchanged(t, before)
 	})
@@ -207,9 +207,9 @@ func TestCompleteThrough(t *testing.T) {
 				_, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{Lease: lease, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
 				require.NoError(t, err)
 			} else {
-				_, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
+				_, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceToParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: c.id, CandidateFingerprint: c.fp})
 				require.NoError(t, err)
-				_, err = b.repo.Complete(b.ctx, b.db.Pool, lease)
+				_, err = b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: lease})
 				require.NoError(t, err)
 			}
 			r := b.rows(t, lease.AttemptID)

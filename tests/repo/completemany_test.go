@@ -95,7 +95,7 @@ func TestCompleteMany(t *testing.T) {
 		var res []repo.CompleteManyResult
 		n := counter.count(func() {
 			var err error
-			res, err = b.repo.CompleteMany(b.ctx, pool, in)
+			res, err = b.repo.CompleteMany(b.ctx, pool, &repo.CompleteManyParams{Entries: in})
 			require.NoError(t, err)
 		})
 		require.EqualValues(t, 1, n, "statements sent for a batch every guard accepts")
@@ -144,14 +144,14 @@ func TestCompleteMany(t *testing.T) {
 				_, err := b.repo.CompleteThrough(b.ctx, b.db.Pool, &repo.CompleteThroughParams{Lease: e.Lease, CandidatePublicationID: e.CandidatePublicationID, CandidateFingerprint: e.CandidateFingerprint})
 				require.NoError(t, err)
 			} else {
-				_, err := b.repo.Complete(b.ctx, b.db.Pool, e.Lease)
+				_, err := b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: e.Lease})
 				require.NoError(t, err)
 			}
 			e, id = prepare(tw)
 			batch = append(batch, id)
 			in = append(in, e)
 		}
-		res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, in)
+		res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, &repo.CompleteManyParams{Entries: in})
 		require.NoError(t, err)
 		norm := func(r *testfactory.Rows) *testfactory.Rows {
 			a, o := &r.Attempt, &r.Outbox
@@ -208,7 +208,7 @@ func TestCompleteMany(t *testing.T) {
 		var res []repo.CompleteManyResult
 		n := counter.count(func() {
 			var err error
-			res, err = b.repo.CompleteMany(b.ctx, pool, in)
+			res, err = b.repo.CompleteMany(b.ctx, pool, &repo.CompleteManyParams{Entries: in})
 			require.NoError(t, err)
 		})
 		require.Len(t, res, len(in))
@@ -264,7 +264,7 @@ func TestCompleteMany(t *testing.T) {
 		b.clock.Advance(10 * time.Second)
 		before := b.rows(t, lease.AttemptID)
 		before2 := b.rows(t, other.AttemptID)
-		res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease}, {Lease: other, Through: true, CandidatePublicationID: c.id, CandidateFingerprint: c.fp}})
+		res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, &repo.CompleteManyParams{Entries: []repo.CompleteManyEntry{{Lease: lease}, {Lease: other, Through: true, CandidatePublicationID: c.id, CandidateFingerprint: c.fp}}})
 		require.NoError(t, err)
 		require.ErrorIs(t, res[0].Err, repo.ErrLeaseLost)
 		require.Nil(t, res[0].Attempt)
@@ -308,7 +308,7 @@ func TestCompleteMany(t *testing.T) {
 				var res []repo.CompleteManyResult
 				n := counter.count(func() {
 					var err error
-					res, err = b.repo.CompleteMany(b.ctx, pool, tc.entries)
+					res, err = b.repo.CompleteMany(b.ctx, pool, &repo.CompleteManyParams{Entries: tc.entries})
 					requireInputError(t, err, tc.field)
 				})
 				require.Nil(t, res)
@@ -320,7 +320,7 @@ func TestCompleteMany(t *testing.T) {
 		}
 
 		// The same two entries, well formed, go through.
-		res, err := b.repo.CompleteMany(b.ctx, pool, good)
+		res, err := b.repo.CompleteMany(b.ctx, pool, &repo.CompleteManyParams{Entries: good})
 		require.NoError(t, err)
 		for i := range good {
 			require.NoError(t, res[i].Err)
@@ -340,14 +340,14 @@ func TestCompleteManySingleEntry(t *testing.T) {
 	id, fp := s.Publication(b.ctx, t, b.db.Pool, "candidate")
 	before := b.rows(t, lease.AttemptID)
 
-	_, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease, CandidatePublicationID: &id, CandidateFingerprint: &fp}})
+	_, err := b.repo.CompleteMany(b.ctx, b.db.Pool, &repo.CompleteManyParams{Entries: []repo.CompleteManyEntry{{Lease: lease, CandidatePublicationID: &id, CandidateFingerprint: &fp}}})
 	requireInputError(t, err, "Entries[0].CandidatePublicationID")
-	res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease}})
+	res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, &repo.CompleteManyParams{Entries: []repo.CompleteManyEntry{{Lease: lease}}})
 	require.NoError(t, err)
 	require.ErrorIs(t, res[0].Err, repo.ErrInvalidTransition, "plain Complete at queued")
 	b.requireUnchanged(t, before)
 
-	res, err = b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease, Through: true, CandidatePublicationID: &id, CandidateFingerprint: &fp}})
+	res, err = b.repo.CompleteMany(b.ctx, b.db.Pool, &repo.CompleteManyParams{Entries: []repo.CompleteManyEntry{{Lease: lease, Through: true, CandidatePublicationID: &id, CandidateFingerprint: &fp}}})
 	require.NoError(t, err)
 	require.NoError(t, res[0].Err)
 	got := res[0].Attempt

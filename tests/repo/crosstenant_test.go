@@ -59,7 +59,7 @@ func TestCrossTenant(t *testing.T) {
 			require.ErrorIs(t, err, repo.ErrNotFound, "Start")
 			snap.requireUnchanged(t, b)
 
-			_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(mk(deferred.ID)))
+			_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: mk(deferred.ID)})
 			require.ErrorIs(t, err, repo.ErrNotFound, "ReleaseDeferred")
 			snap.requireUnchanged(t, b)
 
@@ -71,11 +71,11 @@ func TestCrossTenant(t *testing.T) {
 			require.ErrorIs(t, err, repo.ErrNotFound, "Supersede")
 			snap.requireUnchanged(t, b)
 
-			_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, new(mk(failed.ID)))
+			_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: mk(failed.ID)})
 			require.ErrorIs(t, err, repo.ErrNotFound, "RetryFailed")
 			snap.requireUnchanged(t, b)
 
-			list, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
+			list, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.ListDocumentVersionAttemptsParams{
 				TenantID: r.tenant, KnowledgeSpaceID: r.space, DocumentAssetID: sLive.DocumentAssetID, DocumentVersion: 1,
 			})
 			require.NoError(t, err)
@@ -88,13 +88,13 @@ func TestCrossTenant(t *testing.T) {
 				snap.requireUnchanged(t, b)
 
 				for _, id := range []uuid.UUID{deferred.ID, failed.ID, live.ID} {
-					_, err = b.repo.GetAttempt(b.ctx, b.db.Pool, r.tenant, id)
+					_, err = b.repo.GetAttempt(b.ctx, b.db.Pool, &repo.GetAttemptParams{TenantID: r.tenant, AttemptID: id})
 					require.ErrorIs(t, err, repo.ErrNotFound, "GetAttempt")
-					_, _, err = b.repo.GetAttemptWithOutbox(b.ctx, b.db.Pool, r.tenant, id)
+					_, _, err = b.repo.GetAttemptWithOutbox(b.ctx, b.db.Pool, &repo.GetAttemptWithOutboxParams{TenantID: r.tenant, AttemptID: id})
 					require.ErrorIs(t, err, repo.ErrNotFound, "GetAttemptWithOutbox")
 				}
 
-				counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, r.tenant)
+				counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, &repo.CountLiveAttemptsParams{TenantID: r.tenant})
 				require.NoError(t, err)
 				require.Empty(t, counts, "CountLiveAttempts")
 			}
@@ -105,30 +105,30 @@ func TestCrossTenant(t *testing.T) {
 	// Paired positive: the owner, in the right space, sees and changes them.
 	t.Run("OwnerInRightSpace", func(t *testing.T) {
 		for _, r := range snap.rows {
-			got, err := b.repo.GetAttempt(b.ctx, b.db.Pool, owner, r.Attempt.ID)
+			got, err := b.repo.GetAttempt(b.ctx, b.db.Pool, &repo.GetAttemptParams{TenantID: owner, AttemptID: r.Attempt.ID})
 			require.NoError(t, err)
 			require.Equal(t, r.Attempt, *got)
-			ga, go_, err := b.repo.GetAttemptWithOutbox(b.ctx, b.db.Pool, owner, r.Attempt.ID)
+			ga, go_, err := b.repo.GetAttemptWithOutbox(b.ctx, b.db.Pool, &repo.GetAttemptWithOutboxParams{TenantID: owner, AttemptID: r.Attempt.ID})
 			require.NoError(t, err)
 			require.Equal(t, r.Attempt, *ga)
 			require.Equal(t, r.Outbox, *go_)
 		}
-		list, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
+		list, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.ListDocumentVersionAttemptsParams{
 			TenantID: owner, KnowledgeSpaceID: sLive.KnowledgeSpaceID, DocumentAssetID: sLive.DocumentAssetID, DocumentVersion: 1,
 		})
 		require.NoError(t, err)
 		require.Len(t, list, 1)
-		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, owner)
+		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, &repo.CountLiveAttemptsParams{TenantID: owner})
 		require.NoError(t, err)
 		require.Equal(t, map[kfstype.RunState]int64{kfstype.RunStateDispatchPending: 1, kfstype.RunStateQueued: 1}, counts)
 
-		_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(sDeferred.Ref(deferred.ID)))
+		_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: sDeferred.Ref(deferred.ID)})
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, deferred.ID)
 		_, err = b.repo.Cancel(b.ctx, b.db.Pool, &repo.CancelParams{AttemptRef: sLive.Ref(live.ID)})
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, live.ID)
-		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, new(sFailed.Ref(failed.ID)))
+		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: sFailed.Ref(failed.ID)})
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, failed.ID)
 		n, err := b.repo.Purge(b.ctx, b.db.Pool, &repo.PurgeParams{TenantID: owner, CompletedBefore: b.clock.Now().Add(time.Hour)})

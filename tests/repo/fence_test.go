@@ -77,11 +77,11 @@ var leaseOps = []struct {
 		return err
 	}},
 	{"AdvanceTo", func(b *testBundle, lease *repo.Lease) error {
-		_, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed})
+		_, err := b.repo.AdvanceTo(b.ctx, b.db.Pool, &repo.AdvanceToParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed})
 		return err
 	}},
 	{"Complete", func(b *testBundle, lease *repo.Lease) error {
-		_, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+		_, err := b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: lease})
 		return err
 	}},
 	{"CompleteThrough", func(b *testBundle, lease *repo.Lease) error {
@@ -97,7 +97,7 @@ var leaseOps = []struct {
 		return err
 	}},
 	{"CompleteMany", func(b *testBundle, lease *repo.Lease) error {
-		res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, []repo.CompleteManyEntry{{Lease: lease}})
+		res, err := b.repo.CompleteMany(b.ctx, b.db.Pool, &repo.CompleteManyParams{Entries: []repo.CompleteManyEntry{{Lease: lease}}})
 		if err != nil {
 			return err
 		}

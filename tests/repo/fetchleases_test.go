@@ -19,8 +19,11 @@ func (b *testBundle) fetch(t *testing.T, worker string, n int32) *repo.FetchLeas
 	t.Helper()
 	res, err := b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: worker, BatchSize: n})
 	require.NoError(t, err)
-	require.Len(t, res.Leases, len(res.Leased))
-	for _, a := range append(res.Leased, res.Exhausted...) {
+	for _, la := range res.Leased {
+		require.Equal(t, la.Attempt.ID, la.Lease.AttemptID, "a lease goes with its attempt")
+		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, la.Attempt.ID)
+	}
+	for _, a := range res.Exhausted {
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 	}
 	return res
@@ -32,12 +35,12 @@ func (b *testBundle) requireFetchedOnly(t *testing.T, res *repo.FetchLeasesResul
 	t.Helper()
 	require.Len(t, res.Leased, 1)
 	require.Empty(t, res.Exhausted)
-	lease := res.Leases[0]
+	lease := res.Leased[0].Lease
 	require.Equal(t, before.Attempt.ID, lease.AttemptID)
 	require.Equal(t, worker, lease.WorkerID)
 	want := testfactory.ExpectFetched(before, lease, b.clock.Now(), repo.LeaseDurationDefault)
 	require.Equal(t, want, b.rows(t, before.Attempt.ID))
-	require.Equal(t, want.Attempt, *res.Leased[0])
+	require.Equal(t, want.Attempt, *res.Leased[0].Attempt)
 	return lease
 }
 
@@ -109,15 +112,14 @@ func TestFetchLeases(t *testing.T) {
 		}
 		untraced := b.fetch(t, "worker-direct", 1)
 		require.Len(t, untraced.Leased, 1)
-		require.Nil(t, untraced.TraceContexts)
-		delete(want, untraced.Leased[0].ID)
+		require.Zero(t, untraced.Leased[0].TraceContext, "a trace context not asked for")
+		delete(want, untraced.Leased[0].Attempt.ID)
 
 		res, err := b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "worker-direct", BatchSize: 10, TraceContexts: true})
 		require.NoError(t, err)
 		require.Len(t, res.Leased, 2)
-		require.Len(t, res.TraceContexts, 2)
-		for i, a := range res.Leased {
-			require.Equal(t, want[a.ID], res.TraceContexts[i], "attempt %s", a.ID)
+		for _, la := range res.Leased {
+			require.Equal(t, want[la.Attempt.ID], la.TraceContext, "attempt %s", la.Attempt.ID)
 		}
 	})
 
@@ -164,7 +166,7 @@ func TestFetchLeases(t *testing.T) {
 		require.Empty(t, res.Leased)
 		require.Empty(t, res.Exhausted)
 		again.requireUnchanged(t, b)
-		_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: first.Leases[0]})
+		_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: first.Leased[0].Lease})
 		require.ErrorIs(t, err, repo.ErrLeaseLost)
 	})
 
@@ -176,19 +178,19 @@ func TestFetchLeases(t *testing.T) {
 		b.clock.Advance(repo.LeaseDurationDefault)
 		before := b.rows(t, a.ID)
 		second := b.requireFetchedOnly(t, b.fetch(t, "worker-b", 10), before, "worker-b")
-		require.NotEqual(t, first.Leases[0].Token, second.Token)
-		require.NotEqual(t, first.Leased[0].QueueJobID, b.rows(t, a.ID).Attempt.QueueJobID, "a redelivery carries another job id")
+		require.NotEqual(t, first.Leased[0].Lease.Token, second.Token)
+		require.NotEqual(t, first.Leased[0].Attempt.QueueJobID, b.rows(t, a.ID).Attempt.QueueJobID, "a redelivery carries another job id")
 		for name, call := range map[string]func() error{
 			"Heartbeat": func() error {
-				_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: first.Leases[0]})
+				_, err := b.repo.Heartbeat(b.ctx, b.db.Pool, &repo.HeartbeatParams{Lease: first.Leased[0].Lease})
 				return err
 			},
 			"Fail": func() error {
-				_, err := b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: first.Leases[0], ErrorCode: "X", ErrorMessage: "stale"})
+				_, err := b.repo.Fail(b.ctx, b.db.Pool, &repo.FailParams{Lease: first.Leased[0].Lease, ErrorCode: "X", ErrorMessage: "stale"})
 				return err
 			},
 			"ScheduleRetry": func() error {
-				_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: first.Leases[0], RetryDelay: time.Second, ErrorCode: "X", ErrorMessage: "stale"})
+				_, err := b.repo.ScheduleRetry(b.ctx, b.db.Pool, &repo.ScheduleRetryParams{Lease: first.Leased[0].Lease, RetryDelay: time.Second, ErrorCode: "X", ErrorMessage: "stale"})
 				return err
 			},
 		} {
@@ -236,8 +238,8 @@ func TestFetchLeases(t *testing.T) {
 		require.Len(t, second.Leased, 3)
 		for _, a := range second.Leased {
 			for _, h := range first.Leased {
-				require.NotEqual(t, h.ID, a.ID)
-				require.Less(t, h.ID.String(), a.ID.String(), "the held rows are the oldest")
+				require.NotEqual(t, h.Attempt.ID, a.Attempt.ID)
+				require.Less(t, h.Attempt.ID.String(), a.Attempt.ID.String(), "the held rows are the oldest")
 			}
 		}
 		// ...and never more than PerTenant, spares included.
@@ -273,7 +275,7 @@ func TestFetchLeases(t *testing.T) {
 			return n == 1
 		}
 		register := func(worker string) {
-			res, err := b.repo.OutboxListenerIdle(b.ctx, b.db.Pool, &repo.ListenerIdleParams{ListenerID: worker, TTL: time.Minute})
+			res, err := b.repo.OutboxListenerIdle(b.ctx, b.db.Pool, &repo.OutboxListenerIdleParams{ListenerID: worker, TTL: time.Minute})
 			require.NoError(t, err)
 			require.True(t, res.Registered)
 		}
@@ -391,10 +393,10 @@ func TestFetchLeases(t *testing.T) {
 	})
 }
 
-func tenantsOf(as []*kfstype.Attempt) []string {
+func tenantsOf(as []*repo.LeasedAttempt) []string {
 	out := make([]string, len(as))
 	for i, a := range as {
-		out[i] = a.TenantID
+		out[i] = a.Attempt.TenantID
 	}
 	return out
 }
@@ -416,10 +418,10 @@ func insertAsset(b *testBundle, t *testing.T, s *testfactory.Scope) {
 	require.NoError(t, err)
 }
 
-func idsOf(as []*kfstype.Attempt) []uuid.UUID {
+func idsOf(as []*repo.LeasedAttempt) []uuid.UUID {
 	out := make([]uuid.UUID, len(as))
 	for i, a := range as {
-		out[i] = a.ID
+		out[i] = a.Attempt.ID
 	}
 	return out
 }

@@ -91,7 +91,7 @@ func TestHeartbeat(t *testing.T) {
 			require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT now() >= $1`, lease.ExpiresAt).Scan(&expired))
 			return expired
 		}, 10*time.Second, 20*time.Millisecond)
-		msgs, err := r.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 1})
+		msgs, err := r.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 1})
 		require.NoError(t, err)
 		require.Len(t, msgs, 1, "the relay reclaims the expired lease")
 		before := b.rows(t, a.ID)

@@ -164,7 +164,7 @@ func TestAcquireLease(t *testing.T) {
 		}},
 		{"RejectsSucceededAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, lease, del := b.drv.Running(b.ctx, t, b.scope(t), &testfactory.RunningOpts{Checkpoint: new(kfstype.CheckpointSmokeEvalPassed)})
-			_, err := b.repo.Complete(b.ctx, b.db.Pool, lease)
+			_, err := b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: lease})
 			require.NoError(t, err)
 			return del
 		}, func(t *testing.T, err error) {
@@ -234,7 +234,7 @@ func TestFailExhausted(t *testing.T) {
 		b.requireUnchanged(t, before)
 
 		b.clock.Advance(time.Second)
-		got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, current)
+		got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, &repo.FailExhaustedParams{Delivery: *current})
 		require.NoError(t, err)
 		want := testfactory.ExpectEnded(before, kfstype.RunStateFailed, kfstype.OutboxStatusDead, b.clock.Now())
 		want.Attempt.LastErrorCode = new(kfstype.ErrorCodeExecutionAttemptsExhausted)
@@ -268,7 +268,7 @@ func TestFailExhausted(t *testing.T) {
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrDeliveryMismatch) }},
 		{"RejectsTerminalAttempt", func(t *testing.T, b *testBundle) *repo.Delivery {
 			_, current := b.rwExhausted(t)
-			_, err := b.repo.FailExhausted(b.ctx, b.db.Pool, current)
+			_, err := b.repo.FailExhausted(b.ctx, b.db.Pool, &repo.FailExhaustedParams{Delivery: *current})
 			require.NoError(t, err)
 			return current
 		}, func(t *testing.T, err error) { require.ErrorIs(t, err, repo.ErrInvalidTransition) }},
@@ -277,7 +277,7 @@ func TestFailExhausted(t *testing.T) {
 			b := setup(t)
 			del := tc.build(t, b)
 			before := b.rows(t, del.AttemptID)
-			got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, del)
+			got, err := b.repo.FailExhausted(b.ctx, b.db.Pool, &repo.FailExhaustedParams{Delivery: *del})
 			tc.check(t, err)
 			require.Nil(t, got)
 			b.requireUnchanged(t, before)

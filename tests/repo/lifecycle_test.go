@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
 )
 
 func TestLifecycleHappyPath(t *testing.T) {
@@ -31,7 +32,7 @@ func TestLifecycleHappyPath(t *testing.T) {
 	b.clock.Advance(10)
 	a = b.drv.AdvanceTo(b.ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed)
 	require.Equal(t, *a, b.rows(t, a.ID).Attempt)
-	a, err = b.repo.Complete(b.ctx, b.db.Pool, lease)
+	a, err = b.repo.Complete(b.ctx, b.db.Pool, &repo.CompleteParams{Lease: lease})
 	require.NoError(t, err)
 	r = b.rows(t, a.ID)
 	require.Equal(t, kfstype.RunStateSucceeded, r.Attempt.RunState)

@@ -38,7 +38,7 @@ func TestRetryFailedLosingTheSlotKeepsThePgError(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.repo.RetryFailed(ctx, b.db.Pool, new(s.Ref(failed.ID)))
+		_, err := b.repo.RetryFailed(ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: s.Ref(failed.ID)})
 		done <- err
 	}()
 	require.Eventually(t, func() bool {

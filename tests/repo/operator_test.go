@@ -134,10 +134,10 @@ func TestCountAttemptsEqualsDirectCount(t *testing.T) {
 	b.drv.InState(ctx, t, b.scope(t), kfstype.RunStateFailed) // another tenant's
 
 	for _, all := range []bool{false, true} {
-		p := &repo.CountParams{TenantID: tenant}
+		p := &repo.CountAttemptsParams{TenantID: tenant}
 		want := b.directCount(t, new(tenant))
 		if all {
-			p = &repo.CountParams{AllTenants: true}
+			p = &repo.CountAttemptsParams{AllTenants: true}
 			want = b.directCount(t, nil)
 		}
 		counts, err := b.repo.CountAttempts(ctx, b.db.Pool, p)
@@ -150,11 +150,11 @@ func TestCountAttemptsEqualsDirectCount(t *testing.T) {
 	}
 
 	// Cap 2: dispatch_pending (4) is over it, failed (1) under it.
-	counts, err := b.repo.CountAttempts(ctx, b.db.Pool, &repo.CountParams{TenantID: tenant, Cap: 2})
+	counts, err := b.repo.CountAttempts(ctx, b.db.Pool, &repo.CountAttemptsParams{TenantID: tenant, Cap: 2})
 	require.NoError(t, err)
 	require.Equal(t, repo.StateCount{State: kfstype.RunStateDispatchPending, N: 2, AtLeast: true}, counts[0])
 	require.Equal(t, repo.StateCount{State: kfstype.RunStateFailed, N: 1, Exact: true}, counts[5])
-	counts, err = b.repo.CountAttempts(ctx, b.db.Pool, &repo.CountParams{AllTenants: true, Cap: 1})
+	counts, err = b.repo.CountAttempts(ctx, b.db.Pool, &repo.CountAttemptsParams{AllTenants: true, Cap: 1})
 	require.NoError(t, err)
 	require.Equal(t, repo.StateCount{State: kfstype.RunStateFailed, N: 1, AtLeast: true}, counts[5])
 }
@@ -185,7 +185,7 @@ func TestListStuckReportsEachReason(t *testing.T) {
 	// Another tenant's lost lease.
 	otherRunning, _, _ := b.drv.Running(ctx, t, b.scope(t), nil)
 
-	list := func(p *repo.StuckParams) map[uuid.UUID]repo.StuckReason {
+	list := func(p *repo.ListStuckParams) map[uuid.UUID]repo.StuckReason {
 		t.Helper()
 		stuck, err := b.repo.ListStuck(ctx, b.db.Pool, p)
 		require.NoError(t, err)
@@ -201,24 +201,24 @@ func TestListStuckReportsEachReason(t *testing.T) {
 		return out
 	}
 	require.Equal(t, map[uuid.UUID]repo.StuckReason{dead.ID: repo.StuckDeadNotTerminal},
-		list(&repo.StuckParams{TenantID: tenant, Limit: 100}), "only the dead row is stuck at once")
+		list(&repo.ListStuckParams{TenantID: tenant, Limit: 100}), "only the dead row is stuck at once")
 
 	b.clock.Advance(2 * time.Minute)
 	require.Equal(t, map[uuid.UUID]repo.StuckReason{
 		running.ID: repo.StuckLeaseExpired, claimed.ID: repo.StuckRelayLockExpired,
 		queued.ID: repo.StuckVisibilityExpired, dead.ID: repo.StuckDeadNotTerminal,
-	}, list(&repo.StuckParams{TenantID: tenant, Limit: 100}), "pending is due for under 5 minutes")
+	}, list(&repo.ListStuckParams{TenantID: tenant, Limit: 100}), "pending is due for under 5 minutes")
 	b.clock.Advance(5 * time.Minute)
-	got := list(&repo.StuckParams{TenantID: tenant, Limit: 100})
+	got := list(&repo.ListStuckParams{TenantID: tenant, Limit: 100})
 	require.Equal(t, repo.StuckPendingOverdue, got[pending.ID])
 	require.Len(t, got, 5)
 	require.NotContains(t, got, otherRunning.ID)
-	all := list(&repo.StuckParams{AllTenants: true, Limit: 100})
+	all := list(&repo.ListStuckParams{AllTenants: true, Limit: 100})
 	require.Equal(t, repo.StuckLeaseExpired, all[otherRunning.ID])
-	require.Len(t, list(&repo.StuckParams{AllTenants: true, Limit: 2}), 2)
+	require.Len(t, list(&repo.ListStuckParams{AllTenants: true, Limit: 2}), 2)
 	_ = lease
 
-	backlog, err := b.repo.OutboxBacklog(ctx, b.db.Pool, &repo.BacklogParams{})
+	backlog, err := b.repo.OutboxBacklog(ctx, b.db.Pool, &repo.OutboxBacklogParams{})
 	require.NoError(t, err)
 	require.Equal(t, []repo.StatusCount{
 		{Status: kfstype.OutboxStatusPending, N: 1, Exact: true},
@@ -229,7 +229,7 @@ func TestListStuckReportsEachReason(t *testing.T) {
 	require.Equal(t, b.clock.Now(), backlog.Now)
 	require.NotNil(t, backlog.OldestDueAt)
 	require.Equal(t, backlog.Now.Sub(*backlog.OldestDueAt), backlog.OldestDueAge)
-	capped, err := b.repo.OutboxBacklog(ctx, b.db.Pool, &repo.BacklogParams{Cap: 1})
+	capped, err := b.repo.OutboxBacklog(ctx, b.db.Pool, &repo.OutboxBacklogParams{Cap: 1})
 	require.NoError(t, err)
 	require.Equal(t, repo.StatusCount{Status: kfstype.OutboxStatusLeased, N: 1, AtLeast: true}, capped.Due[3])
 }

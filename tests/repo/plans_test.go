@@ -101,7 +101,7 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.Advance(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
 	require.NoError(t, err)
-	_, err = r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
+	_, err = r.AdvanceTo(ctx, pool, &repo.AdvanceToParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
 	require.NoError(t, err)
 	s2 := testfactory.NewScope(ctx, t, pool, nil)
 	_, lease2, _ := drv.Running(ctx, t, s2, nil)
@@ -112,7 +112,7 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	require.NoError(t, err)
 	// A version with history, in a tenant with more: the plan must go by
 	// document version, not by tenant.
-	var hist repo.DocumentVersion
+	var hist repo.ListDocumentVersionAttemptsParams
 	require.NoError(t, pool.QueryRow(ctx, `SELECT tenant_id, knowledge_space_id, document_asset_id, document_version
 		FROM document_compilation_attempts WHERE tenant_id = 'history-7' LIMIT 1`).Scan(
 		&hist.TenantID, &hist.KnowledgeSpaceID, &hist.DocumentAssetID, &hist.DocumentVersion))
@@ -121,7 +121,7 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	require.Len(t, listed, 100)
 	_, err = r.Purge(ctx, pool, &repo.PurgeParams{TenantID: "history-7", CompletedBefore: time.Now().Add(-28 * 24 * time.Hour), BatchSize: 100})
 	require.NoError(t, err)
-	_, err = r.OutboxListenerIdle(ctx, pool, &repo.ListenerIdleParams{ListenerID: "plan-relay", TTL: time.Minute})
+	_, err = r.OutboxListenerIdle(ctx, pool, &repo.OutboxListenerIdleParams{ListenerID: "plan-relay", TTL: time.Minute})
 	require.NoError(t, err)
 	// Direct delivery walks 50 tenants of history and one with a due row.
 	drv.Start(ctx, t, testfactory.NewScope(ctx, t, pool, nil), nil)
@@ -132,13 +132,13 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	_, err = r.ListAttempts(ctx, pool, &repo.ListAttemptsParams{TenantID: "history-7",
 		States: []kfstype.RunState{kfstype.RunStateRunning, kfstype.RunStateFailed}, Limit: 100})
 	require.NoError(t, err)
-	_, err = r.CountAttempts(ctx, pool, &repo.CountParams{TenantID: "history-7"})
+	_, err = r.CountAttempts(ctx, pool, &repo.CountAttemptsParams{TenantID: "history-7"})
 	require.NoError(t, err)
-	_, err = r.CountAttempts(ctx, pool, &repo.CountParams{AllTenants: true})
+	_, err = r.CountAttempts(ctx, pool, &repo.CountAttemptsParams{AllTenants: true})
 	require.NoError(t, err)
-	_, err = r.OutboxBacklog(ctx, pool, &repo.BacklogParams{})
+	_, err = r.OutboxBacklog(ctx, pool, &repo.OutboxBacklogParams{})
 	require.NoError(t, err)
-	_, err = r.ListStuck(ctx, pool, &repo.StuckParams{TenantID: "history-7", Limit: 100})
+	_, err = r.ListStuck(ctx, pool, &repo.ListStuckParams{TenantID: "history-7", Limit: 100})
 	require.NoError(t, err)
 	_, err = r.Throughput(ctx, pool, &repo.ThroughputParams{AllTenants: true})
 	require.NoError(t, err)
@@ -148,8 +148,8 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	// picks pkey, or a composite index that ends in id), but never a
 	// sequential scan.
 	want := map[string][]string{
-		"StartAttempt": {"document_compilation_attempts_scope_version_active_uq"},
-		"ClaimOutbox":  {"document_compilation_outbox_delivery_due_idx"},
+		"Start":       {"document_compilation_attempts_scope_version_active_uq"},
+		"ClaimOutbox": {"document_compilation_outbox_delivery_due_idx"},
 		// Tenants are walked and their live attempts read off one index
 		// (tenant_id, completed_at IS NULL, id); the outbox row by its
 		// attempt.
@@ -160,24 +160,24 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 		"Advance":         nil,
 		"CompleteThrough": nil,
 		"EndAttempt":      nil,
-		"PurgeAttempts":   {"document_compilation_attempts_tenant_completed_idx"},
+		"Purge":           {"document_compilation_attempts_tenant_completed_idx"},
 		// The next due time is read off the heads of both due indexes.
 		"OutboxListenerIdle": {"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"},
 		// Both indexes lead with the full document version.
-		"AttemptListByDocumentVersion": {"document_compilation_attempts_document_version_idx|document_compilation_attempts_scope_version_active_uq"},
+		"ListDocumentVersionAttempts": {"document_compilation_attempts_document_version_idx|document_compilation_attempts_scope_version_active_uq"},
 		// Operator reads: a tenant's attempts in index order; capped counts
 		// (a tenant's range, or a rare state's); the due heads; the stuck
 		// rows at the heads of the recovery and due indexes.
-		"AttemptListByRunState": {"document_compilation_attempts_tenant_completed_idx"},
-		"AttemptCountByRunState": {"document_compilation_attempts_tenant_completed_idx|document_compilation_attempts_scope_version_active_uq|" +
+		"ListAttempts": {"document_compilation_attempts_tenant_completed_idx"},
+		"CountAttempts": {"document_compilation_attempts_tenant_completed_idx|document_compilation_attempts_scope_version_active_uq|" +
 			"document_compilation_attempts_run_schedule_idx|document_compilation_attempts_lease_recovery_idx"},
-		"AttemptCountByRunStateAllTenants": {"document_compilation_attempts_run_schedule_idx"},
-		"OutboxBacklog":                    {"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"},
-		"AttemptListStuck": {"document_compilation_attempts_lease_recovery_idx", "document_compilation_outbox_lock_recovery_idx",
+		"CountAttemptsAllTenants": {"document_compilation_attempts_run_schedule_idx"},
+		"OutboxBacklog":           {"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"},
+		"ListStuck": {"document_compilation_attempts_lease_recovery_idx", "document_compilation_outbox_lock_recovery_idx",
 			"document_compilation_outbox_delivery_due_idx"},
 		// Each tenant's window of ended attempts, the tenants found by a
 		// walk of the same index.
-		"AttemptThroughputByMinute": {"document_compilation_attempts_tenant_completed_idx"},
+		"Throughput": {"document_compilation_attempts_tenant_completed_idx"},
 	}
 	for name, indexes := range want {
 		t.Run(name, func(t *testing.T) {

@@ -151,7 +151,7 @@ func (rc *reclaimRace) heartbeat(db repo.DBTX, r *repo.Repo, d time.Duration) (*
 // claim runs ClaimOutbox and says whether it took the attempt's row.
 func (rc *reclaimRace) claim(t *testing.T, r *repo.Repo) bool {
 	t.Helper()
-	msgs, err := r.ClaimOutbox(rc.b.ctx, rc.pool, &repo.ClaimParams{RelayID: "relay-race", BatchSize: 1})
+	msgs, err := r.ClaimOutbox(rc.b.ctx, rc.pool, &repo.ClaimOutboxParams{RelayID: "relay-race", BatchSize: 1})
 	require.NoError(t, err, rc.step)
 	return len(msgs) == 1
 }

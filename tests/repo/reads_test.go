@@ -31,7 +31,7 @@ func TestListDocumentVersionAttempts(t *testing.T) {
 		otherVersion := testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &s.TenantID, DocumentVersion: new(int32(2))})
 		b.drv.InState(b.ctx, t, otherVersion, kfstype.RunStateDispatchPending)
 
-		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
+		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.ListDocumentVersionAttemptsParams{
 			TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: s.DocumentVersion,
 		})
 		require.NoError(t, err)
@@ -45,7 +45,7 @@ func TestListDocumentVersionAttempts(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
-		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
+		got, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.ListDocumentVersionAttemptsParams{
 			TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: 2,
 		})
 		require.NoError(t, err)
@@ -57,14 +57,14 @@ func TestListDocumentVersionAttempts(t *testing.T) {
 		s := b.scope(t)
 		for _, tc := range []struct {
 			field string
-			edit  func(*repo.DocumentVersion)
+			edit  func(*repo.ListDocumentVersionAttemptsParams)
 		}{
-			{"TenantID", func(d *repo.DocumentVersion) { d.TenantID = "" }},
-			{"KnowledgeSpaceID", func(d *repo.DocumentVersion) { d.KnowledgeSpaceID = uuid.Nil }},
-			{"DocumentAssetID", func(d *repo.DocumentVersion) { d.DocumentAssetID = uuid.Nil }},
-			{"DocumentVersion", func(d *repo.DocumentVersion) { d.DocumentVersion = 0 }},
+			{"TenantID", func(d *repo.ListDocumentVersionAttemptsParams) { d.TenantID = "" }},
+			{"KnowledgeSpaceID", func(d *repo.ListDocumentVersionAttemptsParams) { d.KnowledgeSpaceID = uuid.Nil }},
+			{"DocumentAssetID", func(d *repo.ListDocumentVersionAttemptsParams) { d.DocumentAssetID = uuid.Nil }},
+			{"DocumentVersion", func(d *repo.ListDocumentVersionAttemptsParams) { d.DocumentVersion = 0 }},
 		} {
-			dv := &repo.DocumentVersion{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: 1}
+			dv := &repo.ListDocumentVersionAttemptsParams{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: 1}
 			tc.edit(dv)
 			_, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, dv)
 			requireInputError(t, err, tc.field)
@@ -89,7 +89,7 @@ func TestCountLiveAttempts(t *testing.T) {
 		}
 		b.drv.InState(b.ctx, t, b.scope(t), kfstype.RunStateQueued) // another tenant
 
-		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, tenant)
+		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, &repo.CountLiveAttemptsParams{TenantID: tenant})
 		require.NoError(t, err)
 		require.Equal(t, map[kfstype.RunState]int64{
 			kfstype.RunStateDispatchPending: 2,
@@ -101,10 +101,10 @@ func TestCountLiveAttempts(t *testing.T) {
 
 	t.Run("CountsNothingForTenantWithoutAttempts", func(t *testing.T) {
 		b := setup(t)
-		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, "nobody")
+		counts, err := b.repo.CountLiveAttempts(b.ctx, b.db.Pool, &repo.CountLiveAttemptsParams{TenantID: "nobody"})
 		require.NoError(t, err)
 		require.Empty(t, counts)
-		_, err = b.repo.CountLiveAttempts(b.ctx, b.db.Pool, "")
+		_, err = b.repo.CountLiveAttempts(b.ctx, b.db.Pool, &repo.CountLiveAttemptsParams{TenantID: ""})
 		requireInputError(t, err, "TenantID")
 	})
 }
@@ -115,12 +115,12 @@ func TestCountLiveAttempts(t *testing.T) {
 func TestHeadRevision(t *testing.T) {
 	b := setup(t)
 	s := b.scope(t)
-	rev, err := b.repo.HeadRevision(b.ctx, b.db.Pool, s.TenantID, s.KnowledgeSpaceID)
+	rev, err := b.repo.HeadRevision(b.ctx, b.db.Pool, &repo.HeadRevisionParams{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID})
 	require.NoError(t, err)
 	require.Zero(t, rev, "a space without a head row is at revision 0")
 
 	s.SetHead(b.ctx, t, b.db.Pool, 7)
-	rev, err = b.repo.HeadRevision(b.ctx, b.db.Pool, s.TenantID, s.KnowledgeSpaceID)
+	rev, err = b.repo.HeadRevision(b.ctx, b.db.Pool, &repo.HeadRevisionParams{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID})
 	require.NoError(t, err)
 	require.EqualValues(t, 7, rev)
 
@@ -137,8 +137,8 @@ func TestHeadRevision(t *testing.T) {
 	require.True(t, res.Created)
 
 	other := b.scope(t)
-	_, err = b.repo.HeadRevision(b.ctx, b.db.Pool, other.TenantID, s.KnowledgeSpaceID)
+	_, err = b.repo.HeadRevision(b.ctx, b.db.Pool, &repo.HeadRevisionParams{TenantID: other.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID})
 	require.ErrorIs(t, err, repo.ErrNotFound, "another tenant's space")
-	_, err = b.repo.HeadRevision(b.ctx, b.db.Pool, s.TenantID, uuid.New())
+	_, err = b.repo.HeadRevision(b.ctx, b.db.Pool, &repo.HeadRevisionParams{TenantID: s.TenantID, KnowledgeSpaceID: uuid.New()})
 	require.ErrorIs(t, err, repo.ErrNotFound, "an unknown space")
 }

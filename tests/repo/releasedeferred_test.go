@@ -51,7 +51,7 @@ func TestReleaseDeferred(t *testing.T) {
 		a := startDeferred(t, b, s)
 		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, a.ID)
 		now := b.clock.Advance(time.Hour)
-		got, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
+		got, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: s.Ref(a.ID)})
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		require.Equal(t, released(before, now), *after)
@@ -67,7 +67,7 @@ func TestReleaseDeferred(t *testing.T) {
 		now := b.clock.Advance(time.Hour)
 		ref := s.Ref(a.ID)
 		ref.ExpectedRowVersion = new(int32(0))
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &ref)
+		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: ref})
 		require.NoError(t, err)
 		require.Equal(t, released(before, now), *testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID))
 	})
@@ -78,7 +78,7 @@ func TestReleaseDeferred(t *testing.T) {
 		a := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Hour)
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
+		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: s.Ref(a.ID)})
 		ctlRequireTransitionError(t, err, kfstype.RunStateDispatchPending)
 		snap.requireUnchanged(t, b)
 	})
@@ -87,12 +87,12 @@ func TestReleaseDeferred(t *testing.T) {
 		b := setup(t)
 		s := b.scope(t)
 		a := startDeferred(t, b, s)
-		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
+		_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: s.Ref(a.ID)})
 		require.NoError(t, err)
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		snap := b.snapshot(t, a.ID)
 		b.clock.Advance(time.Hour)
-		_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
+		_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: s.Ref(a.ID)})
 		ctlRequireTransitionError(t, err, kfstype.RunStateDispatchPending)
 		snap.requireUnchanged(t, b)
 	})
@@ -116,7 +116,7 @@ func TestReleaseDeferred(t *testing.T) {
 			}
 			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Hour)
-			_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
+			_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: s.Ref(a.ID)})
 			ctlRequireTransitionError(t, err, state)
 			snap.requireUnchanged(t, b)
 		})
@@ -125,7 +125,7 @@ func TestReleaseDeferred(t *testing.T) {
 	ctlRefRefusals(t, ctlRefOp{
 		ready: startDeferred,
 		call: func(b *testBundle, ref repo.AttemptRef) error {
-			_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &ref)
+			_, err := b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: ref})
 			return err
 		},
 		// A refused release leaves the start deferred.

@@ -65,7 +65,7 @@ func TestRetryFailed(t *testing.T) {
 		require.NotNil(t, before.Attempt.StartedAt)
 
 		now := b.clock.Advance(time.Minute)
-		got, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
+		got, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: s.Ref(a.ID)})
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		require.Equal(t, retried(before, now), *after)
@@ -89,7 +89,7 @@ func TestRetryFailed(t *testing.T) {
 		now := b.clock.Advance(time.Minute)
 		ref := s.Ref(a.ID)
 		ref.ExpectedRowVersion = new(a.RowVersion)
-		got, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
+		got, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: ref})
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, a.ID)
 		require.Equal(t, retried(before, now), *after)
@@ -106,7 +106,7 @@ func TestRetryFailed(t *testing.T) {
 			a := b.drv.InState(b.ctx, t, s, state)
 			snap := b.snapshot(t, a.ID)
 			b.clock.Advance(time.Minute)
-			_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(a.ID)))
+			_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: s.Ref(a.ID)})
 			te := ctlRequireTransitionError(t, err, state)
 			require.Equal(t, kfstype.RunStateDispatchPending, te.To)
 			snap.requireUnchanged(t, b)
@@ -120,7 +120,7 @@ func TestRetryFailed(t *testing.T) {
 		live := b.drv.InState(b.ctx, t, s, kfstype.RunStateDispatchPending)
 		snap := b.snapshot(t, failed.ID, live.ID)
 		b.clock.Advance(time.Minute)
-		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(failed.ID)))
+		_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: s.Ref(failed.ID)})
 		require.ErrorIs(t, err, repo.ErrLiveAttemptExists)
 		require.NotErrorIs(t, err, repo.ErrInvalidTransition)
 		snap.requireUnchanged(t, b)
@@ -131,7 +131,7 @@ func TestRetryFailed(t *testing.T) {
 		testfactory.RequireInvariants(b.ctx, t, b.db.Pool, live.ID)
 		before := testfactory.ReadRows(b.ctx, t, b.db.Pool, failed.ID)
 		now := b.clock.Advance(time.Minute)
-		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, new(s.Ref(failed.ID)))
+		_, err = b.repo.RetryFailed(b.ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: s.Ref(failed.ID)})
 		require.NoError(t, err)
 		after := testfactory.RequireInvariants(b.ctx, t, b.db.Pool, failed.ID)
 		require.Equal(t, retried(before, now), *after)
@@ -140,7 +140,7 @@ func TestRetryFailed(t *testing.T) {
 	ctlRefRefusals(t, ctlRefOp{
 		ready: failedAt,
 		call: func(b *testBundle, ref repo.AttemptRef) error {
-			_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &ref)
+			_, err := b.repo.RetryFailed(b.ctx, b.db.Pool, &repo.RetryFailedParams{AttemptRef: ref})
 			return err
 		},
 	})

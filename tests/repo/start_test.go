@@ -22,7 +22,7 @@ func ctlClaimable(t *testing.T, b *testBundle, attemptID uuid.UUID) bool {
 	tx, err := b.db.Pool.Begin(b.ctx)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tx.Rollback(context.WithoutCancel(b.ctx))) }()
-	msgs, err := b.repo.ClaimOutbox(b.ctx, tx, &repo.ClaimParams{RelayID: "relay-probe", BatchSize: 100})
+	msgs, err := b.repo.ClaimOutbox(b.ctx, tx, &repo.ClaimOutboxParams{RelayID: "relay-probe", BatchSize: 100})
 	require.NoError(t, err)
 	for _, m := range msgs {
 		if m.AttemptID == attemptID {
@@ -272,7 +272,7 @@ func TestStart(t *testing.T) {
 				}
 			}
 			require.Equal(t, 1, created, "round %d", round)
-			list, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.DocumentVersion{
+			list, err := b.repo.ListDocumentVersionAttempts(b.ctx, b.db.Pool, &repo.ListDocumentVersionAttemptsParams{
 				TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: s.DocumentVersion,
 			})
 			require.NoError(t, err)

@@ -29,7 +29,7 @@ func TestStartMany(t *testing.T) {
 		}
 		var res []repo.StartManyResult
 		n := counter.count(func() {
-			res, err = b.repo.StartMany(b.ctx, pool, ps)
+			res, err = b.repo.StartMany(b.ctx, pool, &repo.StartManyParams{Starts: ps})
 			require.NoError(t, err)
 		})
 		require.EqualValues(t, 1, n, "a batch of new versions is one statement")
@@ -44,7 +44,7 @@ func TestStartMany(t *testing.T) {
 			require.Equal(t, kfstype.OutboxStatusPending, rows.Outbox.Status)
 			require.True(t, rows.Outbox.AvailableAt.Equal(b.clock.Now()))
 		}
-		msgs, err := b.repo.ClaimOutbox(b.ctx, pool, &repo.ClaimParams{RelayID: "r", BatchSize: 100})
+		msgs, err := b.repo.ClaimOutbox(b.ctx, pool, &repo.ClaimOutboxParams{RelayID: "r", BatchSize: 100})
 		require.NoError(t, err)
 		require.Len(t, msgs, 50)
 	})
@@ -61,9 +61,9 @@ func TestStartMany(t *testing.T) {
 		otherTenant := live.StartParams()
 		otherTenant.TenantID = "someone-else"
 
-		res, err := b.repo.StartMany(b.ctx, b.db.Pool, []*repo.StartParams{
+		res, err := b.repo.StartMany(b.ctx, b.db.Pool, &repo.StartManyParams{Starts: []*repo.StartParams{
 			fresh.StartParams(), live.StartParams(), headed.StartParams(), missing, otherTenant,
-		})
+		}})
 		require.NoError(t, err)
 		require.Len(t, res, 5)
 		require.NoError(t, res[0].Err)
@@ -99,9 +99,9 @@ func TestStartMany(t *testing.T) {
 		var res []repo.StartManyResult
 		n := counter.count(func() {
 			var err error
-			res, err = b.repo.StartMany(b.ctx, pool, []*repo.StartParams{
+			res, err = b.repo.StartMany(b.ctx, pool, &repo.StartManyParams{Starts: []*repo.StartParams{
 				b.scope(t).StartParams(), live.StartParams(), headed.StartParams(), missing,
-			})
+			}})
 			require.NoError(t, err)
 		})
 		require.NoError(t, res[0].Err)
@@ -131,7 +131,7 @@ func TestStartMany(t *testing.T) {
 			"DuplicateVersion": {s.StartParams(), s.StartParams()},
 		} {
 			t.Run(name, func(t *testing.T) {
-				_, err := b.repo.StartMany(b.ctx, b.db.Pool, ps)
+				_, err := b.repo.StartMany(b.ctx, b.db.Pool, &repo.StartManyParams{Starts: ps})
 				require.ErrorIs(t, err, repo.ErrInvalidInput)
 			})
 		}

@@ -86,16 +86,16 @@ func TestStatementsPerTransition(t *testing.T) {
 	require.NoError(t, err)
 	refD := sd.Ref(deferred.Attempt.ID)
 	measure("ReleaseDeferred", func() {
-		_, err := r.ReleaseDeferred(ctx, pool, &refD)
+		_, err := r.ReleaseDeferred(ctx, pool, &repo.ReleaseDeferredParams{AttemptRef: refD})
 		require.NoError(t, err)
 	}, func() {
-		_, err := r.ReleaseDeferred(ctx, pool, &refD)
+		_, err := r.ReleaseDeferred(ctx, pool, &repo.ReleaseDeferredParams{AttemptRef: refD})
 		require.ErrorIs(t, err, repo.ErrInvalidTransition)
 	})
 
 	var msgs []*kfstype.OutboxMessage
 	measure("ClaimOutbox (batch)", func() {
-		msgs, err = r.ClaimOutbox(ctx, pool, &repo.ClaimParams{RelayID: "relay", BatchSize: 100})
+		msgs, err = r.ClaimOutbox(ctx, pool, &repo.ClaimOutboxParams{RelayID: "relay", BatchSize: 100})
 		require.NoError(t, err)
 		require.Len(t, msgs, 2)
 	}, nil)
@@ -139,20 +139,20 @@ func TestStatementsPerTransition(t *testing.T) {
 		require.ErrorIs(t, err, repo.ErrInvalidTransition)
 	})
 	measure("AdvanceTo", func() {
-		_, err := r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
+		_, err := r.AdvanceTo(ctx, pool, &repo.AdvanceToParams{Lease: lease, Checkpoint: kfstype.CheckpointNodesGenerated})
 		require.NoError(t, err)
 	}, func() {
-		_, err := r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
+		_, err := r.AdvanceTo(ctx, pool, &repo.AdvanceToParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
 		require.ErrorIs(t, err, repo.ErrInvalidTransition)
 	})
 	candID, candFP := s.Publication(ctx, t, pool, "candidate")
-	_, err = r.AdvanceTo(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: &candID, CandidateFingerprint: &candFP})
+	_, err = r.AdvanceTo(ctx, pool, &repo.AdvanceToParams{Lease: lease, Checkpoint: kfstype.CheckpointSmokeEvalPassed, CandidatePublicationID: &candID, CandidateFingerprint: &candFP})
 	require.NoError(t, err)
 	measure("Complete", func() {
-		_, err := r.Complete(ctx, pool, lease)
+		_, err := r.Complete(ctx, pool, &repo.CompleteParams{Lease: lease})
 		require.NoError(t, err)
 	}, func() {
-		_, err := r.Complete(ctx, pool, lease)
+		_, err := r.Complete(ctx, pool, &repo.CompleteParams{Lease: lease})
 		require.ErrorIs(t, err, repo.ErrLeaseLost)
 	})
 
@@ -204,10 +204,10 @@ func TestStatementsPerTransition(t *testing.T) {
 	})
 	ref2 := sd.Ref(other.ID)
 	measure("RetryFailed", func() {
-		_, err := r.RetryFailed(ctx, pool, &ref2)
+		_, err := r.RetryFailed(ctx, pool, &repo.RetryFailedParams{AttemptRef: ref2})
 		require.NoError(t, err)
 	}, func() {
-		_, err := r.RetryFailed(ctx, pool, &ref2)
+		_, err := r.RetryFailed(ctx, pool, &repo.RetryFailedParams{AttemptRef: ref2})
 		require.ErrorIs(t, err, repo.ErrInvalidTransition)
 	})
 	measure("Cancel", func() {
@@ -240,10 +240,10 @@ func TestStatementsPerTransition(t *testing.T) {
 	b.clock.Advance(2 * time.Second)
 	del4 = drv.Dispatch(ctx, t, res4.Attempt.ID, nil)
 	measure("FailExhausted", func() {
-		_, err := r.FailExhausted(ctx, pool, del4)
+		_, err := r.FailExhausted(ctx, pool, &repo.FailExhaustedParams{Delivery: *del4})
 		require.NoError(t, err)
 	}, func() {
-		_, err := r.FailExhausted(ctx, pool, del4)
+		_, err := r.FailExhausted(ctx, pool, &repo.FailExhaustedParams{Delivery: *del4})
 		require.ErrorIs(t, err, repo.ErrInvalidTransition)
 	})
 	measure("Purge (batch)", func() {

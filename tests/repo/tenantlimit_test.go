@@ -31,7 +31,7 @@ func TestTenantLimits(t *testing.T) {
 		b := setup(t)
 		b.startN(t, "capped", 10)
 		b.startN(t, "free", 3)
-		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.TenantLimit{TenantID: "capped", MaxRunning: 2}))
+		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.SetTenantLimitParams{TenantID: "capped", MaxRunning: 2}))
 		res := b.fetch(t, "w1", 100)
 		require.ElementsMatch(t, []string{"capped", "capped", "free", "free", "free"}, tenantsOf(res.Leased))
 		// Another worker: the cap is full.
@@ -44,17 +44,17 @@ func TestTenantLimits(t *testing.T) {
 		b.clock.Advance(repo.LeaseDurationDefault)
 		require.Equal(t, []string{"capped", "capped"}, tenantsOf(b.fetch(t, "w3", 100).Leased)[:2])
 		// Raising the cap lets more through; lifting it, all.
-		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.TenantLimit{TenantID: "capped", MaxRunning: 3}))
+		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.SetTenantLimitParams{TenantID: "capped", MaxRunning: 3}))
 		require.Equal(t, []string{"capped"}, tenantsOf(b.fetch(t, "w3", 100).Leased))
-		require.NoError(t, b.repo.RemoveTenantLimit(b.ctx, b.db.Pool, "capped"))
+		require.NoError(t, b.repo.RemoveTenantLimit(b.ctx, b.db.Pool, &repo.RemoveTenantLimitParams{TenantID: "capped"}))
 		require.Len(t, b.fetch(t, "w3", 100).Leased, 10-1-3)
-		require.ErrorIs(t, b.repo.RemoveTenantLimit(b.ctx, b.db.Pool, "capped"), repo.ErrNotFound)
+		require.ErrorIs(t, b.repo.RemoveTenantLimit(b.ctx, b.db.Pool, &repo.RemoveTenantLimitParams{TenantID: "capped"}), repo.ErrNotFound)
 	})
 
 	t.Run("SkipsATenantAnotherFetchIsLeasing", func(t *testing.T) {
 		b := setup(t)
 		b.startN(t, "capped", 4)
-		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.TenantLimit{TenantID: "capped", MaxRunning: 3}))
+		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.SetTenantLimitParams{TenantID: "capped", MaxRunning: 3}))
 		tx, err := b.db.Pool.Begin(b.ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(b.ctx) }()
@@ -71,7 +71,7 @@ func TestTenantLimits(t *testing.T) {
 	t.Run("SkipsATenantWhoseLastLeasesItCannotSee", func(t *testing.T) {
 		b := setup(t)
 		b.startN(t, "capped", 2)
-		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.TenantLimit{TenantID: "capped", MaxRunning: 5}))
+		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.SetTenantLimitParams{TenantID: "capped", MaxRunning: 5}))
 		// A stamp no snapshot taken now can see stands for a fetch that
 		// committed after this statement's snapshot was taken.
 		_, err := b.db.Pool.Exec(b.ctx, `UPDATE document_compilation_tenant_limits
@@ -85,22 +85,22 @@ func TestTenantLimits(t *testing.T) {
 
 	t.Run("ListsAndRefuses", func(t *testing.T) {
 		b := setup(t)
-		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.TenantLimit{TenantID: "b", MaxRunning: 2}))
-		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.TenantLimit{TenantID: "a", MaxRunning: 1}))
-		got, err := b.repo.TenantLimits(b.ctx, b.db.Pool)
+		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.SetTenantLimitParams{TenantID: "b", MaxRunning: 2}))
+		require.NoError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.SetTenantLimitParams{TenantID: "a", MaxRunning: 1}))
+		got, err := b.repo.ListTenantLimits(b.ctx, b.db.Pool, &repo.ListTenantLimitsParams{})
 		require.NoError(t, err)
 		require.Equal(t, []repo.TenantLimit{{TenantID: "a", MaxRunning: 1}, {TenantID: "b", MaxRunning: 2}}, got)
-		requireInputError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.TenantLimit{TenantID: "a"}), "MaxRunning")
-		requireInputError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.TenantLimit{MaxRunning: 1}), "TenantID")
-		requireInputError(t, b.repo.RemoveTenantLimit(b.ctx, b.db.Pool, ""), "TenantID")
+		requireInputError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.SetTenantLimitParams{TenantID: "a"}), "MaxRunning")
+		requireInputError(t, b.repo.SetTenantLimit(b.ctx, b.db.Pool, &repo.SetTenantLimitParams{MaxRunning: 1}), "TenantID")
+		requireInputError(t, b.repo.RemoveTenantLimit(b.ctx, b.db.Pool, &repo.RemoveTenantLimitParams{TenantID: ""}), "TenantID")
 	})
 }
 
 // leaseOf is the first lease of res for an attempt of tenant.
 func leaseOf(res *repo.FetchLeasesResult, tenant string) *repo.Lease {
-	for i, a := range res.Leased {
-		if a.TenantID == tenant {
-			return res.Leases[i]
+	for _, la := range res.Leased {
+		if la.Attempt.TenantID == tenant {
+			return la.Lease
 		}
 	}
 	return nil

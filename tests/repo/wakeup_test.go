@@ -23,9 +23,9 @@ func (b *testBundle) listeners(t *testing.T) []string {
 	return ids
 }
 
-func (b *testBundle) idle(t *testing.T, id string, ttl time.Duration) *repo.ListenerIdleResult {
+func (b *testBundle) idle(t *testing.T, id string, ttl time.Duration) *repo.OutboxListenerIdleResult {
 	t.Helper()
-	res, err := b.repo.OutboxListenerIdle(b.ctx, b.db.Pool, &repo.ListenerIdleParams{ListenerID: id, TTL: ttl})
+	res, err := b.repo.OutboxListenerIdle(b.ctx, b.db.Pool, &repo.OutboxListenerIdleParams{ListenerID: id, TTL: ttl})
 	require.NoError(t, err)
 	return res
 }
@@ -34,9 +34,9 @@ func TestOutboxListenerIdle(t *testing.T) {
 	t.Run("RegistersThenRefreshes", func(t *testing.T) {
 		b := setup(t)
 		res := b.idle(t, "relay-a", time.Minute)
-		require.Equal(t, &repo.ListenerIdleResult{Registered: true, Inserted: true}, res, "nothing due, nothing registered before")
+		require.Equal(t, &repo.OutboxListenerIdleResult{Registered: true, Inserted: true}, res, "nothing due, nothing registered before")
 		res = b.idle(t, "relay-a", time.Minute)
-		require.Equal(t, &repo.ListenerIdleResult{Registered: true}, res, "a refresh is not a new registration")
+		require.Equal(t, &repo.OutboxListenerIdleResult{Registered: true}, res, "a refresh is not a new registration")
 		var expires time.Time
 		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT expires_at FROM document_compilation_outbox_idle_listeners WHERE listener_id = 'relay-a'`).Scan(&expires))
 		require.Equal(t, b.clock.Now().Add(time.Minute), expires.UTC())
@@ -76,13 +76,13 @@ func TestOutboxListenerIdle(t *testing.T) {
 		defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
 		_, err = tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock_shared(1801876324, 1)`)
 		require.NoError(t, err)
-		require.Equal(t, &repo.ListenerIdleResult{Registered: true}, b.idle(t, "relay-a", time.Minute))
+		require.Equal(t, &repo.OutboxListenerIdleResult{Registered: true}, b.idle(t, "relay-a", time.Minute))
 	})
 
 	t.Run("ClaimThatFindsRowsEndsRegistration", func(t *testing.T) {
 		b := setup(t)
 		claim := func(relayID string) int {
-			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: relayID, BatchSize: 10})
+			msgs, err := b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: relayID, BatchSize: 10})
 			require.NoError(t, err)
 			return len(msgs)
 		}
@@ -93,7 +93,7 @@ func TestOutboxListenerIdle(t *testing.T) {
 		b.drv.Start(b.ctx, t, b.scope(t), nil)
 		require.Equal(t, 1, claim("relay-a"))
 		require.Equal(t, []string{"relay-b"}, b.listeners(t), "only the claiming relay is awake")
-		require.NoError(t, b.repo.OutboxListenerAwake(b.ctx, b.db.Pool, "relay-b"))
+		require.NoError(t, b.repo.OutboxListenerAwake(b.ctx, b.db.Pool, &repo.OutboxListenerAwakeParams{ListenerID: "relay-b"}))
 		require.Empty(t, b.listeners(t))
 	})
 
@@ -124,19 +124,19 @@ func TestOutboxListenerIdle(t *testing.T) {
 
 		// A claimed row comes due again when its lock expires.
 		now := b.drv.Start(b.ctx, t, b.scope(t), nil)
-		_, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-b", BatchSize: 1, LockDuration: 30 * time.Second})
+		_, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-b", BatchSize: 1, LockDuration: 30 * time.Second})
 		require.NoError(t, err)
 		require.Equal(t, new(30*time.Second), b.idle(t, "relay-a", time.Minute).NextDueIn, "attempt %s's claim", now.ID)
 	})
 
 	t.Run("InputErrors", func(t *testing.T) {
 		b := setup(t)
-		for _, p := range []*repo.ListenerIdleParams{nil, {TTL: time.Second}, {ListenerID: "r"}, {ListenerID: "r", TTL: -time.Second}} {
+		for _, p := range []*repo.OutboxListenerIdleParams{nil, {TTL: time.Second}, {ListenerID: "r"}, {ListenerID: "r", TTL: -time.Second}} {
 			_, err := b.repo.OutboxListenerIdle(b.ctx, b.db.Pool, p)
 			var inputErr *repo.InputError
 			require.True(t, errors.As(err, &inputErr), "params %+v: %v", p, err)
 		}
-		require.ErrorIs(t, b.repo.OutboxListenerAwake(b.ctx, b.db.Pool, ""), repo.ErrInvalidInput)
+		require.ErrorIs(t, b.repo.OutboxListenerAwake(b.ctx, b.db.Pool, &repo.OutboxListenerAwakeParams{ListenerID: ""}), repo.ErrInvalidInput)
 		require.Empty(t, b.listeners(t))
 	})
 }
@@ -202,7 +202,7 @@ func TestCommitNotifiesOnlyIdleRelays(t *testing.T) {
 	parked, err := b.repo.Start(b.ctx, b.db.Pool, deferred)
 	require.NoError(t, err)
 	require.Empty(t, n.next(t), "a deferred row wakes nobody")
-	_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, new(parkedScope.Ref(parked.Attempt.ID)))
+	_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: parkedScope.Ref(parked.Attempt.ID)})
 	require.NoError(t, err)
 	require.Len(t, n.next(t), 1, "releasing it does")
 
@@ -214,7 +214,7 @@ func TestCommitNotifiesOnlyIdleRelays(t *testing.T) {
 	require.Empty(t, n.next(t), "a rolled-back Start notifies nobody")
 
 	// The relay claims, so it is busy: commits stop notifying.
-	_, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimParams{RelayID: "relay-a", BatchSize: 100})
+	_, err = b.repo.ClaimOutbox(b.ctx, b.db.Pool, &repo.ClaimOutboxParams{RelayID: "relay-a", BatchSize: 100})
 	require.NoError(t, err)
 	b.drv.Start(b.ctx, t, b.scope(t), nil)
 	require.Empty(t, n.next(t))

@@ -247,7 +247,7 @@ func TestWorkerCompleteThrough(t *testing.T) {
 			var werr *worker.Error
 			require.ErrorAs(t, res.Err, &werr)
 			require.Equal(t, kfstype.ErrorCodeCompilationFailed, werr.Code)
-			require.Equal(t, []string{"AcquireLease", "CompleteThrough", "AttemptGetWithOutbox", "Fail"}, log.sent(), "the worker's statements")
+			require.Equal(t, []string{"AcquireLease", "CompleteThrough", "GetAttemptWithOutbox", "Fail"}, log.sent(), "the worker's statements")
 
 			after := b.rows(t, a.ID)
 			want := wantAfterRun(t, before, after, kfstype.RunStateFailed, kfstype.OutboxStatusDead, kfstype.CheckpointQueued)

@@ -23,7 +23,7 @@ func (e *env) startMany(t *testing.T, docs []testfactory.Document) []uuid.UUID {
 		for _, d := range docs[i:min(i+repo.MaxBatchSize, len(docs))] {
 			ps = append(ps, d.Scope.StartParams())
 		}
-		res, err := e.repo.StartMany(e.ctx, e.pool, ps)
+		res, err := e.repo.StartMany(e.ctx, e.pool, &repo.StartManyParams{Starts: ps})
 		require.NoError(t, err)
 		for _, s := range res {
 			require.NoError(t, s.Err)

@@ -129,7 +129,7 @@ func TestRelay(t *testing.T) {
 		a := started[0]
 
 		// A relay claims the row and dies without marking or releasing it.
-		dead, err := r.ClaimOutbox(ctx, pool, &repo.ClaimParams{RelayID: "relay-dead", BatchSize: 10, LockDuration: time.Second})
+		dead, err := r.ClaimOutbox(ctx, pool, &repo.ClaimOutboxParams{RelayID: "relay-dead", BatchSize: 10, LockDuration: time.Second})
 		require.NoError(t, err)
 		require.Len(t, dead, 1)
 

@@ -60,7 +60,7 @@ func (b *workerBundle) start(t *testing.T, maxAttempts int32) *kfstype.Attempt {
 func (b *workerBundle) startWithMarkOpen(t *testing.T, jobID string) (repo.Delivery, pgx.Tx) {
 	t.Helper()
 	a := b.start(t, 0)
-	claimed, err := b.repo.ClaimOutbox(b.ctx, b.pool, &repo.ClaimParams{RelayID: "relay-test", BatchSize: 1})
+	claimed, err := b.repo.ClaimOutbox(b.ctx, b.pool, &repo.ClaimOutboxParams{RelayID: "relay-test", BatchSize: 1})
 	require.NoError(t, err)
 	require.Len(t, claimed, 1)
 	tx, err := b.pool.Begin(b.ctx)

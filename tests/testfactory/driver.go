@@ -149,7 +149,7 @@ func (d *Driver) ClaimAll(ctx context.Context, t testing.TB, opts *ClaimOpts) ma
 	if opts.RelayID != nil {
 		relayID = *opts.RelayID
 	}
-	msgs, err := r.ClaimOutbox(ctx, d.DB, &repo.ClaimParams{RelayID: relayID, BatchSize: repo.MaxBatchSize})
+	msgs, err := r.ClaimOutbox(ctx, d.DB, &repo.ClaimOutboxParams{RelayID: relayID, BatchSize: repo.MaxBatchSize})
 	require.NoError(t, err)
 	out := make(map[uuid.UUID]*kfstype.OutboxMessage, len(msgs))
 	for _, m := range msgs {
@@ -272,7 +272,7 @@ func (d *Driver) InState(ctx context.Context, t testing.TB, s *Scope, state kfst
 	case kfstype.RunStateQueued:
 		a := inv(d.Start(ctx, t, s, nil))
 		d.Dispatch(ctx, t, a.ID, nil)
-		a, err := d.Repo.GetAttempt(ctx, d.DB, s.TenantID, a.ID)
+		a, err := d.Repo.GetAttempt(ctx, d.DB, &repo.GetAttemptParams{TenantID: s.TenantID, AttemptID: a.ID})
 		require.NoError(t, err)
 		return inv(a)
 	case kfstype.RunStateRunning:
@@ -289,7 +289,7 @@ func (d *Driver) InState(ctx context.Context, t testing.TB, s *Scope, state kfst
 	case kfstype.RunStateSucceeded:
 		_, lease := running()
 		inv(d.AdvanceTo(ctx, t, s, lease, kfstype.CheckpointSmokeEvalPassed))
-		a, err := d.Repo.Complete(ctx, d.DB, lease)
+		a, err := d.Repo.Complete(ctx, d.DB, &repo.CompleteParams{Lease: lease})
 		require.NoError(t, err)
 		return inv(a)
 	case kfstype.RunStateFailed:

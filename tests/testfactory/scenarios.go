@@ -79,24 +79,24 @@ func (tr *transitions) relayAndWorker(t *testing.T) {
 func (tr *transitions) fullLifecycle(t *testing.T) {
 	s := tr.scope(t)
 	a := tr.start(t, s.StartParams())
-	_, err := tr.repo.GetAttempt(bg, tr.env.App, s.TenantID, a.ID)
+	_, err := tr.repo.GetAttempt(bg, tr.env.App, &repo.GetAttemptParams{TenantID: s.TenantID, AttemptID: a.ID})
 	tr.ok(t, "GetAttempt", err, uuid.Nil)
 	lease := tr.acquire(t, tr.dispatch(t, a.ID))
 	lease, err = tr.repo.Heartbeat(bg, tr.env.App, &repo.HeartbeatParams{Lease: lease})
 	tr.ok(t, "Heartbeat", err, a.ID)
 	tr.advanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
-	_, err = tr.repo.Complete(bg, tr.env.App, lease)
+	_, err = tr.repo.Complete(bg, tr.env.App, &repo.CompleteParams{Lease: lease})
 	tr.ok(t, "Complete", err, a.ID)
 	tr.requireState(t, a.ID, kfstype.RunStateSucceeded)
 
-	_, _, err = tr.repo.GetAttemptWithOutbox(bg, tr.env.App, s.TenantID, a.ID)
+	_, _, err = tr.repo.GetAttemptWithOutbox(bg, tr.env.App, &repo.GetAttemptWithOutboxParams{TenantID: s.TenantID, AttemptID: a.ID})
 	tr.ok(t, "GetAttemptWithOutbox", err, uuid.Nil)
-	list, err := tr.repo.ListDocumentVersionAttempts(bg, tr.env.App, &repo.DocumentVersion{
+	list, err := tr.repo.ListDocumentVersionAttempts(bg, tr.env.App, &repo.ListDocumentVersionAttemptsParams{
 		TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, DocumentAssetID: s.DocumentAssetID, DocumentVersion: s.DocumentVersion,
 	})
 	tr.ok(t, "ListDocumentVersionAttempts", err, uuid.Nil)
 	require.Len(t, list, 1)
-	_, err = tr.repo.CountLiveAttempts(bg, tr.env.App, s.TenantID)
+	_, err = tr.repo.CountLiveAttempts(bg, tr.env.App, &repo.CountLiveAttemptsParams{TenantID: s.TenantID})
 	tr.ok(t, "CountLiveAttempts", err, uuid.Nil)
 }
 
@@ -106,7 +106,7 @@ func (tr *transitions) deferredStart(t *testing.T) {
 	p.Deferred = true
 	a := tr.start(t, p)
 	ref := s.Ref(a.ID)
-	_, err := tr.repo.ReleaseDeferred(bg, tr.env.App, &ref)
+	_, err := tr.repo.ReleaseDeferred(bg, tr.env.App, &repo.ReleaseDeferredParams{AttemptRef: ref})
 	tr.ok(t, "ReleaseDeferred", err, a.ID)
 	_, err = tr.repo.Cancel(bg, tr.env.App, &repo.CancelParams{AttemptRef: ref})
 	tr.ok(t, "Cancel", err, a.ID)
@@ -146,7 +146,7 @@ func (tr *transitions) failAndRetry(t *testing.T) {
 	tr.requireState(t, a.ID, kfstype.RunStateFailed)
 
 	ref := s.Ref(a.ID)
-	_, err = tr.repo.RetryFailed(bg, tr.env.App, &ref)
+	_, err = tr.repo.RetryFailed(bg, tr.env.App, &repo.RetryFailedParams{AttemptRef: ref})
 	tr.ok(t, "RetryFailed", err, a.ID)
 	lease = tr.acquire(t, tr.dispatch(t, a.ID))
 	_, err = tr.repo.ScheduleRetry(bg, tr.env.App, &repo.ScheduleRetryParams{
@@ -158,7 +158,7 @@ func (tr *transitions) failAndRetry(t *testing.T) {
 	tr.clock.Advance(6 * time.Second)
 	lease = tr.acquire(t, tr.dispatch(t, a.ID))
 	tr.advanceTo(t, s, lease, kfstype.CheckpointSmokeEvalPassed)
-	_, err = tr.repo.Complete(bg, tr.env.App, lease)
+	_, err = tr.repo.Complete(bg, tr.env.App, &repo.CompleteParams{Lease: lease})
 	tr.ok(t, "Complete", err, a.ID)
 	tr.requireState(t, a.ID, kfstype.RunStateSucceeded)
 }
@@ -175,7 +175,7 @@ func (tr *transitions) exhausted(t *testing.T) {
 	d := tr.dispatch(t, a.ID) // the relay redelivers at the lease expiry
 	_, _, err = tr.repo.AcquireLease(bg, tr.env.App, &repo.AcquireLeaseParams{Delivery: *d, WorkerID: "worker-2"})
 	tr.refused(t, "AcquireLease", err, repo.ErrAttemptsExhausted)
-	_, err = tr.repo.FailExhausted(bg, tr.env.App, d)
+	_, err = tr.repo.FailExhausted(bg, tr.env.App, &repo.FailExhaustedParams{Delivery: *d})
 	tr.ok(t, "FailExhausted", err, a.ID)
 	rows := tr.requireState(t, a.ID, kfstype.RunStateFailed)
 	require.Equal(t, "EXECUTION_ATTEMPTS_EXHAUSTED", *rows.Attempt.LastErrorCode)

@@ -141,7 +141,7 @@ func (tr *transitions) start(t *testing.T, p *repo.StartParams) *kfstype.Attempt
 // every other row terminal, so nothing else is claimed.
 func (tr *transitions) claim(t *testing.T, attemptID uuid.UUID) *kfstype.OutboxMessage {
 	t.Helper()
-	msgs, err := tr.repo.ClaimOutbox(bg, tr.env.App, &repo.ClaimParams{RelayID: "relay-transitions", BatchSize: 10})
+	msgs, err := tr.repo.ClaimOutbox(bg, tr.env.App, &repo.ClaimOutboxParams{RelayID: "relay-transitions", BatchSize: 10})
 	tr.ok(t, "ClaimOutbox", err, attemptID)
 	require.Len(t, msgs, 1, "only the scenario's row is due")
 	require.Equal(t, attemptID, msgs[0].AttemptID)

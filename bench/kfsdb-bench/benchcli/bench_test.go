@@ -102,7 +102,7 @@ func TestBenchOnFreshDatabase(t *testing.T) {
 			require.Regexp(t, `(?m)^\| attempts started / succeeded \(drained: true\) \| (\d+) / (\d+) \|$`, s)
 			require.Regexp(t, `(?m)^\| lifecycle throughput \(succeeded within the window\) \| \d+ attempts/s \|$`, s)
 			require.Regexp(t, `(?m)^\| start → succeeded p50 / p99 \| \S+ / \S+ \|$`, s)
-			require.Regexp(t, `(?m)^\| StartAttempt \| \d+ \| `, s)
+			require.Regexp(t, `(?m)^\| Start \| \d+ \| `, s)
 			if mode == delivery.Relay || mode == delivery.NATS {
 				require.Regexp(t, `(?m)^\| ClaimOutbox \| \d+ \| `, s)
 				require.NotContains(t, s, "| FetchLeases |")
@@ -119,7 +119,7 @@ func TestBenchOnFreshDatabase(t *testing.T) {
 
 // TestBenchObserved runs `kfsdb-bench bench --observe` on both PostgreSQL-side
 // deliveries: every attempt started (warm-up included) left a request
-// span, a StartAttempt span and a process span, and on the relay path a
+// span, a Start span and a process span, and on the relay path a
 // publish span, all exported through the SDK.
 func TestBenchObserved(t *testing.T) {
 	t.Parallel()
@@ -132,11 +132,11 @@ func TestBenchObserved(t *testing.T) {
 				"--duration", "1s", "--producers", "2", "--workers", "2", "--rate", "40"}, &stdout, &stderr, noEnv)
 			s := stdout.String()
 			require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
-			m := regexp.MustCompile(`(?m)^\| observed: spans request / StartAttempt / publish / process \| (\d+) / (\d+) / (\d+) / (\d+) \|$`).FindStringSubmatch(s)
+			m := regexp.MustCompile(`(?m)^\| observed: spans request / Start / publish / process \| (\d+) / (\d+) / (\d+) / (\d+) \|$`).FindStringSubmatch(s)
 			require.NotNil(t, m, s)
 			request, start, publish, process := atoi(t, m[1]), atoi(t, m[2]), atoi(t, m[3]), atoi(t, m[4])
 			require.Positive(t, request)
-			require.Equal(t, request, start, "one StartAttempt span per request")
+			require.Equal(t, request, start, "one Start span per request")
 			require.GreaterOrEqual(t, process, request, "a process span for every attempt")
 			if mode == delivery.Relay {
 				require.GreaterOrEqual(t, publish, request, "a publish span for every attempt")

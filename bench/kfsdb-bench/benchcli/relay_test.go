@@ -55,7 +55,7 @@ func TestRelayCommandPublishesUntilInterrupted(t *testing.T) {
 			want := "published document.compile attempt=" + res.Attempt.ID.String() + " key=document.compile:" + res.Attempt.ID.String()
 			require.Eventually(t, func() bool { return bytes.Contains([]byte(stdout.String()), []byte(want)) }, 15*time.Second, 20*time.Millisecond)
 			require.Eventually(t, func() bool {
-				a, err := repo.New(nil).GetAttempt(t.Context(), db.Pool, s.TenantID, res.Attempt.ID)
+				a, err := repo.New(nil).GetAttempt(t.Context(), db.Pool, &repo.GetAttemptParams{TenantID: s.TenantID, AttemptID: res.Attempt.ID})
 				require.NoError(t, err)
 				return a.RunState == "queued" && a.QueueJobID != nil && len(*a.QueueJobID) > 4 && (*a.QueueJobID)[:4] == "log-"
 			}, 15*time.Second, 20*time.Millisecond)

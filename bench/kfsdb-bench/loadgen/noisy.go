@@ -310,7 +310,7 @@ func (n *noisy) startFlood(ctx context.Context) error {
 			ps = append(ps, &repo.StartParams{TenantID: sc.tenant, KnowledgeSpaceID: sc.spaceOf(j),
 				DocumentAssetID: sc.assets[j], DocumentVersion: 1, PublicationGenerationID: sc.generation})
 		}
-		res, err := n.r.StartMany(ctx, tx, ps)
+		res, err := n.r.StartMany(ctx, tx, &repo.StartManyParams{Starts: ps})
 		if err != nil {
 			return fmt.Errorf("loadgen: start flood: %w", err)
 		}

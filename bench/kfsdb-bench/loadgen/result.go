@@ -154,8 +154,8 @@ func (r *Result) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "| drain after the window (no producers) | %.0f attempts/s |\n", r.DrainRate)
 	}
 	if r.Spans != nil {
-		fmt.Fprintf(w, "| observed: spans request / StartAttempt / publish / process | %d / %d / %d / %d |\n",
-			r.Spans["request"], r.Spans["StartAttempt"], r.Spans["publish document.compile"], r.Spans["process document.compile"])
+		fmt.Fprintf(w, "| observed: spans request / Start / publish / process | %d / %d / %d / %d |\n",
+			r.Spans["request"], r.Spans["Start"], r.Spans["publish document.compile"], r.Spans["process document.compile"])
 	}
 	fmt.Fprintf(w, "| start → succeeded p50 / p99 | %s / %s |\n", r.StartToSucceededP50.Round(time.Millisecond), r.StartToSucceededP99.Round(time.Millisecond))
 	if r.StartToCommittedP99 > 0 {

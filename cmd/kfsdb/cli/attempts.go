@@ -124,7 +124,7 @@ func attemptAction(ctx context.Context, pool *pgxpool.Pool, opts *AttemptActionO
 	read := make([]*kfstype.Attempt, len(ids))
 	results := make([]ops.Result, len(ids))
 	for i, id := range ids {
-		a, err := r.GetAttempt(ctx, pool, opts.TenantID, id)
+		a, err := r.GetAttempt(ctx, pool, &repo.GetAttemptParams{TenantID: opts.TenantID, AttemptID: id})
 		switch {
 		case errors.Is(err, repo.ErrNotFound):
 			results[i] = ops.Result{AttemptID: id, Action: opts.Action, Outcome: ops.OutcomeRefused, Reason: "no such attempt for this tenant"}
@@ -239,7 +239,7 @@ func AttemptShow(ctx context.Context, opts *AttemptShowOpts) (*ops.AttemptView, 
 	}
 	var v *ops.AttemptView
 	err := withPool(ctx, opts.DatabaseURL, operatorPool, func(pool *pgxpool.Pool) error {
-		a, o, err := repo.New(nil).GetAttemptWithOutbox(ctx, pool, opts.TenantID, opts.ID)
+		a, o, err := repo.New(nil).GetAttemptWithOutbox(ctx, pool, &repo.GetAttemptWithOutboxParams{TenantID: opts.TenantID, AttemptID: opts.ID})
 		if err != nil {
 			return fmt.Errorf("attempt %s of tenant %s: %w", opts.ID, opts.TenantID, err)
 		}

@@ -246,13 +246,13 @@ func TestAttemptsActions(t *testing.T) {
 		// the cancel: the cancel is refused, not applied to a row the
 		// operator did not see.
 		r := repo.New(nil)
-		seen, err := r.GetAttempt(context.Background(), f.db.Pool, f.tenant, f.pendingC.ID)
+		seen, err := r.GetAttempt(context.Background(), f.db.Pool, &repo.GetAttemptParams{TenantID: f.tenant, AttemptID: f.pendingC.ID})
 		require.NoError(t, err)
 		fetched, err := r.FetchLeases(context.Background(), f.db.Pool, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 100})
 		require.NoError(t, err)
 		var leased []uuid.UUID
 		for _, a := range fetched.Leased {
-			leased = append(leased, a.ID)
+			leased = append(leased, a.Attempt.ID)
 		}
 		require.Contains(t, leased, f.pendingC.ID)
 		res, err := ops.Do(context.Background(), r, f.db.Pool, ops.Cancel, seen, "")

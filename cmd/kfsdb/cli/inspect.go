@@ -173,11 +173,11 @@ func newOutboxCommand(r *runner) *cobra.Command {
 // capN, as text or JSON.
 func outboxStats(ctx context.Context, db repo.DBTX, tenant string, capN int32, asJSON bool, stdout io.Writer) error {
 	r := repo.New(nil)
-	states, err := r.CountAttempts(ctx, db, &repo.CountParams{TenantID: tenant, AllTenants: tenant == "", Cap: capN})
+	states, err := r.CountAttempts(ctx, db, &repo.CountAttemptsParams{TenantID: tenant, AllTenants: tenant == "", Cap: capN})
 	if err != nil {
 		return err
 	}
-	backlog, err := r.OutboxBacklog(ctx, db, &repo.BacklogParams{Cap: capN})
+	backlog, err := r.OutboxBacklog(ctx, db, &repo.OutboxBacklogParams{Cap: capN})
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ type stuckRow struct {
 
 // newStuckCommand is `kfsdb stuck`.
 func newStuckCommand(r *runner) *cobra.Command {
-	p := &repo.StuckParams{}
+	p := &repo.ListStuckParams{}
 	var asJSON bool
 	var limit int
 	cmd := &cobra.Command{
@@ -257,7 +257,7 @@ func newStuckCommand(r *runner) *cobra.Command {
 
 // listStuck prints the attempts that are not moving, with the reason, as
 // text or JSON.
-func listStuck(ctx context.Context, db repo.DBTX, p *repo.StuckParams, asJSON bool, stdout io.Writer) error {
+func listStuck(ctx context.Context, db repo.DBTX, p *repo.ListStuckParams, asJSON bool, stdout io.Writer) error {
 	stuck, err := repo.New(nil).ListStuck(ctx, db, p)
 	if err != nil {
 		return err

@@ -71,7 +71,7 @@ func TestConsoleServesMetrics(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, getStatus(t, url, "wrong-token-0123456789-abcdefghij"))
 
 	mfs := promtest.ScrapeWith(t, url, strongToken)
-	require.Positive(t, promtest.StatementCount(mfs, "AttemptCountByRunStateAllTenants"), "the overview's counts were not timed")
+	require.Positive(t, promtest.StatementCount(mfs, "CountAttemptsAllTenants"), "the overview's counts were not timed")
 	var pending float64
 	for _, m := range mfs["kfsdb_outbox_due"].GetMetric() {
 		if m.Label[0].GetValue() == "pending" {

@@ -44,7 +44,7 @@ func (s *Server) load(w http.ResponseWriter, r *http.Request) (a *kfstype.Attemp
 		s.fail(w, r, http.StatusNotFound, "no such attempt (name its tenant with ?tenant=)")
 		return nil, nil, "", false
 	}
-	a, o, err = s.repo.GetAttemptWithOutbox(r.Context(), s.cfg.DB, tenant, id)
+	a, o, err = s.repo.GetAttemptWithOutbox(r.Context(), s.cfg.DB, &repo.GetAttemptWithOutboxParams{TenantID: tenant, AttemptID: id})
 	switch {
 	case errors.Is(err, repo.ErrNotFound):
 		s.fail(w, r, http.StatusNotFound, "no such attempt")

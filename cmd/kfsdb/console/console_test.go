@@ -110,7 +110,7 @@ func TestSecurityRules(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) { require.Equal(t, tc.want, tc.got) })
 	}
-	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, a.ID)
+	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, &repo.GetAttemptParams{TenantID: tenantA, AttemptID: a.ID})
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState, "no refused request changed the attempt")
 
@@ -143,7 +143,7 @@ func TestCancelThroughConfirmation(t *testing.T) {
 	shown := get(t, base+loc)
 	require.Contains(t, shown.body, `<p class="flash" role="status">cancel applied</p>`)
 	require.Contains(t, shown.body, `id="run-state" class="state canceled"`)
-	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, a.ID)
+	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, &repo.GetAttemptParams{TenantID: tenantA, AttemptID: a.ID})
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateCanceled, after.RunState)
 
@@ -157,7 +157,7 @@ func TestCancelThroughConfirmation(t *testing.T) {
 	res = do(t, http.MethodPost, base+"/attempts/"+stale.ID.String()+"/act", form, nil)
 	require.Equal(t, http.StatusSeeOther, res.status)
 	require.Contains(t, get(t, base+res.header.Get("Location")).body, "supersede refused: the attempt changed since you confirmed")
-	after, err = b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, stale.ID)
+	after, err = b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, &repo.GetAttemptParams{TenantID: tenantA, AttemptID: stale.ID})
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateCanceled, after.RunState)
 
@@ -216,7 +216,7 @@ func TestRetryOfAFailedAttempt(t *testing.T) {
 	res := do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, nil)
 	require.Equal(t, http.StatusSeeOther, res.status)
 	require.Contains(t, get(t, base+res.header.Get("Location")).body, "retry applied")
-	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantB, a.ID)
+	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, &repo.GetAttemptParams{TenantID: tenantB, AttemptID: a.ID})
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState)
 }

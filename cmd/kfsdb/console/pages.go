@@ -144,12 +144,12 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, tenant, all := r.Context(), s.cfg.TenantID, s.cfg.TenantID == ""
 	p := overviewPage{Cap: repo.CountCapDefault}
 	var err error
-	if p.States, err = s.repo.CountAttempts(ctx, s.cfg.DB, &repo.CountParams{TenantID: tenant, AllTenants: all}); err != nil {
+	if p.States, err = s.repo.CountAttempts(ctx, s.cfg.DB, &repo.CountAttemptsParams{TenantID: tenant, AllTenants: all}); err != nil {
 		s.serverError(w, r, err)
 		return
 	}
 	if all {
-		if p.Backlog, err = s.repo.OutboxBacklog(ctx, s.cfg.DB, &repo.BacklogParams{}); err != nil {
+		if p.Backlog, err = s.repo.OutboxBacklog(ctx, s.cfg.DB, &repo.OutboxBacklogParams{}); err != nil {
 			s.serverError(w, r, err)
 			return
 		}
@@ -162,7 +162,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 	for _, m := range p.Throughput {
 		p.MaxPerMin, p.Ended, p.EndedCap = max(p.MaxPerMin, m.Total()), p.Ended+m.Total(), m.AtLeast
 	}
-	stuck, err := s.repo.ListStuck(ctx, s.cfg.DB, &repo.StuckParams{TenantID: tenant, AllTenants: all, Limit: repo.MaxListLimit})
+	stuck, err := s.repo.ListStuck(ctx, s.cfg.DB, &repo.ListStuckParams{TenantID: tenant, AllTenants: all, Limit: repo.MaxListLimit})
 	if err != nil {
 		s.serverError(w, r, err)
 		return

@@ -17,6 +17,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
@@ -65,7 +66,7 @@ func TestProxyForwardedRequestsNeedALogin(t *testing.T) {
 	res := do(t, http.MethodPost, proxy.URL+"/attempts/"+a.ID.String()+"/act",
 		url.Values{"action": {"cancel"}, "tenant": {tenantA}, "version": {fmt.Sprint(a.RowVersion)}}, noAuth)
 	require.Equal(t, http.StatusUnauthorized, res.status)
-	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, tenantA, a.ID)
+	after, err := b.drv.Repo.GetAttempt(b.ctx, b.db.Pool, &repo.GetAttemptParams{TenantID: tenantA, AttemptID: a.ID})
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState)
 

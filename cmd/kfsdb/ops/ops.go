@@ -108,7 +108,7 @@ func Apply(ctx context.Context, r *repo.Repo, db repo.DBTX, a Action, att *kfsty
 	case Supersede:
 		return r.Supersede(ctx, db, &repo.SupersedeParams{AttemptRef: ref, Reason: why})
 	case Retry:
-		return r.RetryFailed(ctx, db, &ref)
+		return r.RetryFailed(ctx, db, &repo.RetryFailedParams{AttemptRef: ref})
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownAction, a)
 }

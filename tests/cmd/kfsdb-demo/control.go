@@ -27,7 +27,7 @@ func (w *workload) control(ctx context.Context, e *entry) error {
 		}
 		ref := w.ref(e)
 		return w.lat.time(latCall+"ReleaseDeferred", func() error {
-			_, err := w.repo.ReleaseDeferred(ctx, w.pool, &ref)
+			_, err := w.repo.ReleaseDeferred(ctx, w.pool, &repo.ReleaseDeferredParams{AttemptRef: ref})
 			return err
 		})
 	case scCancelRunning, scSupersedeRunning:
@@ -56,7 +56,7 @@ func (w *workload) control(ctx context.Context, e *entry) error {
 		for {
 			var a *kfstype.Attempt
 			if err := w.lat.time(latCall+"GetAttempt", func() (err error) {
-				a, err = w.repo.GetAttempt(ctx, w.pool, e.tenantID, e.attempt())
+				a, err = w.repo.GetAttempt(ctx, w.pool, &repo.GetAttemptParams{TenantID: e.tenantID, AttemptID: e.attempt()})
 				return err
 			}); err != nil {
 				return err
@@ -74,7 +74,7 @@ func (w *workload) control(ctx context.Context, e *entry) error {
 		e.retried.Store(true)
 		ref := w.ref(e)
 		return w.lat.time(latCall+"RetryFailed", func() error {
-			_, err := w.repo.RetryFailed(ctx, w.pool, &ref)
+			_, err := w.repo.RetryFailed(ctx, w.pool, &repo.RetryFailedParams{AttemptRef: ref})
 			return err
 		})
 	}

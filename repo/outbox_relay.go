@@ -1,7 +1,14 @@
 package repo
 
+// The relay's transitions, the Go twin of db/queries/outbox_relay.sql and
+// in its order: ClaimOutbox, OutboxListenerIdle, OutboxListenerAwake,
+// MarkDispatched and ReleaseOutbox; and DecodePayload, for what the relay
+// publishes.
+
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -20,11 +27,11 @@ import (
 // by whoever holds the row now; nothing is lost.
 var ErrOutboxLockLost = errors.New("kfsdb: outbox lock lost")
 
-// Relay defaults, from the upstream platform: a zero ClaimParams,
+// Relay defaults, from the upstream platform: a zero ClaimOutboxParams,
 // MarkDispatchedParams or ReleaseOutboxParams field means them, and
 // relay.Config's fields of the same names default to them.
 const (
-	// LockDurationDefault is ClaimParams.LockDuration's default.
+	// LockDurationDefault is ClaimOutboxParams.LockDuration's default.
 	LockDurationDefault = 30 * time.Second
 	// MaxDispatchAttemptsDefault is ReleaseOutboxParams.MaxDispatchAttempts'.
 	MaxDispatchAttemptsDefault = 10
@@ -32,8 +39,8 @@ const (
 	VisibilityTimeoutDefault = 60 * time.Second
 )
 
-// ClaimParams asks for due outbox rows.
-type ClaimParams struct {
+// ClaimOutboxParams asks for due outbox rows.
+type ClaimOutboxParams struct {
 	// RelayID names the claiming relay (locked_by), 1..255 characters.
 	RelayID string
 	// BatchSize is 1..100.
@@ -49,9 +56,9 @@ type ClaimParams struct {
 // rows are not touched. Rows other relays hold are skipped, never waited on.
 //
 // Errors: *InputError.
-func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimParams) ([]*kfstype.OutboxMessage, error) {
+func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimOutboxParams) ([]*kfstype.OutboxMessage, error) {
 	v := r.call(ctx, db)
-	if set(v, "ClaimParams", p) {
+	if set(v, "ClaimOutboxParams", p) {
 		v.text("RelayID", p.RelayID, MaxWorkerIDLength)
 		if p.BatchSize < 1 || p.BatchSize > MaxBatchSize {
 			v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxBatchSize))
@@ -89,9 +96,9 @@ func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimParams) ([]*kfs
 	return out, nil
 }
 
-// ListenerIdleParams registers a relay that found nothing to claim as idle,
+// OutboxListenerIdleParams registers a relay that found nothing to claim as idle,
 // so that commits which make an outbox row due notify it.
-type ListenerIdleParams struct {
+type OutboxListenerIdleParams struct {
 	// ListenerID is the relay's id (the RelayID it claims with), 1..255
 	// characters: its next claim that finds rows ends the registration.
 	ListenerID string
@@ -100,8 +107,8 @@ type ListenerIdleParams struct {
 	TTL time.Duration
 }
 
-// ListenerIdleResult says whether the relay may sleep.
-type ListenerIdleResult struct {
+// OutboxListenerIdleResult says whether the relay may sleep.
+type OutboxListenerIdleResult struct {
 	// Registered: commits that make a row due now notify the relay. When
 	// false (a commit was checking at that instant), the relay must poll
 	// again shortly instead of sleeping.
@@ -122,9 +129,9 @@ type ListenerIdleResult struct {
 // the registration must commit before the claim that follows it.
 //
 // Errors: *InputError.
-func (r *Repo) OutboxListenerIdle(ctx context.Context, db DBTX, p *ListenerIdleParams) (*ListenerIdleResult, error) {
+func (r *Repo) OutboxListenerIdle(ctx context.Context, db DBTX, p *OutboxListenerIdleParams) (*OutboxListenerIdleResult, error) {
 	v := r.call(ctx, db)
-	if set(v, "ListenerIdleParams", p) {
+	if set(v, "OutboxListenerIdleParams", p) {
 		v.text("ListenerID", p.ListenerID, MaxWorkerIDLength)
 		v.duration("TTL", p.TTL)
 	}
@@ -135,7 +142,7 @@ func (r *Repo) OutboxListenerIdle(ctx context.Context, db DBTX, p *ListenerIdleP
 	if err != nil {
 		return nil, fmt.Errorf("register relay %q idle: %w", p.ListenerID, mapError(err))
 	}
-	res := &ListenerIdleResult{Registered: row.Registered, Inserted: row.Inserted}
+	res := &OutboxListenerIdleResult{Registered: row.Registered, Inserted: row.Inserted}
 	if row.HasNextDue {
 		d := time.Duration(row.NextDueInUs) * time.Microsecond
 		res.NextDueIn = &d
@@ -143,25 +150,35 @@ func (r *Repo) OutboxListenerIdle(ctx context.Context, db DBTX, p *ListenerIdleP
 	return res, nil
 }
 
+// OutboxListenerAwakeParams names the relay whose idle registration ends.
+type OutboxListenerAwakeParams struct {
+	// ListenerID is the relay's id, as registered by OutboxListenerIdle.
+	ListenerID string
+}
+
 // OutboxListenerAwake ends a relay's idle registration: it stops, or it
 // lost its LISTEN connection and polls until that is back.
 //
 // Errors: *InputError.
-func (r *Repo) OutboxListenerAwake(ctx context.Context, db DBTX, listenerID string) error {
+func (r *Repo) OutboxListenerAwake(ctx context.Context, db DBTX, p *OutboxListenerAwakeParams) error {
 	v := r.call(ctx, db)
-	v.text("ListenerID", listenerID, MaxWorkerIDLength)
+	if set(v, "OutboxListenerAwakeParams", p) {
+		v.text("ListenerID", p.ListenerID, MaxWorkerIDLength)
+	}
 	if err := v.result(); err != nil {
 		return err
 	}
-	if err := r.q.OutboxListenerAwake(ctx, db, listenerID); err != nil {
-		return fmt.Errorf("end idle registration of relay %q: %w", listenerID, mapError(err))
+	if err := r.q.OutboxListenerAwake(ctx, db, p.ListenerID); err != nil {
+		return fmt.Errorf("end idle registration of relay %q: %w", p.ListenerID, mapError(err))
 	}
 	return nil
 }
 
 // Dispatch records one successful publication of a claimed row.
 type Dispatch struct {
-	OutboxID  uuid.UUID
+	// OutboxID is the claimed row.
+	OutboxID uuid.UUID
+	// LockToken is the row's token from ClaimOutbox.
 	LockToken uuid.UUID
 	// QueueJobID is the queue's id for the message, 1..255 characters.
 	QueueJobID string
@@ -171,6 +188,7 @@ type Dispatch struct {
 
 // MarkDispatchedParams is a batch of publications.
 type MarkDispatchedParams struct {
+	// Dispatches are 1..MaxBatchSize publications, each row named once.
 	Dispatches []Dispatch
 	// VisibilityTimeout is how long the queue message may wait for a worker
 	// before the relay republishes it. Defaults to VisibilityTimeoutDefault.
@@ -181,7 +199,9 @@ type MarkDispatchedParams struct {
 // refused (lock token no longer valid, or the attempt no longer waiting
 // for a delivery); refused rows are unchanged.
 type MarkDispatchedResult struct {
-	Marked  []*kfstype.OutboxMessage
+	// Marked are the rows now dispatched.
+	Marked []*kfstype.OutboxMessage
+	// Refused are the ids of the rows left unchanged, in input order.
 	Refused []uuid.UUID
 }
 
@@ -250,7 +270,9 @@ func (r *Repo) MarkDispatched(ctx context.Context, db DBTX, p *MarkDispatchedPar
 
 // ReleaseOutboxParams reports a failed publication.
 type ReleaseOutboxParams struct {
-	OutboxID  uuid.UUID
+	// OutboxID is the claimed row.
+	OutboxID uuid.UUID
+	// LockToken is the row's token from ClaimOutbox.
 	LockToken uuid.UUID
 	// Backoff (> 0) is when the row is due again; the relay computes it as
 	// min(cap, base·2^(n−1)) plus jitter.
@@ -316,4 +338,27 @@ func (r *Repo) ReleaseOutbox(ctx context.Context, db DBTX, p *ReleaseOutboxParam
 // Errors: *InputError.
 func DecodePayload(raw []byte) (*kfstype.Payload, error) {
 	return decodePayload(raw)
+}
+
+func decodePayload(raw []byte) (*kfstype.Payload, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return nil, &InputError{Field: "Payload", Reason: "must be a JSON object"}
+	}
+	if len(fields) != 1 || fields["attemptId"] == nil {
+		return nil, &InputError{Field: "Payload", Reason: `must hold exactly the key "attemptId"`}
+	}
+	var s string
+	if err := json.Unmarshal(fields["attemptId"], &s); err != nil {
+		return nil, &InputError{Field: "Payload.attemptId", Reason: "must be a string"}
+	}
+	id, err := uuid.Parse(s)
+	if err != nil || id == uuid.Nil || len(s) != 36 {
+		return nil, &InputError{Field: "Payload.attemptId", Reason: "must be a non-zero UUID in canonical form"}
+	}
+	// Reject duplicate keys, which map decoding would silently merge.
+	if bytes.Count(raw, []byte(`"attemptId"`)) != 1 {
+		return nil, &InputError{Field: "Payload", Reason: `must hold "attemptId" once`}
+	}
+	return &kfstype.Payload{AttemptID: id}, nil
 }

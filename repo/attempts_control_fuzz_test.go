@@ -59,43 +59,9 @@ func FuzzAttemptRef(f *testing.F) {
 			case 1:
 				_, err = r.Supersede(fuzzCtx, db, &SupersedeParams{AttemptRef: ref, Reason: why})
 			case 2:
-				_, err = r.RetryFailed(fuzzCtx, db, &ref)
+				_, err = r.RetryFailed(fuzzCtx, db, &RetryFailedParams{AttemptRef: ref})
 			case 3:
-				_, err = r.ReleaseDeferred(fuzzCtx, db, &ref)
-			}
-			return err
-		})
-	})
-}
-
-// FuzzReads covers the tenant-scoped reads' validation.
-func FuzzReads(f *testing.F) {
-	f.Add("tenant-a", uint64(1), uint64(2), uint64(3), int32(1), uint8(0))
-	f.Fuzz(func(t *testing.T, tenant string, attempt, space, asset uint64, version int32, op uint8) {
-		r := New(nil)
-		bad := badFields{}
-		bad.check("TenantID", okText(tenant, 255))
-		switch op % 4 {
-		case 0, 1:
-			bad.check("AttemptID", attempt != 0)
-		case 2:
-			bad.check("KnowledgeSpaceID", space != 0)
-			bad.check("DocumentAssetID", asset != 0)
-			bad.check("DocumentVersion", version > 0)
-		}
-		expectOutcome(t, bad, func(db DBTX) error {
-			var err error
-			switch op % 4 {
-			case 0:
-				_, err = r.GetAttempt(fuzzCtx, db, tenant, fuzzID(attempt))
-			case 1:
-				_, _, err = r.GetAttemptWithOutbox(fuzzCtx, db, tenant, fuzzID(attempt))
-			case 2:
-				_, err = r.ListDocumentVersionAttempts(fuzzCtx, db, &DocumentVersion{
-					TenantID: tenant, KnowledgeSpaceID: fuzzID(space), DocumentAssetID: fuzzID(asset), DocumentVersion: version,
-				})
-			case 3:
-				_, err = r.CountLiveAttempts(fuzzCtx, db, tenant)
+				_, err = r.ReleaseDeferred(fuzzCtx, db, &ReleaseDeferredParams{AttemptRef: ref})
 			}
 			return err
 		})

@@ -1,5 +1,8 @@
 package repo
 
+// Direct delivery's one transition, the Go twin of
+// db/queries/direct_delivery.sql: FetchLeases.
+
 import (
 	"cmp"
 	"context"
@@ -45,21 +48,29 @@ type FetchLeasesParams struct {
 	// and a tenant alone still fills the batch.
 	PerTenant int32
 	// TraceContexts asks for each lease's Start trace context (migration
-	// 0009) in the same round trip, in FetchLeasesResult.TraceContexts.
+	// 0009) in the same round trip, in LeasedAttempt.TraceContext.
 	// Defaults to false.
 	TraceContexts bool
 }
 
+// LeasedAttempt is one attempt a fetch leased, with its lease.
+type LeasedAttempt struct {
+	// Attempt is the attempt, now running under Lease.
+	Attempt *kfstype.Attempt
+	// Lease is the worker's lease on it, to heartbeat and record the
+	// outcome with.
+	Lease *Lease
+	// TraceContext is the trace context the attempt's Start stored, when
+	// FetchLeasesParams.TraceContexts asked for it; zero otherwise, or
+	// when the attempt was started without one.
+	TraceContext kfstype.TraceContext
+}
+
 // FetchLeasesResult is what one fetch leased.
 type FetchLeasesResult struct {
-	// Leased are the attempts now running under Leases (same order: round
-	// by round across tenants).
-	Leased []*kfstype.Attempt
-	Leases []*Lease
-	// TraceContexts are the Start trace contexts of Leased (same order;
-	// zero for an attempt started without one) when
-	// FetchLeasesParams.TraceContexts asked for them; nil otherwise.
-	TraceContexts []kfstype.TraceContext
+	// Leased are the attempts now running, each with its lease, in id
+	// order (UUIDv7: start order).
+	Leased []*LeasedAttempt
 	// Exhausted are due attempts that had no execution attempts left: the
 	// fetch failed them (EXECUTION_ATTEMPTS_EXHAUSTED) instead.
 	Exhausted []*kfstype.Attempt
@@ -124,21 +135,16 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 	}
 	// RETURNING has no order: hand leases out by id (UUIDv7: start order).
 	sort.Slice(leased, func(i, j int) bool { return leased[i].ID.String() < leased[j].ID.String() })
-	res.Leased = make([]*kfstype.Attempt, len(leased))
-	if p.TraceContexts {
-		res.TraceContexts = make([]kfstype.TraceContext, len(leased))
-	}
+	res.Leased = make([]*LeasedAttempt, len(leased))
+	last := ""
 	for i, row := range leased {
-		res.Leased[i] = attemptFromRow(fetchedRow(row))
+		a := attemptFromRow(fetchedRow(row))
+		la := &LeasedAttempt{Attempt: a, Lease: &Lease{AttemptID: a.ID, WorkerID: *a.WorkerID, Token: *a.LeaseToken, ExpiresAt: *a.LeaseExpiresAt}}
 		if p.TraceContexts && row.TraceParent != nil && row.TraceState != nil {
 			// Both set together: the table's columns are NOT NULL.
-			res.TraceContexts[i] = kfstype.TraceContext{TraceParent: *row.TraceParent, TraceState: *row.TraceState}
+			la.TraceContext = kfstype.TraceContext{TraceParent: *row.TraceParent, TraceState: *row.TraceState}
 		}
-	}
-	res.Leases = make([]*Lease, len(res.Leased))
-	last := ""
-	for i, a := range res.Leased {
-		res.Leases[i] = &Lease{AttemptID: a.ID, WorkerID: *a.WorkerID, Token: *a.LeaseToken, ExpiresAt: *a.LeaseExpiresAt}
+		res.Leased[i] = la
 		if i == 0 || walkedBefore(p.AfterTenant, last, a.TenantID) {
 			last = a.TenantID
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 // FuzzAcquireLeaseParams covers AcquireLeaseParams and the Delivery it
-// embeds (also through FailExhausted, which takes a bare Delivery).
+// embeds (also through FailExhausted, whose params embed it too).
 func FuzzAcquireLeaseParams(f *testing.F) {
 	f.Add(uint64(1), "job-1", false, "", "worker-1", int64(0), false)
 	f.Fuzz(func(t *testing.T, attempt uint64, queueJobID string, hasExternal bool, externalJobID, workerID string, leaseNanos int64, exhaust bool) {
@@ -25,7 +25,7 @@ func FuzzAcquireLeaseParams(f *testing.F) {
 		r := New(nil)
 		if exhaust {
 			expectOutcome(t, bad, func(db DBTX) error {
-				_, err := r.FailExhausted(fuzzCtx, db, &d)
+				_, err := r.FailExhausted(fuzzCtx, db, &FailExhaustedParams{Delivery: d})
 				return err
 			})
 			return
@@ -96,17 +96,18 @@ func FuzzLeaseCalls(f *testing.F) {
 			checkCandidate()
 			p := &AdvanceParams{Lease: l, Checkpoint: kfstype.Checkpoint(checkpoint),
 				CandidatePublicationID: candidateID, CandidateFingerprint: candidateFingerprint}
-			advance := r.Advance
-			if op%5 == 3 {
-				advance = r.AdvanceTo
-			}
 			expectOutcome(t, bad, func(db DBTX) error {
-				_, err := advance(fuzzCtx, db, p)
+				var err error
+				if op%5 == 3 {
+					_, err = r.AdvanceTo(fuzzCtx, db, (*AdvanceToParams)(p))
+				} else {
+					_, err = r.Advance(fuzzCtx, db, p)
+				}
 				return err
 			})
 		case 2:
 			expectOutcome(t, bad, func(db DBTX) error {
-				_, err := r.Complete(fuzzCtx, db, l)
+				_, err := r.Complete(fuzzCtx, db, &CompleteParams{Lease: l})
 				return err
 			})
 		case 4:
