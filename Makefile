@@ -4,9 +4,10 @@
 # test kit for application teams (kfsdbtest/, with the README's quick
 # start), the test harness, integration tests, demo and bench-kfsdb programs
 # (tests/), the deploy command (cmd/kfsdb/), the bench and demo binary
-# kfsdb-bench (bench/kfsdb-bench/: work, relay, bench, the load driver), the
-# Prometheus adapter (observe/prom/), the OpenTelemetry one (observe/otel/)
-# and the NATS JetStream broker adapter (natsjs/). Every target runs each
+# kfsdb-bench (bench/kfsdb-bench/: work, relay, bench, the load driver), and
+# the adapters above the runtime, each its own module (adapters/: the
+# Prometheus one adapters/prom/, the OpenTelemetry one adapters/otel/, the
+# NATS JetStream broker adapters/natsjs/). Every target runs each
 # module with GOWORK=off, so it checks that module's own go.mod exactly as
 # CI and importers see it; go.work is only a convenience for editors and
 # ad-hoc runs.
@@ -15,7 +16,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . migrate kfsdbtest tests cmd/kfsdb bench/kfsdb-bench observe/prom observe/otel natsjs
+MODULES := . migrate kfsdbtest tests cmd/kfsdb bench/kfsdb-bench adapters/prom adapters/otel adapters/natsjs
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 
@@ -105,7 +106,7 @@ test: test-deps ## Run every test of every module (-race), building kfsdb-postgr
 # brokers, as module:package-pattern.
 FLAKE_PACKAGES ?= tests:./runtime/ tests:./multiproc/ tests:./faults/ tests:./repo/ tests:./migrations/ \
 	tests:./pgbouncer/ tests:./console/ tests:./model/ tests:./cmd/... .:./internal/... .:./worker/... .:./relay/... \
-	.:./pgsource/... natsjs:./... observe/prom:./... observe/otel:./... cmd/kfsdb:./... bench/kfsdb-bench:./... kfsdbtest:./...
+	.:./pgsource/... adapters/natsjs:./... adapters/prom:./... adapters/otel:./... cmd/kfsdb:./... bench/kfsdb-bench:./... kfsdbtest:./...
 FLAKE_COUNT ?= 5
 # CPU hogs beside the tests (stress-ng --cpu N, or shell busy loops).
 FLAKE_LOAD ?= 2
@@ -170,7 +171,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK or nats; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby, NATS or load driver; and that testcontainers reaches an application only through the test kit, in its tests.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK, nats or an adapters/ module; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby, NATS or load driver; and that testcontainers reaches an application only through the test kit, in its tests.
 	scripts/check-deps.sh
 
 .PHONY: check-tree

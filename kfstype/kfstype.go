@@ -340,7 +340,7 @@ type Payload struct {
 }
 
 // TraceContext is a W3C Trace Context in its text form, as carried from
-// an attempt's Start to the worker that runs it (observe/otel writes and
+// an attempt's Start to the worker that runs it (adapters/otel writes and
 // reads it): the outbox payload is fixed, so it travels beside it. The
 // zero value is "no trace context".
 type TraceContext struct {

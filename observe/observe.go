@@ -1,6 +1,9 @@
 // Package observe is the small metrics seam of kfsdb's runtime: the relay
 // and the worker count what they do through a Metrics the application
-// wires to its own metrics system. There is no global state.
+// wires to its own metrics system. There is no global state. The adapters
+// to Prometheus and OpenTelemetry sit above the runtime in modules of
+// their own (adapters/prom, adapters/otel), so this seam and its importers
+// carry none of their libraries.
 package observe
 
 import (

@@ -12,7 +12,7 @@ const maxQueryNameLength = 64
 // "-- name: X :kind", or OtherQuery: for SQL without it, and for a name
 // that is not an identifier of at most 64 characters, so that metric
 // labels and span names taken from it stay bounded by the program's
-// queries. The adapters (observe/prom, observe/otel) name statements by
+// queries. The adapters (adapters/prom, adapters/otel) name statements by
 // it.
 func QueryName(sql string) string {
 	rest, ok := strings.CutPrefix(strings.TrimLeft(sql, " \t\r\n"), "-- name: ")

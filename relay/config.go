@@ -70,7 +70,7 @@ type Config struct {
 	Repo *repo.Repo
 	// TraceContexts makes the relay read the claimed attempts' Start trace
 	// contexts (one more statement per claimed batch) and pass each in
-	// Message.TraceContext, for a tracing Publisher such as observe/otel's
+	// Message.TraceContext, for a tracing Publisher such as adapters/otel's
 	// WrapPublisher. Defaults to false: messages carry none.
 	TraceContexts bool
 	// VisibilityTimeout is how long a published message may wait for a

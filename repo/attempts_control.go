@@ -46,7 +46,7 @@ type StartParams struct {
 	// AvailableAt delays the first publication. Defaults to now; not
 	// allowed with Deferred.
 	AvailableAt *time.Time
-	// TraceContext is the caller's trace context (observe/otel's
+	// TraceContext is the caller's trace context (adapters/otel's
 	// TraceContext(ctx) gives it), stored with a created attempt in the
 	// same statement so that the worker's span joins the Start's trace. A
 	// Start that finds a live attempt stores nothing. Defaults to none:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Check that importers of the root module github.com/knowledgefs/kfsdb never
 # get the development-only dependencies (sqlc, goose, testcontainers, the
-# Docker client) nor Prometheus' client_golang (module observe/prom) nor
-# the OpenTelemetry SDK (module observe/otel) nor nats.go (module natsjs)
-# in their package or module graph.
+# Docker client) nor the adapters under adapters/ (each its own module):
+# Prometheus' client_golang (module adapters/prom), the OpenTelemetry SDK
+# (module adapters/otel), nats.go (module adapters/natsjs), in their package
+# or module graph.
 #
 #   (a) `go list -deps` over every package of the root module (GOWORK=off)
 #       must not contain a forbidden package path;
@@ -13,22 +14,23 @@
 #   (c) the deploy binary, cmd/kfsdb built as operators build it, must link
 #       no test harness and nothing that runs a handler, a relay or a load:
 #       `go version -m` lists no testcontainers, moby or docker module (nor
-#       sqlc, chromedp, nats-server, nats.go, natsjs, the OpenTelemetry SDK,
-#       the tests module or the kfsdb-bench module, which holds work, relay,
-#       bench and the load driver), and `go version -m` names no package of
+#       sqlc, chromedp, nats-server, nats.go, adapters/natsjs, the
+#       OpenTelemetry SDK, the tests module or the kfsdb-bench module, which
+#       holds work, relay, bench and the load driver), and `go version -m` names no package of
 #       those. goose is expected there (kfsdb migrate), and client_golang
 #       (--metrics-listen). Prints the binary's size and module count;
 #   (d) an application that migrates with kfsdb: a throwaway consumer that
 #       requires the root module and the migrate module only, and imports
 #       repo, worker, pgsource, db/migrations and migrate. Its package graph
 #       (what is compiled into the application) must have no test harness,
-#       Docker client, NATS, Prometheus, OpenTelemetry or sqlc package. Its
-#       module graph (`go list -m all`) must have no testcontainers, NATS,
-#       client_golang, sqlc, nor kfsdb's tests or cmd/kfsdb module; goose is
-#       expected, and the only moby/docker, OpenTelemetry or Prometheus
-#       modules allowed are those that goose's own go.mod requires (its
-#       CLI's drivers and its test tooling, never built): every one must be
-#       unreachable in `go mod graph` once goose's edges are removed.
+#       Docker client, NATS, Prometheus, OpenTelemetry, sqlc or adapter
+#       package. Its module graph (`go list -m all`) must have no
+#       testcontainers, NATS, client_golang, sqlc, nor kfsdb's tests,
+#       cmd/kfsdb or adapters/* module; goose is expected, and the only
+#       moby/docker, OpenTelemetry or Prometheus modules allowed are those
+#       that goose's own go.mod requires (its CLI's drivers and its test
+#       tooling, never built): every one must be unreachable in
+#       `go mod graph` once goose's edges are removed.
 #       Prints both counts;
 #   (e) testcontainers reaches an application only through the test kit
 #       (module kfsdbtest): neither the root module nor migrate has it in
@@ -54,13 +56,15 @@ consumer_imports=(
 	github.com/knowledgefs/kfsdb/observe
 )
 
-# client_golang belongs to the separate observe/prom module only, the
-# OpenTelemetry SDK to observe/otel (for its tests), nats.go and
-# nats-server to natsjs (and its tests) only.
-forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk|nats-io'
+# client_golang belongs to the separate adapters/prom module only, the
+# OpenTelemetry SDK to adapters/otel (for its tests), nats.go and
+# nats-server to adapters/natsjs (and its tests) only; no adapter module
+# reaches an importer of the root module.
+forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk|nats-io|knowledgefs/kfsdb/adapters/'
 # What the kfsdb binary must not link: the harness, its Docker client, the
-# browser driver of tests/console and the NATS server of natsjs's tests.
-binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-io|knowledgefs/kfsdb/natsjs|go.opentelemetry.io/otel/sdk|knowledgefs/kfsdb/bench'
+# browser driver of tests/console and the NATS server of adapters/natsjs's
+# tests.
+binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-io|knowledgefs/kfsdb/adapters/natsjs|go.opentelemetry.io/otel/sdk|knowledgefs/kfsdb/bench'
 # What kfsdb-bench must not link: the harness's containers and a NATS server.
 bench_forbidden='sqlc|testcontainers|docker|moby|chromedp|nats-server'
 
@@ -181,7 +185,7 @@ GOSRC
 (cd "$app" && GOFLAGS=-mod=mod go mod tidy)
 (cd "$app" && go build ./...)
 app_pkgs=$(cd "$app" && go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./... | sed '/^$/d')
-app_pkg_forbidden='testcontainers|docker|moby|nats-io|prometheus|opentelemetry|sqlc|knowledgefs/kfsdb/tests|knowledgefs/kfsdb/cmd'
+app_pkg_forbidden='testcontainers|docker|moby|nats-io|prometheus|opentelemetry|sqlc|knowledgefs/kfsdb/tests|knowledgefs/kfsdb/cmd|knowledgefs/kfsdb/adapters/'
 echo "application package graph: $(wc -l <<<"$app_pkgs") packages outside the standard library"
 if bad=$(grep -E "$app_pkg_forbidden" <<<"$app_pkgs"); then
 	echo "FORBIDDEN packages compiled into the application:" >&2
@@ -190,7 +194,7 @@ if bad=$(grep -E "$app_pkg_forbidden" <<<"$app_pkgs"); then
 fi
 app_mods=$(cd "$app" && go list -m all)
 echo "application module graph (go list -m all): $(wc -l <<<"$app_mods") modules"
-app_mod_forbidden='testcontainers|nats-io|prometheus/client_golang|sqlc|knowledgefs/kfsdb/tests|knowledgefs/kfsdb/cmd'
+app_mod_forbidden='testcontainers|nats-io|prometheus/client_golang|sqlc|knowledgefs/kfsdb/tests|knowledgefs/kfsdb/cmd|knowledgefs/kfsdb/adapters/'
 if bad=$(grep -E "$app_mod_forbidden" <<<"$app_mods"); then
 	echo "FORBIDDEN modules in the application's module graph:" >&2
 	sed 's/^/  /' <<<"$bad" >&2
@@ -226,7 +230,7 @@ fi
 
 echo "== (e) the test kit is the only module that brings testcontainers to an application"
 # The library and the migrations must not have testcontainers even in
-# their module graph (natsjs and observe/* require the tests module for
+# their module graph (the adapters/* modules require the tests module for
 # their own tests, so theirs has it); an application that uses the kit in
 # its tests must get it in its tests' packages only.
 for m in . migrate; do
@@ -299,4 +303,4 @@ if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK or nats for importers; no test harness, NATS or load driver in the kfsdb binary; no containers or NATS server in kfsdb-bench; an application with the migrate module compiles in no test, broker, metrics or tracing package; testcontainers only through the test kit, in tests)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK, nats or adapter module for importers; no test harness, NATS or load driver in the kfsdb binary; no containers or NATS server in kfsdb-bench; an application with the migrate module compiles in no test, broker, metrics or tracing package; testcontainers only through the test kit, in tests)"

@@ -33,9 +33,9 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/knowledgefs/kfsdb/natsjs v0.0.0 // indirect
-	github.com/knowledgefs/kfsdb/observe/otel v0.0.0 // indirect
-	github.com/knowledgefs/kfsdb/observe/prom v0.0.0 // indirect
+	github.com/knowledgefs/kfsdb/adapters/natsjs v0.0.0 // indirect
+	github.com/knowledgefs/kfsdb/adapters/otel v0.0.0 // indirect
+	github.com/knowledgefs/kfsdb/adapters/prom v0.0.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
@@ -112,11 +112,11 @@ replace github.com/knowledgefs/kfsdb => ../
 
 replace github.com/knowledgefs/kfsdb/cmd/kfsdb => ../cmd/kfsdb
 
-replace github.com/knowledgefs/kfsdb/natsjs => ../natsjs
+replace github.com/knowledgefs/kfsdb/adapters/natsjs => ../adapters/natsjs
 
-replace github.com/knowledgefs/kfsdb/observe/prom => ../observe/prom
+replace github.com/knowledgefs/kfsdb/adapters/prom => ../adapters/prom
 
-replace github.com/knowledgefs/kfsdb/observe/otel => ../observe/otel
+replace github.com/knowledgefs/kfsdb/adapters/otel => ../adapters/otel
 
 replace github.com/knowledgefs/kfsdb/migrate => ../migrate
 

@@ -13,11 +13,11 @@ go 1.26.0
 
 replace (
 	github.com/knowledgefs/kfsdb => ../..
+	github.com/knowledgefs/kfsdb/adapters/natsjs => ../../adapters/natsjs
+	github.com/knowledgefs/kfsdb/adapters/otel => ../../adapters/otel
+	github.com/knowledgefs/kfsdb/adapters/prom => ../../adapters/prom
 	github.com/knowledgefs/kfsdb/cmd/kfsdb => ../../cmd/kfsdb
 	github.com/knowledgefs/kfsdb/migrate => ../../migrate
-	github.com/knowledgefs/kfsdb/natsjs => ../../natsjs
-	github.com/knowledgefs/kfsdb/observe/otel => ../../observe/otel
-	github.com/knowledgefs/kfsdb/observe/prom => ../../observe/prom
 	github.com/knowledgefs/kfsdb/tests => ../../tests
 )
 
@@ -25,11 +25,11 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/knowledgefs/kfsdb v0.0.0
+	github.com/knowledgefs/kfsdb/adapters/natsjs v0.0.0
+	github.com/knowledgefs/kfsdb/adapters/otel v0.0.0
+	github.com/knowledgefs/kfsdb/adapters/prom v0.0.0
 	github.com/knowledgefs/kfsdb/cmd/kfsdb v0.0.0
 	github.com/knowledgefs/kfsdb/migrate v0.0.0
-	github.com/knowledgefs/kfsdb/natsjs v0.0.0
-	github.com/knowledgefs/kfsdb/observe/otel v0.0.0
-	github.com/knowledgefs/kfsdb/observe/prom v0.0.0
 	github.com/knowledgefs/kfsdb/tests v0.0.0
 	github.com/nats-io/nats.go v1.56.0
 	github.com/prometheus/client_golang v1.25.0

@@ -2,7 +2,7 @@
 // production database (migrate, purge, attempts, outbox, stuck, console).
 // Nothing here runs a handler or a relay: work, relay and bench are
 // kfsdb-bench's (module bench/kfsdb-bench). It is a separate module so that
-// importers of the library never get goose (nor, through observe/prom,
+// importers of the library never get goose (nor, through adapters/prom,
 // client_golang) in their module graph. It requires the tests module for
 // its _test files only: the kfsdb binary links no testcontainers, Docker
 // client, NATS or load driver (make check-deps checks its `go version -m`).
@@ -14,7 +14,7 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/knowledgefs/kfsdb v0.0.0
-	github.com/knowledgefs/kfsdb/observe/prom v0.0.0
+	github.com/knowledgefs/kfsdb/adapters/prom v0.0.0
 	github.com/knowledgefs/kfsdb/tests v0.0.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.25.0
@@ -97,12 +97,12 @@ require (
 
 replace (
 	github.com/knowledgefs/kfsdb => ../..
-	github.com/knowledgefs/kfsdb/natsjs => ../../natsjs
-	github.com/knowledgefs/kfsdb/observe/prom => ../../observe/prom
+	github.com/knowledgefs/kfsdb/adapters/natsjs => ../../adapters/natsjs
+	github.com/knowledgefs/kfsdb/adapters/prom => ../../adapters/prom
 	github.com/knowledgefs/kfsdb/tests => ../../tests
 )
 
-replace github.com/knowledgefs/kfsdb/observe/otel => ../../observe/otel
+replace github.com/knowledgefs/kfsdb/adapters/otel => ../../adapters/otel
 
 replace github.com/knowledgefs/kfsdb/migrate => ../../migrate
 

@@ -1,5 +1,5 @@
 -- Migration 0009: the W3C trace context of the Start that created an
--- attempt, for OpenTelemetry tracing (module observe/otel).
+-- attempt, for OpenTelemetry tracing (module adapters/otel).
 --
 -- The outbox payload is fixed by the spec as {"attemptId":"<uuid>"}, so the
 -- trace context cannot travel in it. It lives here instead, one row per

@@ -5,8 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/knowledgefs/kfsdb/adapters/prom"
 	"github.com/knowledgefs/kfsdb/observe"
-	"github.com/knowledgefs/kfsdb/observe/prom"
 )
 
 // runtimeMetrics registers the runtime counters on reg and returns a

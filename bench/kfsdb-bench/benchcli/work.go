@@ -17,12 +17,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/adapters/natsjs"
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
-	"github.com/knowledgefs/kfsdb/natsjs"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
@@ -74,7 +74,7 @@ type WorkOpts struct {
 	LeaseDuration time.Duration
 	// MetricsListen is a host:port to serve Prometheus metrics on, at
 	// /metrics, while Work runs: the relay's and workers' counters, the
-	// statement latencies and the backlog gauges (module observe/prom).
+	// statement latencies and the backlog gauges (module adapters/prom).
 	// Defaults to empty: no server.
 	MetricsListen string
 	// NATSURL is the NATS server (comma-separated URLs of one cluster) of

@@ -19,8 +19,8 @@ const (
 	// the in-process memqueue) and workers lease what they receive.
 	Relay Mode = "relay"
 	// NATS: the relay publishes outbox rows to a NATS JetStream stream
-	// (module natsjs) and workers receive from its durable consumer. Needs
-	// a NATS URL (--nats-url).
+	// (module adapters/natsjs) and workers receive from its durable
+	// consumer. Needs a NATS URL (--nats-url).
 	NATS Mode = "nats"
 )
 

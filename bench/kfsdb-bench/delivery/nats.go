@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/knowledgefs/kfsdb/natsjs"
+	"github.com/knowledgefs/kfsdb/adapters/natsjs"
 )
 
 // ErrNATSURL is returned by CheckNATS for a missing, superfluous or

@@ -12,9 +12,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/knowledgefs/kfsdb/adapters/otel"
+	"github.com/knowledgefs/kfsdb/adapters/prom"
 	"github.com/knowledgefs/kfsdb/observe"
-	"github.com/knowledgefs/kfsdb/observe/otel"
-	"github.com/knowledgefs/kfsdb/observe/prom"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/worker"

@@ -9,9 +9,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/adapters/natsjs"
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/memqueue"
-	"github.com/knowledgefs/kfsdb/natsjs"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"

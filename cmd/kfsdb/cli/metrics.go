@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/knowledgefs/kfsdb/adapters/prom"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
-	"github.com/knowledgefs/kfsdb/observe/prom"
 )
 
 // metricsScrapeTimeout bounds one /metrics request; the backlog sample

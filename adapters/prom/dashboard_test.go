@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/observe/prom"
+	"github.com/knowledgefs/kfsdb/adapters/prom"
 )
 
 // recordingRegisterer registers on a registry and keeps every collector,

@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/adapters/prom"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
-	"github.com/knowledgefs/kfsdb/observe/prom"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"

@@ -43,7 +43,7 @@ import (
 
 // ScopeName is the instrumentation scope of every tracer this package
 // takes from a TracerProvider.
-const ScopeName = "github.com/knowledgefs/kfsdb/observe/otel"
+const ScopeName = "github.com/knowledgefs/kfsdb/adapters/otel"
 
 // kfsdb's own span attributes.
 const (

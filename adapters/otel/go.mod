@@ -4,7 +4,7 @@
 // separate module so that importers of kfsdb's repo, relay and worker never
 // get the OpenTelemetry SDK in their module graph (make check-deps checks
 // it). It requires the tests module for its _test files only.
-module github.com/knowledgefs/kfsdb/observe/otel
+module github.com/knowledgefs/kfsdb/adapters/otel
 
 go 1.26.0
 

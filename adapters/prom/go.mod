@@ -3,7 +3,7 @@
 // of kfsdb's repo, relay and worker never get client_golang in their
 // module graph (make check-deps checks it). It requires the tests module
 // for its _test files only.
-module github.com/knowledgefs/kfsdb/observe/prom
+module github.com/knowledgefs/kfsdb/adapters/prom
 
 go 1.26.0
 
@@ -87,12 +87,12 @@ require (
 
 replace (
 	github.com/knowledgefs/kfsdb => ../..
+	github.com/knowledgefs/kfsdb/adapters/natsjs => ../natsjs
 	github.com/knowledgefs/kfsdb/cmd/kfsdb => ../../cmd/kfsdb
-	github.com/knowledgefs/kfsdb/natsjs => ../../natsjs
 	github.com/knowledgefs/kfsdb/tests => ../../tests
 )
 
-replace github.com/knowledgefs/kfsdb/observe/otel => ../otel
+replace github.com/knowledgefs/kfsdb/adapters/otel => ../otel
 
 replace github.com/knowledgefs/kfsdb/migrate => ../../migrate
 

@@ -35,7 +35,7 @@ type TracerOptions struct {
 // is not a failure. Neither the SQL text nor its arguments are recorded.
 // A batch is a "BATCH" span with one child span per statement. Set it as
 // pgxpool.Config.ConnConfig.Tracer (pgx's multitracer combines it with
-// observe/prom's). Safe for concurrent use.
+// adapters/prom's). Safe for concurrent use.
 type Tracer struct {
 	tracer trace.Tracer
 	root   bool

@@ -3,7 +3,7 @@
 // repo, relay and worker never get nats.go in their module graph (make
 // check-deps checks it). It requires nats-server and the tests module for
 // its _test files only.
-module github.com/knowledgefs/kfsdb/natsjs
+module github.com/knowledgefs/kfsdb/adapters/natsjs
 
 go 1.26.0
 
@@ -87,14 +87,14 @@ require (
 )
 
 replace (
-	github.com/knowledgefs/kfsdb => ../
-	github.com/knowledgefs/kfsdb/cmd/kfsdb => ../cmd/kfsdb
-	github.com/knowledgefs/kfsdb/observe/prom => ../observe/prom
-	github.com/knowledgefs/kfsdb/tests => ../tests
+	github.com/knowledgefs/kfsdb => ../..
+	github.com/knowledgefs/kfsdb/adapters/prom => ../prom
+	github.com/knowledgefs/kfsdb/cmd/kfsdb => ../../cmd/kfsdb
+	github.com/knowledgefs/kfsdb/tests => ../../tests
 )
 
-replace github.com/knowledgefs/kfsdb/observe/otel => ../observe/otel
+replace github.com/knowledgefs/kfsdb/adapters/otel => ../otel
 
-replace github.com/knowledgefs/kfsdb/migrate => ../migrate
+replace github.com/knowledgefs/kfsdb/migrate => ../../migrate
 
-replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../bench/kfsdb-bench
+replace github.com/knowledgefs/kfsdb/bench/kfsdb-bench => ../../bench/kfsdb-bench

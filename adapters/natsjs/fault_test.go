@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/adapters/natsjs"
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/natsjs"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/tests/natstest"

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/knowledgefs/kfsdb/natsjs"
+	"github.com/knowledgefs/kfsdb/adapters/natsjs"
 	"github.com/knowledgefs/kfsdb/relay"
 )
 
