@@ -120,16 +120,6 @@ type LeasingSource interface {
 	Run(ctx context.Context) error
 }
 
-// leasedBySource returns a LeasedMessage's attempt and lease.
-func leasedBySource(msg Message) (*kfstype.Attempt, *repo.Lease, bool) {
-	lm, ok := msg.(LeasedMessage)
-	if !ok {
-		return nil, nil, false
-	}
-	a, l := lm.Leased()
-	return a, l, a != nil && l != nil
-}
-
 // Worker processes deliveries. Create it with New. Safe for concurrent use.
 type Worker struct {
 	cfg     *Config
