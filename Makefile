@@ -224,7 +224,7 @@ loadgen: ## Lifecycle load driver (bench/kfsdb-bench/loadgen) on KFS_BENCH_DATAB
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLoadgen$$' -v -timeout 30m ./bench/ \
 		| tee $(CURDIR)/$(BENCH_OUT)/loadgen.txt
 
-# Fuzz targets as package:name (repo/fuzz_*_test.go, worker/judge_test.go),
+# Fuzz targets as package:name (repo/fuzz_*_test.go, worker/delivery_test.go),
 # run one after another; `go test` alone replays their committed corpus in
 # <package>/testdata/fuzz.
 FUZZ_TARGETS := repo:FuzzStartParams repo:FuzzAttemptRef repo:FuzzReads repo:FuzzAcquireLeaseParams \

@@ -121,21 +121,6 @@ func (c *completer) flush(batch []*pendingCompletion) {
 	}
 }
 
-// completion is the write that completes an attempt under lease:
-// Complete, or CompleteThrough when the handler asked for it
-// (job.CompleteThrough left its candidate in through). The worker makes
-// that choice here, for one completion (complete) and for a batch's
-// entries (entry).
-type completion struct {
-	lease   *repo.Lease
-	through *repo.CompleteThroughParams
-}
-
-// completionOf is job's completion under lease.
-func completionOf(job *Job, lease *repo.Lease) completion {
-	return completion{lease: lease, through: job.through}
-}
-
 // entry is the completion as a repo.CompleteMany entry.
 func (c completion) entry() repo.CompleteManyEntry {
 	e := repo.CompleteManyEntry{Lease: c.lease}
@@ -143,14 +128,4 @@ func (c completion) entry() repo.CompleteManyEntry {
 		e.Through, e.CandidatePublicationID, e.CandidateFingerprint = true, t.CandidatePublicationID, t.CandidateFingerprint
 	}
 	return e
-}
-
-// complete records one completion in its own statement.
-func (w *Worker) complete(ctx context.Context, c completion) (*kfstype.Attempt, error) {
-	if c.through == nil {
-		return w.cfg.Repo.Complete(ctx, w.pool, &repo.CompleteParams{Lease: c.lease})
-	}
-	p := *c.through
-	p.Lease = c.lease
-	return w.cfg.Repo.CompleteThrough(ctx, w.pool, &p)
 }

@@ -66,7 +66,7 @@ type Config struct {
 	// delivery back to be tried again 25 ms later. Defaults to 20 ms;
 	// negative hands it back at once.
 	PendingDeliveryWait time.Duration
-	// Tracer, when set, traces each delivery's handling (observe/otel's
+	// Tracer, when set, traces each delivery's handling (adapters/otel's
 	// NewWorkerTracer is one). Defaults to none.
 	Tracer Tracer
 	// SingleCompletions makes Run complete each attempt in its own

@@ -4,11 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
-	"runtime/debug"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
-	"github.com/knowledgefs/kfsdb/observe"
 )
 
 // Handler compiles one attempt. It advances the attempt through job's
@@ -79,16 +76,4 @@ func Retryable(err error) error {
 // message; an empty message is replaced with one naming the error's type.
 func Fatal(code string, err error) error {
 	return &Error{Code: code, Err: err}
-}
-
-// call runs the handler, turning a panic into an error.
-func (w *Worker) call(ctx context.Context, job *Job) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			w.cfg.Metrics.Add(observe.Panicked, 1)
-			w.log.ErrorContext(ctx, "handler panicked", "attempt_id", job.Attempt.ID, "panic", p, "stack", string(debug.Stack()))
-			err = Fatal(kfstype.ErrorCodeHandlerPanic, fmt.Errorf("panic: %v", p))
-		}
-	}()
-	return w.handler.Work(ctx, job)
 }

@@ -82,7 +82,7 @@ type TracedMessage interface {
 	TraceContext() kfstype.TraceContext
 }
 
-// Tracer traces each delivery's handling; observe/otel's NewWorkerTracer
+// Tracer traces each delivery's handling; adapters/otel's NewWorkerTracer
 // implements it with OpenTelemetry, so that this module needs no tracing
 // library. Implementations must be safe for concurrent use.
 type Tracer interface {
@@ -118,16 +118,6 @@ type LeasingSource interface {
 	// Run fetches for the slots waiting in Receive until ctx ends; then it
 	// hands back (ScheduleRetry, WORKER_SHUTDOWN) any lease no slot took.
 	Run(ctx context.Context) error
-}
-
-// leasedBySource returns a LeasedMessage's attempt and lease.
-func leasedBySource(msg Message) (*kfstype.Attempt, *repo.Lease, bool) {
-	lm, ok := msg.(LeasedMessage)
-	if !ok {
-		return nil, nil, false
-	}
-	a, l := lm.Leased()
-	return a, l, a != nil && l != nil
 }
 
 // Worker processes deliveries. Create it with New. Safe for concurrent use.
