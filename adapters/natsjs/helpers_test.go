@@ -154,16 +154,31 @@ func (c *compiler) runsOf(id uuid.UUID) int {
 	return c.runs[id]
 }
 
-// waitEnded waits until no attempt of ids is live.
-func (b *bundle) waitEnded(t *testing.T, ids []uuid.UUID, within time.Duration) {
+// waitEnded waits until no attempt of ids is live; see waitEndedAtLeast.
+func (b *bundle) waitEnded(t *testing.T, ids []uuid.UUID, stall time.Duration) {
 	t.Helper()
-	b.waitEndedAtLeast(t, ids, len(ids), within)
+	b.waitEndedAtLeast(t, ids, len(ids), stall)
 }
 
-// waitEndedAtLeast waits until n of ids have ended.
-func (b *bundle) waitEndedAtLeast(t *testing.T, ids []uuid.UUID, n int, within time.Duration) {
+// waitEndedAtLeast waits until n of ids have ended. It fails on a stall,
+// when no attempt of ids ended for stall, not after a fixed total: a loaded
+// machine slows a run down without anything being wrong (fixed totals
+// failed at load average 30).
+func (b *bundle) waitEndedAtLeast(t *testing.T, ids []uuid.UUID, n int, stall time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool { return b.endedCount(t, ids) >= n }, within, 50*time.Millisecond, "fewer than %d attempts ended", n)
+	last, lastMoved := -1, time.Now()
+	for {
+		ended := b.endedCount(t, ids)
+		if ended >= n {
+			return
+		}
+		if ended != last {
+			last, lastMoved = ended, time.Now()
+		} else if time.Since(lastMoved) > stall {
+			require.FailNowf(t, "stalled", "fewer than %d attempts ended: %d, none more for %s", n, ended, stall)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // endedCount is how many of ids have ended.

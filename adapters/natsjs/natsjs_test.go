@@ -24,7 +24,11 @@ import (
 func TestLifecycleThroughNATS(t *testing.T) {
 	t.Parallel()
 	node := startNode(t)
-	b := setup(t, node.URL, natsjs.Config{Storage: jetstream.FileStorage, LeaseDuration: 3 * time.Second}, 60)
+	// A lease (the consumer's ack wait) no stall of a loaded machine
+	// outlasts: "every attempt ran once" holds only while leases do not
+	// lapse; a 3 s one lapsed at load average 30 and the redelivery ran
+	// an attempt twice, as at-least-once delivery should.
+	b := setup(t, node.URL, natsjs.Config{Storage: jetstream.FileStorage, LeaseDuration: 30 * time.Second}, 60)
 	testfactory.InstallStateAudit(b.ctx, t, b.pool)
 	ids := b.startAll(t)
 	h := newCompiler(b.docs)
