@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -85,12 +86,29 @@ func (s *Server) WaitReady(ctx context.Context, timeout time.Duration) error {
 // Pause freezes every process of the container (docker pause): connections
 // stay open but nothing answers until [Server.Unpause]. It returns
 // [ErrNotControllable] for a server pgtest did not start.
+//
+// The kernel's cgroup freezer can fail to freeze a process that is busy in
+// the kernel (runc then reports "unable to freeze" and thaws the container,
+// leaving it running): seen once in CI on a loaded machine. Pause tries
+// again then, up to pauseTries times; any other error is returned at once.
 func (s *Server) Pause(ctx context.Context) error {
 	return s.dockerDo(ctx, "pause", func(c client.APIClient, id string) error {
-		_, err := c.ContainerPause(ctx, id, client.ContainerPauseOptions{})
-		return err
+		for try := 1; ; try++ {
+			_, err := c.ContainerPause(ctx, id, client.ContainerPauseOptions{})
+			if err == nil || try == pauseTries || !strings.Contains(err.Error(), "unable to freeze") {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	})
 }
+
+// pauseTries bounds Pause's attempts when the freezer could not freeze.
+const pauseTries = 10
 
 // Unpause resumes a container frozen by [Server.Pause].
 func (s *Server) Unpause(ctx context.Context) error {
