@@ -112,7 +112,7 @@ FLAKE_COUNT ?= 5
 FLAKE_LOAD ?= 2
 
 .PHONY: flake-hunt
-flake-hunt: ## Run the timing-sensitive packages FLAKE_COUNT times (-race) with FLAKE_LOAD CPU hogs beside them, then once more with GOMAXPROCS=1; writes bench/out/flake-hunt.txt.
+flake-hunt: test-deps ## Run the timing-sensitive packages FLAKE_COUNT times (-race) with FLAKE_LOAD CPU hogs beside them, then once more with GOMAXPROCS=1; writes bench/out/flake-hunt.txt.
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
 	mkdir -p $(BENCH_OUT)/flake-hunt
 	@hogs=(); trap 'kill "$${hogs[@]}" 2>/dev/null || true' EXIT; \
