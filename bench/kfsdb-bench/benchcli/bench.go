@@ -66,6 +66,11 @@ type BenchOpts struct {
 	// Observe runs the lifecycle with Prometheus metrics and OpenTelemetry
 	// tracing on (loadgen.Config.Observe), to measure their overhead.
 	Observe bool
+	// PollInterval, when positive, makes the postgres delivery's source
+	// poll every PollInterval with no LISTEN/NOTIFY
+	// (loadgen.Config.SourcePollInterval), as the floor's fetcher does.
+	// Lifecycle and the postgres delivery only.
+	PollInterval time.Duration
 	// Out receives the report. Required.
 	Out io.Writer
 }
@@ -89,8 +94,8 @@ func (o *BenchOpts) Validate() error {
 	switch o.Scenario {
 	case "", ScenarioLifecycle:
 	case ScenarioNoisyTenant:
-		if o.Duration != 0 || o.Rate != 0 || o.StepCheckpoints || o.AsyncProgressCommits || o.Observe {
-			return fmt.Errorf("invalid options: Duration, Rate, StepCheckpoints, AsyncProgressCommits and Observe apply to the %s scenario only", ScenarioLifecycle)
+		if o.Duration != 0 || o.Rate != 0 || o.StepCheckpoints || o.AsyncProgressCommits || o.Observe || o.PollInterval != 0 {
+			return fmt.Errorf("invalid options: Duration, Rate, StepCheckpoints, AsyncProgressCommits, Observe and PollInterval apply to the %s scenario only", ScenarioLifecycle)
 		}
 	default:
 		return fmt.Errorf("invalid options: Scenario: %w %q: want %q or %q", ErrUnknownScenario, o.Scenario, ScenarioLifecycle, ScenarioNoisyTenant)
@@ -98,6 +103,10 @@ func (o *BenchOpts) Validate() error {
 	switch {
 	case o.Duration < 0:
 		return fmt.Errorf("invalid options: Duration must not be negative, got %s", o.Duration)
+	case o.PollInterval < 0:
+		return fmt.Errorf("invalid options: PollInterval must not be negative, got %s", o.PollInterval)
+	case o.PollInterval > 0 && mode != delivery.Postgres:
+		return fmt.Errorf("invalid options: PollInterval applies to the %s delivery only (its source's wake-up), got delivery %s", delivery.Postgres, mode)
 	case o.Producers < 0 || o.Producers > 256:
 		return fmt.Errorf("invalid options: Producers must be 1..256 (or 0 for the default), got %d", o.Producers)
 	case o.Workers < 0 || o.Workers > 256:
@@ -154,6 +163,7 @@ func bench(ctx context.Context, opts *BenchOpts) error {
 		res, err := loadgen.Run(ctx, &loadgen.Config{
 			DatabaseURL: url, Delivery: opts.Delivery, NATSURL: opts.NATSURL, Duration: opts.Duration, Producers: opts.Producers, Workers: opts.Workers, Rate: opts.Rate,
 			StepCheckpoints: opts.StepCheckpoints, AsyncProgressCommits: opts.AsyncProgressCommits, Observe: opts.Observe,
+			SourcePollInterval: opts.PollInterval,
 		})
 		if err != nil {
 			return err
@@ -180,8 +190,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, gete
 	fs.Float64Var(&opts.Rate, "rate", 0, "attempts started per second by all producers together (default 0: unpaced)")
 	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
+	fs.DurationVar(&opts.PollInterval, "poll-interval", 0, "lifecycle, postgres delivery: the source polls every interval with no LISTEN/NOTIFY, as the seed-schema floor's fetcher does (default 0: LISTEN/NOTIFY)")
 	fs.BoolVar(&opts.Observe, "observe", false, "lifecycle: run with Prometheus metrics and OpenTelemetry tracing on (every trace sampled, spans counted and dropped), to measure their overhead")
-	if err := parseCommand(fs, args, "Usage: kfsdb-bench bench [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress] [--observe]"); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb-bench bench [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress] [--observe] [--poll-interval D]"); err != nil {
 		return err
 	}
 	if opts.DatabaseURL == "" {

@@ -41,6 +41,12 @@ func TestBenchOptsValidate(t *testing.T) {
 		"UnknownScenario":  {func(o *BenchOpts) { o.Scenario = "flood" }, `unknown scenario "flood"`},
 		"NoisyTenant":      {func(o *BenchOpts) { o.Scenario, o.Duration, o.Rate = ScenarioNoisyTenant, 0, 0 }, ""},
 		"NoisyWithRate":    {func(o *BenchOpts) { o.Scenario, o.Duration = ScenarioNoisyTenant, 0 }, "apply to the lifecycle scenario only"},
+		"PollInterval":     {func(o *BenchOpts) { o.PollInterval = time.Millisecond }, ""},
+		"NegativePoll":     {func(o *BenchOpts) { o.PollInterval = -time.Millisecond }, "PollInterval must not be negative"},
+		"PollWithRelay":    {func(o *BenchOpts) { o.Delivery, o.PollInterval = delivery.Relay, time.Millisecond }, "PollInterval applies to the postgres delivery only"},
+		"NoisyWithPoll": {func(o *BenchOpts) {
+			o.Scenario, o.Duration, o.Rate, o.PollInterval = ScenarioNoisyTenant, 0, 0, time.Millisecond
+		}, "apply to the lifecycle scenario only"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -115,6 +121,24 @@ func TestBenchOnFreshDatabase(t *testing.T) {
 			require.NotContains(t, s, "kfsdb-test-password")
 		})
 	}
+}
+
+// TestBenchPollingSource: --poll-interval reaches the postgres source,
+// which then polls with no LISTEN and no idle registration (the wake-up
+// path the floor's fetcher has), and the run still drains.
+func TestBenchPollingSource(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewEmptyDB(t)
+	var stdout, stderr bytes.Buffer
+	code := Main(t.Context(), []string{"bench", "--database-url", db.URL, "--duration", "1s", "--producers", "2", "--workers", "2",
+		"--rate", "50", "--poll-interval", "1ms"}, &stdout, &stderr, noEnv)
+	s := stdout.String()
+	require.Equal(t, 0, code, "stderr: %s\nstdout: %s", stderr.String(), s)
+	require.Contains(t, s, "| source wake-up | polls every 1ms, no LISTEN/NOTIFY |")
+	require.Regexp(t, `(?m)^\| attempts started / succeeded \(drained: true\) \| (\d+) / (\d+) \|$`, s)
+	require.Regexp(t, `(?m)^\| FetchLeases \| \d+ \| `, s)
+	require.NotContains(t, s, "| LISTEN kfsdb_outbox |", "a polling source does not listen")
+	require.NotContains(t, s, "| OutboxListenerIdle |", "a polling source does not register idle")
 }
 
 // TestBenchObserved runs `kfsdb-bench bench --observe` on both PostgreSQL-side

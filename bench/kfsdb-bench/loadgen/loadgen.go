@@ -108,6 +108,12 @@ type Config struct {
 	// default; negative: deliveries that beat their mark are handed back
 	// at once).
 	PendingDeliveryWait time.Duration
+	// SourcePollInterval, when positive, makes the postgres delivery's
+	// source poll only, every SourcePollInterval, with no LISTEN/NOTIFY
+	// (pgsource.Config PollOnly and PollInterval): the floor's fetcher
+	// polls every 1 ms, and this compares the wake-up paths like for like.
+	// Zero: LISTEN/NOTIFY, pgsource's default. Other deliveries refuse it.
+	SourcePollInterval time.Duration
 }
 
 // StatementStats are the latencies of one named statement.
@@ -132,6 +138,8 @@ type Result struct {
 	// Config's.
 	StepCheckpoints, AsyncProgressCommits, SingleCompletions bool
 	Duration                                                 time.Duration
+	// SourcePollInterval is Config's (0: LISTEN/NOTIFY).
+	SourcePollInterval time.Duration
 	// Started and Completed count attempts over the whole run (window and
 	// drain); CompletedInWindow only those that succeeded within Duration.
 	Started, Completed, CompletedInWindow int64

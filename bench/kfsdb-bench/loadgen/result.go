@@ -18,7 +18,7 @@ import (
 func (l *load) result(ctx context.Context, m *measured, walBefore, walAfter string) (*Result, error) {
 	c := l.c
 	res := &Result{Producers: c.Producers, Workers: c.Workers, Spaces: c.Spaces, Delivery: c.Delivery, Rate: c.Rate, ServerCPU: -1, StepCheckpoints: c.StepCheckpoints,
-		AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, Drained: m.drained, Spans: m.spans,
+		AsyncProgressCommits: c.AsyncProgressCommits, SingleCompletions: c.SingleCompletions, Duration: c.Duration, SourcePollInterval: c.SourcePollInterval, Drained: m.drained, Spans: m.spans,
 		Started: l.started.Load(), Statements: map[string]StatementStats{}, Tables: map[string]TableStats{}}
 	l.mu.Lock()
 	var lat, wait []time.Duration
@@ -148,6 +148,9 @@ func (r *Result) WriteTable(w io.Writer) {
 		completions = "one statement per attempt, in its slot"
 	}
 	fmt.Fprintf(w, "| handler | %s |\n| progress commits | %s |\n| completions | %s |\n", handler, commits, completions)
+	if r.SourcePollInterval > 0 {
+		fmt.Fprintf(w, "| source wake-up | polls every %s, no LISTEN/NOTIFY |\n", r.SourcePollInterval)
+	}
 	fmt.Fprintf(w, "| attempts started / succeeded (drained: %v) | %d / %d |\n", r.Drained, r.Started, r.Completed)
 	fmt.Fprintf(w, "| lifecycle throughput (succeeded within the window) | %.0f attempts/s |\n", r.Throughput)
 	if r.DrainRate > 0 {

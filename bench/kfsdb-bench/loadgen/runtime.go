@@ -53,7 +53,8 @@ func startRuntime(ctx context.Context, pool *pgxpool.Pool, c *Config, r *repo.Re
 		rt.wg.Go(func() { _ = rl.Run(rctx) })
 		src = &ackSource{Source: relayed, onAck: onAck}
 	} else {
-		ps, err := pgsource.New(pool, &pgsource.Config{Logger: c.Logger, Repo: r, Metrics: in.runtimeMetrics(), TraceContexts: in != nil})
+		ps, err := pgsource.New(pool, &pgsource.Config{Logger: c.Logger, Repo: r, Metrics: in.runtimeMetrics(), TraceContexts: in != nil,
+			PollOnly: c.SourcePollInterval > 0, PollInterval: c.SourcePollInterval})
 		if err != nil {
 			cancel()
 			return nil, err
