@@ -91,6 +91,9 @@ func (o *BenchOpts) Validate() error {
 	if err := delivery.CheckNATS(mode, o.NATSURL); err != nil {
 		return fmt.Errorf("invalid options: NATSURL: %w", err)
 	}
+	if err := delivery.CheckPollInterval(mode, o.PollInterval); err != nil {
+		return fmt.Errorf("invalid options: PollInterval: %w", err)
+	}
 	switch o.Scenario {
 	case "", ScenarioLifecycle:
 	case ScenarioNoisyTenant:
@@ -103,10 +106,6 @@ func (o *BenchOpts) Validate() error {
 	switch {
 	case o.Duration < 0:
 		return fmt.Errorf("invalid options: Duration must not be negative, got %s", o.Duration)
-	case o.PollInterval < 0:
-		return fmt.Errorf("invalid options: PollInterval must not be negative, got %s", o.PollInterval)
-	case o.PollInterval > 0 && mode != delivery.Postgres:
-		return fmt.Errorf("invalid options: PollInterval applies to the %s delivery only (its source's wake-up), got delivery %s", delivery.Postgres, mode)
 	case o.Producers < 0 || o.Producers > 256:
 		return fmt.Errorf("invalid options: Producers must be 1..256 (or 0 for the default), got %d", o.Producers)
 	case o.Workers < 0 || o.Workers > 256:

@@ -42,8 +42,8 @@ func TestBenchOptsValidate(t *testing.T) {
 		"NoisyTenant":      {func(o *BenchOpts) { o.Scenario, o.Duration, o.Rate = ScenarioNoisyTenant, 0, 0 }, ""},
 		"NoisyWithRate":    {func(o *BenchOpts) { o.Scenario, o.Duration = ScenarioNoisyTenant, 0 }, "apply to the lifecycle scenario only"},
 		"PollInterval":     {func(o *BenchOpts) { o.PollInterval = time.Millisecond }, ""},
-		"NegativePoll":     {func(o *BenchOpts) { o.PollInterval = -time.Millisecond }, "PollInterval must not be negative"},
-		"PollWithRelay":    {func(o *BenchOpts) { o.Delivery, o.PollInterval = delivery.Relay, time.Millisecond }, "PollInterval applies to the postgres delivery only"},
+		"NegativePoll":     {func(o *BenchOpts) { o.PollInterval = -time.Millisecond }, "PollInterval: poll interval must not be negative"},
+		"PollWithRelay":    {func(o *BenchOpts) { o.Delivery, o.PollInterval = delivery.Relay, time.Millisecond }, "PollInterval: a poll interval applies to the postgres delivery only"},
 		"NoisyWithPoll": {func(o *BenchOpts) {
 			o.Scenario, o.Duration, o.Rate, o.PollInterval = ScenarioNoisyTenant, 0, 0, time.Millisecond
 		}, "apply to the lifecycle scenario only"},

@@ -6,6 +6,7 @@ package delivery
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Mode is how attempts reach workers.
@@ -60,6 +61,19 @@ func (m *Mode) Set(s string) error {
 		return err
 	}
 	*m = v
+	return nil
+}
+
+// CheckPollInterval checks a source poll interval against mode m: only
+// the postgres delivery has a source that polls (its fetches), so only it
+// takes one, and never a negative one. Zero means LISTEN/NOTIFY.
+func CheckPollInterval(m Mode, d time.Duration) error {
+	switch {
+	case d < 0:
+		return fmt.Errorf("poll interval must not be negative, got %s", d)
+	case d > 0 && m != Postgres:
+		return fmt.Errorf("a poll interval applies to the %s delivery only (its source's wake-up), got delivery %s", Postgres, m.String())
+	}
 	return nil
 }
 

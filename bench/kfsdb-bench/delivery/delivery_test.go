@@ -5,6 +5,7 @@ import (
 	"flag"
 	"io"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -18,6 +19,22 @@ func TestParse(t *testing.T) {
 	for _, in := range []string{"Postgres", "NATS", " relay", "pg"} {
 		if _, err := Parse(in); !errors.Is(err, ErrUnknown) {
 			t.Errorf("Parse(%q) error = %v; want ErrUnknown", in, err)
+		}
+	}
+}
+
+func TestCheckPollInterval(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		m      Mode
+		d      time.Duration
+		wantOK bool
+	}{
+		{Postgres, 0, true}, {Postgres, time.Millisecond, true}, {Relay, 0, true}, {NATS, 0, true},
+		{Postgres, -time.Millisecond, false}, {Relay, time.Millisecond, false}, {NATS, time.Second, false},
+	} {
+		if err := CheckPollInterval(tc.m, tc.d); (err == nil) != tc.wantOK {
+			t.Errorf("CheckPollInterval(%s, %s) = %v; want ok %v", tc.m, tc.d, err, tc.wantOK)
 		}
 	}
 }

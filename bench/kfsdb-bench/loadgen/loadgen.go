@@ -192,6 +192,9 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err := delivery.CheckNATS(mode, cfg.NATSURL); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
+	if err := delivery.CheckPollInterval(mode, cfg.SourcePollInterval); err != nil {
+		return nil, fmt.Errorf("loadgen: SourcePollInterval: %w", err)
+	}
 	c := cfg.withDefaults()
 	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
 	if err != nil {
