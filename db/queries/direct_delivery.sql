@@ -80,6 +80,10 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
                          AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))
               ORDER BY a.tenant_id, a.completed_at, a.id
               LIMIT 1) AS first_due
+     -- Once per step too: first_due is read twice below (the column and
+     -- the count of tenants with due rows), and without OFFSET 0 each read
+     -- ran the probe again, a second walk of the tenant's live attempts.
+     OFFSET 0
    ) due
    WHERE w.pos < @max_tenants::integer
      AND w.dues < @batch_size::integer
