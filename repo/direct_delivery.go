@@ -115,7 +115,11 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 		return nil, err
 	}
 	lease := cmp.Or(p.LeaseDuration, LeaseDurationDefault)
-	rows, err := r.q.FetchLeases(ctx, db, &gen.FetchLeasesParams{
+	class, err := r.fetchClass(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("fetch leases for worker %q: read the tables' size: %w", p.WorkerID, mapError(err))
+	}
+	rows, err := r.q.FetchLeases(ctx, classed{db, class}, &gen.FetchLeasesParams{
 		AsyncCommit: r.asyncProgress, Now: r.now(), WorkerID: p.WorkerID, LeaseDuration: lease,
 		BatchSize: p.BatchSize, AfterTenant: p.AfterTenant,
 		MaxTenants: cmp.Or(p.MaxTenants, FetchMaxTenantsDefault), PerTenant: cmp.Or(p.PerTenant, p.BatchSize),
@@ -124,6 +128,11 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 	if err != nil {
 		return nil, fmt.Errorf("fetch leases for worker %q: %w", p.WorkerID, mapError(err))
 	}
+	var tableBytes int64
+	if len(rows) > 0 {
+		tableBytes = rows[0].TableBytes
+	}
+	r.fetched(len(rows), tableBytes)
 	res := &FetchLeasesResult{NextAfterTenant: p.AfterTenant}
 	var leased []*gen.FetchLeasesRow
 	for _, row := range rows {

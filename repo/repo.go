@@ -93,6 +93,8 @@ type Repo struct {
 	clock         Clock
 	asyncProgress bool
 	q             *gen.Queries
+	// plans: the tables' size class for FetchLeases (plan_class.go).
+	plans planClass
 }
 
 // New returns a Repo. A nil config means defaults.

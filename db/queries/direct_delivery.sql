@@ -342,13 +342,24 @@ awake AS (
 -- failure is an outcome, and then the whole commit stays synchronous.
 -- With with_trace_contexts, each lease comes with the trace context its
 -- Start stored (migration 0009), by primary key, in this round trip; the
--- join's condition is false otherwise, and no row is probed.
-SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state
+-- join's condition is false otherwise, and no row is probed. table_bytes
+-- is FetchTableBytes' reading, for the plan class of the next fetch
+-- (repo/plan_class.go).
+SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state,
+       (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
   FROM leased
   LEFT JOIN document_compilation_trace_contexts t
     ON @with_trace_contexts::boolean AND t.attempt_id = leased.id
  WHERE CASE WHEN @async_commit::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
             THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 UNION ALL
-SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state
+SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state,
+       (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
   FROM exhausted;
+
+-- name: FetchTableBytes :one
+-- The size of the two tables FetchLeases reads, in bytes (their main
+-- forks: what the planner counts as their pages). repo reads it before a
+-- fetch that follows an empty one, to pick the fetch's plan class
+-- (repo/plan_class.go); a fetch that leases reads it too (table_bytes).
+SELECT (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes;

@@ -1,0 +1,198 @@
+package repo_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+)
+
+// TestFetchLeasesPlanCachedOnEmptyTables: a worker that starts on empty
+// tables must not keep the plan its connection cached on them once a
+// backlog arrives (pgx prepares statements; PostgreSQL keeps the generic
+// plan built at the sixth execution until ANALYZE invalidates it, and a
+// plan for one-page tables scans them per row: 18,000-19,000 buffers for
+// 8 of 800 due rows, before repo/plan_class.go). Each fetch after the
+// backlog arrived, the custom plans and the generic one, stays cheap.
+func TestFetchLeasesPlanCachedOnEmptyTables(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	// No autovacuum: its ANALYZE would invalidate the cached plan.
+	for _, s := range []string{
+		"ALTER TABLE document_compilation_attempts SET (autovacuum_enabled = false)",
+		"ALTER TABLE document_compilation_outbox SET (autovacuum_enabled = false)",
+		"VACUUM ANALYZE document_compilation_attempts, document_compilation_outbox",
+	} {
+		_, err := b.db.Pool.Exec(ctx, s)
+		require.NoError(t, err)
+	}
+	cfg, err := pgxpool.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns, cfg.MinConns = 1, 1
+	var plans explainedPlans
+	texts := &fetchTexts{}
+	cfg.ConnConfig.OnNotice = plans.onNotice
+	cfg.ConnConfig.Tracer = texts
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "LOAD 'auto_explain'")
+		return err
+	}
+	fetcher, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(fetcher.Close)
+	r := repo.New(nil)
+	// Ten fetches on empty tables: five custom plans, then the generic one.
+	for range 10 {
+		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
+		require.NoError(t, err)
+		require.Empty(t, res.Leased)
+	}
+	emptyText := texts.last()
+	testfactory.StartAll(ctx, t, b.repo, b.db.Pool, testfactory.SeedDocuments(ctx, t, b.db.Pool, 20, 40), 0)
+
+	for _, s := range []string{"SET auto_explain.log_min_duration = 0", "SET auto_explain.log_analyze = on",
+		"SET auto_explain.log_buffers = on", "SET auto_explain.log_timing = off", "SET auto_explain.log_format = json",
+		"SET auto_explain.log_level = notice"} {
+		_, err := fetcher.Exec(ctx, s)
+		require.NoError(t, err)
+	}
+	// Eight fetches: the new class's five custom plans, then its generic one.
+	for i := range 8 {
+		plans.reset()
+		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
+		require.NoError(t, err)
+		require.Len(t, res.Leased, 8)
+		buffers, ok := plans.buffers("-- name: FetchLeases ")
+		require.True(t, ok, "auto_explain sent FetchLeases' plan")
+		t.Logf("fetch %d on 800 due rows of 20 tenants after 10 fetches on empty tables: %d buffers for 8 leases", i+1, buffers)
+		require.Less(t, buffers, int64(3_000), "fetch %d read %d buffers for 8 leases: a plan cached on empty tables", i+1, buffers)
+	}
+	require.NotEqual(t, emptyText, texts.last(), "the fetch on the backlog is another prepared statement")
+	var class int
+	_, err = fmt.Sscanf(texts.last()[strings.LastIndex(texts.last(), "\n-- plan class "):], "\n-- plan class %d", &class)
+	require.NoError(t, err, "the fetch on the backlog names its class")
+	var tableBytes int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox')`).Scan(&tableBytes))
+	t.Logf("plan class %d for %d pages", class, tableBytes/8192)
+	// 800 attempts and their outbox rows are 16-63 pages (class 2) or more.
+	require.GreaterOrEqual(t, class, 2)
+}
+
+// TestFetchLeasesReadsTableSizeAfterEmptyFetch pins the round trips of the
+// plan class: a fetch after one that leased sends only itself (the sizes
+// came back with the leases); the first fetch and one after an empty
+// fetch read the sizes first (FetchTableBytes).
+func TestFetchLeasesReadsTableSizeAfterEmptyFetch(t *testing.T) {
+	b := setup(t)
+	cfg, err := pgxpool.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	texts := &fetchTexts{}
+	cfg.ConnConfig.Tracer = texts
+	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	r := repo.New(nil)
+	fetch := func(leases int) []string {
+		t.Helper()
+		before := len(texts.names())
+		res, err := r.FetchLeases(b.ctx, pool, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 1})
+		require.NoError(t, err)
+		require.Len(t, res.Leased, leases)
+		return texts.names()[before:]
+	}
+	require.Equal(t, []string{"FetchTableBytes", "FetchLeases"}, fetch(0), "the first fetch")
+	require.Equal(t, []string{"FetchTableBytes", "FetchLeases"}, fetch(0), "after an empty fetch")
+	b.drv.Start(b.ctx, t, b.scope(t), nil)
+	b.drv.Start(b.ctx, t, b.scope(t), nil)
+	require.Equal(t, []string{"FetchTableBytes", "FetchLeases"}, fetch(1), "after an empty fetch")
+	require.Equal(t, []string{"FetchLeases"}, fetch(1), "after a fetch that leased")
+	require.Equal(t, []string{"FetchLeases"}, fetch(0), "after a fetch that leased")
+	require.Equal(t, []string{"FetchTableBytes", "FetchLeases"}, fetch(0), "after an empty fetch")
+}
+
+// fetchTexts records the sqlc name of every statement sent and the text
+// of the last FetchLeases.
+type fetchTexts struct {
+	mu    sync.Mutex
+	sent  []string
+	fetch string
+}
+
+func (f *fetchTexts) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if name, ok := queryName(d.SQL); ok {
+		f.mu.Lock()
+		f.sent = append(f.sent, name)
+		if name == "FetchLeases" {
+			f.fetch = d.SQL
+		}
+		f.mu.Unlock()
+	}
+	return ctx
+}
+
+func (f *fetchTexts) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (f *fetchTexts) names() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.sent...)
+}
+
+func (f *fetchTexts) last() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fetch
+}
+
+// explainedPlans collects auto_explain's JSON plans, sent as notices.
+type explainedPlans struct {
+	mu    sync.Mutex
+	plans []string
+}
+
+func (p *explainedPlans) onNotice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	if _, plan, ok := strings.Cut(n.Message, "plan:"); ok {
+		p.mu.Lock()
+		p.plans = append(p.plans, plan)
+		p.mu.Unlock()
+	}
+}
+
+func (p *explainedPlans) reset() {
+	p.mu.Lock()
+	p.plans = nil
+	p.mu.Unlock()
+}
+
+// buffers sums the shared buffers of the plans whose query starts with prefix.
+func (p *explainedPlans) buffers(prefix string) (int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sum int64
+	found := false
+	for _, raw := range p.plans {
+		var e struct {
+			QueryText string `json:"Query Text"`
+			Plan      struct {
+				SharedHit  int64 `json:"Shared Hit Blocks"`
+				SharedRead int64 `json:"Shared Read Blocks"`
+			} `json:"Plan"`
+		}
+		if json.Unmarshal([]byte(raw), &e) != nil || !strings.HasPrefix(strings.TrimSpace(e.QueryText), prefix) {
+			continue
+		}
+		sum += e.Plan.SharedHit + e.Plan.SharedRead
+		found = true
+	}
+	return sum, found
+}
