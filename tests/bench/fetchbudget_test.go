@@ -2,15 +2,12 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/migrate"
@@ -153,14 +150,12 @@ func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEm
 		return nil, err
 	}
 	cfg.MaxConns, cfg.MinConns = 1, 1
-	var plans planNotices
+	var plans testfactory.PlanNotices
 	counter := &stmtCounter{}
 	cfg.ConnConfig.Tracer = counter
-	cfg.ConnConfig.OnNotice = plans.onNotice
+	cfg.ConnConfig.OnNotice = plans.OnNotice
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		for _, s := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0", "SET auto_explain.log_analyze = on",
-			"SET auto_explain.log_buffers = on", "SET auto_explain.log_timing = off", "SET auto_explain.log_format = json",
-			"SET auto_explain.log_level = notice"} {
+		for _, s := range append([]string{"LOAD 'auto_explain'"}, testfactory.AutoExplainToNotices...) {
 			if _, err := c.Exec(ctx, s); err != nil {
 				return fmt.Errorf("auto_explain (needs a superuser): %w", err)
 			}
@@ -191,14 +186,14 @@ func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEm
 	after := ""
 	// At most half the backlog, so every fetch finds a full batch.
 	for range min(fetchBudgetFetches, backlog/(2*fetchBudgetBatch)) {
-		plans.reset()
+		plans.Reset()
 		s0 := counter.n.Load()
 		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: benchWorker, BatchSize: fetchBudgetBatch, AfterTenant: after})
 		if err != nil {
 			return nil, err
 		}
 		c.stmts += counter.n.Load() - s0
-		buf, ok := plans.buffers("-- name: FetchLeases ")
+		buf, ok := plans.Buffers("-- name: FetchLeases ")
 		if !ok {
 			return nil, fmt.Errorf("no auto_explain plan of FetchLeases came back")
 		}
@@ -309,50 +304,6 @@ func freezeStatistics(ctx context.Context, db *pgxpool.Pool) error {
 		}
 	}
 	return nil
-}
-
-// planNotices collects auto_explain's plans (JSON, sent as notices).
-type planNotices struct {
-	mu    sync.Mutex
-	plans []string
-}
-
-func (p *planNotices) onNotice(_ *pgconn.PgConn, n *pgconn.Notice) {
-	if _, plan, ok := strings.Cut(n.Message, "plan:"); ok {
-		p.mu.Lock()
-		p.plans = append(p.plans, plan)
-		p.mu.Unlock()
-	}
-}
-
-func (p *planNotices) reset() {
-	p.mu.Lock()
-	p.plans = nil
-	p.mu.Unlock()
-}
-
-// buffers sums the shared buffers (hit + read) of the plans whose query
-// text starts with prefix.
-func (p *planNotices) buffers(prefix string) (int64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var sum int64
-	found := false
-	for _, raw := range p.plans {
-		var e struct {
-			QueryText string `json:"Query Text"`
-			Plan      struct {
-				SharedHit  int64 `json:"Shared Hit Blocks"`
-				SharedRead int64 `json:"Shared Read Blocks"`
-			} `json:"Plan"`
-		}
-		if err := json.Unmarshal([]byte(raw), &e); err != nil || !strings.HasPrefix(strings.TrimSpace(e.QueryText), prefix) {
-			continue
-		}
-		sum += e.Plan.SharedHit + e.Plan.SharedRead
-		found = true
-	}
-	return sum, found
 }
 
 // BenchmarkFetchGrowth prints FetchLeases' buffers per lease as the

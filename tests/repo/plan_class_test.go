@@ -2,14 +2,12 @@ package repo_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -39,9 +37,9 @@ func TestFetchLeasesPlanCachedOnEmptyTables(t *testing.T) {
 	cfg, err := pgxpool.ParseConfig(b.db.URL)
 	require.NoError(t, err)
 	cfg.MaxConns, cfg.MinConns = 1, 1
-	var plans explainedPlans
+	var plans testfactory.PlanNotices
 	texts := &fetchTexts{}
-	cfg.ConnConfig.OnNotice = plans.onNotice
+	cfg.ConnConfig.OnNotice = plans.OnNotice
 	cfg.ConnConfig.Tracer = texts
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
 		_, err := c.Exec(ctx, "LOAD 'auto_explain'")
@@ -60,19 +58,17 @@ func TestFetchLeasesPlanCachedOnEmptyTables(t *testing.T) {
 	emptyText := texts.last()
 	testfactory.StartAll(ctx, t, b.repo, b.db.Pool, testfactory.SeedDocuments(ctx, t, b.db.Pool, 20, 40), 0)
 
-	for _, s := range []string{"SET auto_explain.log_min_duration = 0", "SET auto_explain.log_analyze = on",
-		"SET auto_explain.log_buffers = on", "SET auto_explain.log_timing = off", "SET auto_explain.log_format = json",
-		"SET auto_explain.log_level = notice"} {
+	for _, s := range testfactory.AutoExplainToNotices {
 		_, err := fetcher.Exec(ctx, s)
 		require.NoError(t, err)
 	}
 	// Eight fetches: the new class's five custom plans, then its generic one.
 	for i := range 8 {
-		plans.reset()
+		plans.Reset()
 		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
 		require.NoError(t, err)
 		require.Len(t, res.Leased, 8)
-		buffers, ok := plans.buffers("-- name: FetchLeases ")
+		buffers, ok := plans.Buffers("-- name: FetchLeases ")
 		require.True(t, ok, "auto_explain sent FetchLeases' plan")
 		t.Logf("fetch %d on 800 due rows of 20 tenants after 10 fetches on empty tables: %d buffers for 8 leases", i+1, buffers)
 		require.Less(t, buffers, int64(3_000), "fetch %d read %d buffers for 8 leases: a plan cached on empty tables", i+1, buffers)
@@ -152,47 +148,4 @@ func (f *fetchTexts) last() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.fetch
-}
-
-// explainedPlans collects auto_explain's JSON plans, sent as notices.
-type explainedPlans struct {
-	mu    sync.Mutex
-	plans []string
-}
-
-func (p *explainedPlans) onNotice(_ *pgconn.PgConn, n *pgconn.Notice) {
-	if _, plan, ok := strings.Cut(n.Message, "plan:"); ok {
-		p.mu.Lock()
-		p.plans = append(p.plans, plan)
-		p.mu.Unlock()
-	}
-}
-
-func (p *explainedPlans) reset() {
-	p.mu.Lock()
-	p.plans = nil
-	p.mu.Unlock()
-}
-
-// buffers sums the shared buffers of the plans whose query starts with prefix.
-func (p *explainedPlans) buffers(prefix string) (int64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var sum int64
-	found := false
-	for _, raw := range p.plans {
-		var e struct {
-			QueryText string `json:"Query Text"`
-			Plan      struct {
-				SharedHit  int64 `json:"Shared Hit Blocks"`
-				SharedRead int64 `json:"Shared Read Blocks"`
-			} `json:"Plan"`
-		}
-		if json.Unmarshal([]byte(raw), &e) != nil || !strings.HasPrefix(strings.TrimSpace(e.QueryText), prefix) {
-			continue
-		}
-		sum += e.Plan.SharedHit + e.Plan.SharedRead
-		found = true
-	}
-	return sum, found
 }

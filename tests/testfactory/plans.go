@@ -1,0 +1,65 @@
+package testfactory
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// AutoExplainToNotices are the settings, for a session that has run LOAD
+// 'auto_explain', that send every statement's plan (analyzed, with its
+// buffers, as JSON) back to the client as a notice, for PlanNotices.
+var AutoExplainToNotices = []string{
+	"SET auto_explain.log_min_duration = 0", "SET auto_explain.log_analyze = on",
+	"SET auto_explain.log_buffers = on", "SET auto_explain.log_timing = off", "SET auto_explain.log_format = json",
+	"SET auto_explain.log_level = notice",
+}
+
+// PlanNotices collects auto_explain's JSON plans sent as notices: set
+// OnNotice as a pgx ConnConfig's OnNotice. Safe for concurrent use.
+type PlanNotices struct {
+	mu    sync.Mutex
+	plans []string
+}
+
+// OnNotice is a pgconn.NoticeHandler keeping the plans.
+func (p *PlanNotices) OnNotice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	if _, plan, ok := strings.Cut(n.Message, "plan:"); ok {
+		p.mu.Lock()
+		p.plans = append(p.plans, plan)
+		p.mu.Unlock()
+	}
+}
+
+// Reset forgets the plans kept so far.
+func (p *PlanNotices) Reset() {
+	p.mu.Lock()
+	p.plans = nil
+	p.mu.Unlock()
+}
+
+// Buffers sums the shared buffers (hit + read) of the plans whose query
+// text starts with prefix, and says whether there was one.
+func (p *PlanNotices) Buffers(prefix string) (int64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sum int64
+	found := false
+	for _, raw := range p.plans {
+		var e struct {
+			QueryText string `json:"Query Text"`
+			Plan      struct {
+				SharedHit  int64 `json:"Shared Hit Blocks"`
+				SharedRead int64 `json:"Shared Read Blocks"`
+			} `json:"Plan"`
+		}
+		if json.Unmarshal([]byte(raw), &e) != nil || !strings.HasPrefix(strings.TrimSpace(e.QueryText), prefix) {
+			continue
+		}
+		sum += e.Plan.SharedHit + e.Plan.SharedRead
+		found = true
+	}
+	return sum, found
+}
