@@ -175,7 +175,11 @@ func TestWorkloadSeries(t *testing.T) {
 	require.EqualValues(t, len(docs)+len(more), start.GetSampleCount())
 	require.Positive(t, start.GetSampleSum())
 	fetch := series(t, mfs, "kfsdb_statement_duration_seconds", "query", "FetchLeases").GetHistogram()
-	require.GreaterOrEqual(t, float64(fetch.GetSampleCount()), value(t, mfs, "kfsdb_source_fetches_total"))
+	// Every fetch sent FetchLeases but those cut off as the run stopped: a
+	// source has at most two in flight, and one stopped while it waited for
+	// a connection, or for its reading of the tables' size
+	// (repo/plan_class.go), sends none.
+	require.GreaterOrEqual(t, float64(fetch.GetSampleCount())+2*2, value(t, mfs, "kfsdb_source_fetches_total"))
 	require.Positive(t, fetch.GetSampleCount())
 	series(t, mfs, "kfsdb_statement_duration_seconds", "query", prom.OtherQuery) // the test's own SQL
 
