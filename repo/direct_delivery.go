@@ -92,6 +92,12 @@ type FetchLeasesResult struct {
 // heartbeats and records outcomes with the returned leases, exactly as
 // after AcquireLease.
 //
+// The statement is prepared once per size class of the tables
+// (plan_class.go), so a plan cached while the queue was empty is not used
+// on a backlog; a fetch that follows one that leased nothing (and a
+// Repo's first) reads the tables' size first, in a read-only statement
+// of its own.
+//
 // Errors: *InputError.
 func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (*FetchLeasesResult, error) {
 	v := r.call(ctx, db)
