@@ -134,11 +134,7 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 	if err != nil {
 		return nil, fmt.Errorf("fetch leases for worker %q: %w", p.WorkerID, mapError(err))
 	}
-	var tableBytes int64
-	if len(rows) > 0 {
-		tableBytes = rows[0].TableBytes
-	}
-	r.fetched(len(rows), tableBytes)
+	r.fetched(rows)
 	res := &FetchLeasesResult{NextAfterTenant: p.AfterTenant}
 	var leased []*gen.FetchLeasesRow
 	for _, row := range rows {

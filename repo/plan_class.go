@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/knowledgefs/kfsdb/db/gen"
 )
 
 // FetchLeases runs as one of a few prepared statements, one per size class
@@ -83,12 +85,12 @@ func (r *Repo) fetchClass(ctx context.Context, db DBTX) (int, error) {
 	return planClassOf(r.plans.tableBytes.Load()), nil
 }
 
-// fetched notes what a fetch found: the sizes it read, or none.
-func (r *Repo) fetched(rows int, tableBytes int64) {
-	if rows == 0 {
+// fetched notes what a fetch found: the sizes its rows carry, or none.
+func (r *Repo) fetched(rows []*gen.FetchLeasesRow) {
+	if len(rows) == 0 {
 		r.plans.known.Store(false)
 		return
 	}
-	r.plans.tableBytes.Store(tableBytes)
+	r.plans.tableBytes.Store(rows[0].TableBytes)
 	r.plans.known.Store(true)
 }

@@ -272,18 +272,19 @@ awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l
    WHERE l.listener_id = $7::text
      AND (SELECT count(*) FROM chosen) >= $4::integer
+),
+sizes AS (
+  SELECT (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
 )
-SELECT leased.id, leased.tenant_id, leased.knowledge_space_id, leased.document_asset_id, leased.document_version, leased.publication_generation_id, leased.base_head_revision, leased.candidate_publication_id, leased.candidate_fingerprint, leased.checkpoint, leased.run_state, leased.active_slot, leased.execution_attempts, leased.max_execution_attempts, leased.queue_job_id, leased.external_job_id, leased.worker_id, leased.lease_token, leased.lease_expires_at, leased.heartbeat_at, leased.retry_at, leased.last_error_code, leased.last_error_message, leased.row_version, leased.created_at, leased.updated_at, leased.started_at, leased.completed_at, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state,
-       (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
-  FROM leased
+SELECT leased.id, leased.tenant_id, leased.knowledge_space_id, leased.document_asset_id, leased.document_version, leased.publication_generation_id, leased.base_head_revision, leased.candidate_publication_id, leased.candidate_fingerprint, leased.checkpoint, leased.run_state, leased.active_slot, leased.execution_attempts, leased.max_execution_attempts, leased.queue_job_id, leased.external_job_id, leased.worker_id, leased.lease_token, leased.lease_expires_at, leased.heartbeat_at, leased.retry_at, leased.last_error_code, leased.last_error_message, leased.row_version, leased.created_at, leased.updated_at, leased.started_at, leased.completed_at, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes
+  FROM sizes, leased
   LEFT JOIN document_compilation_trace_contexts t
     ON $8::boolean AND t.attempt_id = leased.id
  WHERE CASE WHEN $9::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
             THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 UNION ALL
-SELECT exhausted.id, exhausted.tenant_id, exhausted.knowledge_space_id, exhausted.document_asset_id, exhausted.document_version, exhausted.publication_generation_id, exhausted.base_head_revision, exhausted.candidate_publication_id, exhausted.candidate_fingerprint, exhausted.checkpoint, exhausted.run_state, exhausted.active_slot, exhausted.execution_attempts, exhausted.max_execution_attempts, exhausted.queue_job_id, exhausted.external_job_id, exhausted.worker_id, exhausted.lease_token, exhausted.lease_expires_at, exhausted.heartbeat_at, exhausted.retry_at, exhausted.last_error_code, exhausted.last_error_message, exhausted.row_version, exhausted.created_at, exhausted.updated_at, exhausted.started_at, exhausted.completed_at, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state,
-       (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
-  FROM exhausted
+SELECT exhausted.id, exhausted.tenant_id, exhausted.knowledge_space_id, exhausted.document_asset_id, exhausted.document_version, exhausted.publication_generation_id, exhausted.base_head_revision, exhausted.candidate_publication_id, exhausted.candidate_fingerprint, exhausted.checkpoint, exhausted.run_state, exhausted.active_slot, exhausted.execution_attempts, exhausted.max_execution_attempts, exhausted.queue_job_id, exhausted.external_job_id, exhausted.worker_id, exhausted.lease_token, exhausted.lease_expires_at, exhausted.heartbeat_at, exhausted.retry_at, exhausted.last_error_code, exhausted.last_error_message, exhausted.row_version, exhausted.created_at, exhausted.updated_at, exhausted.started_at, exhausted.completed_at, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes
+  FROM sizes, exhausted
 `
 
 type FetchLeasesParams struct {
@@ -412,13 +413,13 @@ type FetchLeasesRow struct {
 // it (a notifying commit holds the global notify lock through its WAL
 // flush). One that did not fill it leaves the registration: the worker is
 // keeping up, and the next commit's notification wakes it at once.
+// The two tables' size, FetchTableBytes' reading, for the plan class of
+// the next fetch (repo/plan_class.go): once per statement.
 // A lease is progress (async_commit may apply); an exhausted attempt's
 // failure is an outcome, and then the whole commit stays synchronous.
 // With with_trace_contexts, each lease comes with the trace context its
 // Start stored (migration 0009), by primary key, in this round trip; the
-// join's condition is false otherwise, and no row is probed. table_bytes
-// is FetchTableBytes' reading, for the plan class of the next fetch
-// (repo/plan_class.go).
+// join's condition is false otherwise, and no row is probed.
 func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesParams) ([]*FetchLeasesRow, error) {
 	rows, err := db.Query(ctx, fetchLeases,
 		arg.AfterTenant,

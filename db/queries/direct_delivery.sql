@@ -337,25 +337,26 @@ awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l
    WHERE l.listener_id = @worker_id::text
      AND (SELECT count(*) FROM chosen) >= @batch_size::integer
+),
+-- The two tables' size, FetchTableBytes' reading, for the plan class of
+-- the next fetch (repo/plan_class.go): once per statement.
+sizes AS (
+  SELECT (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
 )
 -- A lease is progress (async_commit may apply); an exhausted attempt's
 -- failure is an outcome, and then the whole commit stays synchronous.
 -- With with_trace_contexts, each lease comes with the trace context its
 -- Start stored (migration 0009), by primary key, in this round trip; the
--- join's condition is false otherwise, and no row is probed. table_bytes
--- is FetchTableBytes' reading, for the plan class of the next fetch
--- (repo/plan_class.go).
-SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state,
-       (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
-  FROM leased
+-- join's condition is false otherwise, and no row is probed.
+SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes
+  FROM sizes, leased
   LEFT JOIN document_compilation_trace_contexts t
     ON @with_trace_contexts::boolean AND t.attempt_id = leased.id
  WHERE CASE WHEN @async_commit::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
             THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 UNION ALL
-SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state,
-       (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
-  FROM exhausted;
+SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes
+  FROM sizes, exhausted;
 
 -- name: FetchTableBytes :one
 -- The size of the two tables FetchLeases reads, in bytes (their main
