@@ -152,7 +152,7 @@ func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEm
 		if cands, err = insertBacklog(ctx, plain, tenants, backlog, history, true); err != nil {
 			return nil, err
 		}
-	} else if err := freezeStatistics(ctx, plain); err != nil {
+	} else if err := testfactory.FreezeStatistics(ctx, plain); err != nil {
 		return nil, err
 	}
 
@@ -243,7 +243,7 @@ type candidate struct {
 // leaves them (dispatch_pending / pending, due, UUIDv7 ids in start
 // order), history terminal attempts of 100 other tenants, then turns
 // autovacuum off on the two tables (a run mid-measure would change the
-// counts) and VACUUM ANALYZEs (with analyze; without, freezeStatistics
+// counts) and VACUUM ANALYZEs (with analyze; without, testfactory.FreezeStatistics
 // ran before).
 func insertBacklog(ctx context.Context, db *pgxpool.Pool, tenants, backlog, history int, analyze bool) (map[string]candidate, error) {
 	if history > 0 {
@@ -294,27 +294,11 @@ func insertBacklog(ctx context.Context, db *pgxpool.Pool, tenants, backlog, hist
 		}
 	}
 	if analyze {
-		if err := freezeStatistics(ctx, db); err != nil {
+		if err := testfactory.FreezeStatistics(ctx, db); err != nil {
 			return nil, err
 		}
 	}
 	return cands, nil
-}
-
-// freezeStatistics turns autovacuum off on the two tables and VACUUM
-// ANALYZEs: the statistics stay as they are now through the measure (an
-// ANALYZE would also invalidate the plans cached meanwhile).
-func freezeStatistics(ctx context.Context, db *pgxpool.Pool) error {
-	for _, s := range []string{
-		`ALTER TABLE document_compilation_attempts SET (autovacuum_enabled = false)`,
-		`ALTER TABLE document_compilation_outbox SET (autovacuum_enabled = false)`,
-		`VACUUM ANALYZE`,
-	} {
-		if _, err := db.Exec(ctx, s); err != nil {
-			return fmt.Errorf("statistics: %w", err)
-		}
-	}
-	return nil
 }
 
 // BenchmarkFetchGrowth prints FetchLeases' buffers per lease as the

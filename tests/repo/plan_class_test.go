@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -26,19 +25,12 @@ func TestFetchLeasesPlanCachedOnEmptyTables(t *testing.T) {
 	b := setup(t)
 	ctx := b.ctx
 	// No autovacuum: its ANALYZE would invalidate the cached plan.
-	for _, s := range []string{
-		"ALTER TABLE document_compilation_attempts SET (autovacuum_enabled = false)",
-		"ALTER TABLE document_compilation_outbox SET (autovacuum_enabled = false)",
-		"VACUUM ANALYZE document_compilation_attempts, document_compilation_outbox",
-	} {
-		_, err := b.db.Pool.Exec(ctx, s)
-		require.NoError(t, err)
-	}
+	require.NoError(t, testfactory.FreezeStatistics(ctx, b.db.Pool))
 	cfg, err := pgxpool.ParseConfig(b.db.URL)
 	require.NoError(t, err)
 	cfg.MaxConns, cfg.MinConns = 1, 1
 	var plans testfactory.PlanNotices
-	texts := &fetchTexts{}
+	texts := newStatementRecorder()
 	cfg.ConnConfig.OnNotice = plans.OnNotice
 	cfg.ConnConfig.Tracer = texts
 	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
@@ -55,7 +47,7 @@ func TestFetchLeasesPlanCachedOnEmptyTables(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, res.Leased)
 	}
-	emptyText := texts.last()
+	emptyText := texts.sql("FetchLeases")
 	testfactory.StartAll(ctx, t, b.repo, b.db.Pool, testfactory.SeedDocuments(ctx, t, b.db.Pool, 20, 40), 0)
 
 	for _, s := range testfactory.AutoExplainToNotices {
@@ -73,9 +65,10 @@ func TestFetchLeasesPlanCachedOnEmptyTables(t *testing.T) {
 		t.Logf("fetch %d on 800 due rows of 20 tenants after 10 fetches on empty tables: %d buffers for 8 leases", i+1, buffers)
 		require.Less(t, buffers, int64(3_000), "fetch %d read %d buffers for 8 leases: a plan cached on empty tables", i+1, buffers)
 	}
-	require.NotEqual(t, emptyText, texts.last(), "the fetch on the backlog is another prepared statement")
+	backlogText := texts.sql("FetchLeases")
+	require.NotEqual(t, emptyText, backlogText, "the fetch on the backlog is another prepared statement")
 	var class int
-	_, err = fmt.Sscanf(texts.last()[strings.LastIndex(texts.last(), "\n-- plan class "):], "\n-- plan class %d", &class)
+	_, err = fmt.Sscanf(backlogText[strings.LastIndex(backlogText, "\n-- plan class "):], "\n-- plan class %d", &class)
 	require.NoError(t, err, "the fetch on the backlog names its class")
 	var tableBytes int64
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox')`).Scan(&tableBytes))
@@ -92,7 +85,7 @@ func TestFetchLeasesReadsTableSizeAfterEmptyFetch(t *testing.T) {
 	b := setup(t)
 	cfg, err := pgxpool.ParseConfig(b.db.URL)
 	require.NoError(t, err)
-	texts := &fetchTexts{}
+	texts := newStatementRecorder()
 	cfg.ConnConfig.Tracer = texts
 	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
 	require.NoError(t, err)
@@ -114,38 +107,4 @@ func TestFetchLeasesReadsTableSizeAfterEmptyFetch(t *testing.T) {
 	require.Equal(t, []string{"FetchLeases"}, fetch(1), "after a fetch that leased")
 	require.Equal(t, []string{"FetchLeases"}, fetch(0), "after a fetch that leased")
 	require.Equal(t, []string{"FetchTableBytes", "FetchLeases"}, fetch(0), "after an empty fetch")
-}
-
-// fetchTexts records the sqlc name of every statement sent and the text
-// of the last FetchLeases.
-type fetchTexts struct {
-	mu    sync.Mutex
-	sent  []string
-	fetch string
-}
-
-func (f *fetchTexts) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if name, ok := queryName(d.SQL); ok {
-		f.mu.Lock()
-		f.sent = append(f.sent, name)
-		if name == "FetchLeases" {
-			f.fetch = d.SQL
-		}
-		f.mu.Unlock()
-	}
-	return ctx
-}
-
-func (f *fetchTexts) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (f *fetchTexts) names() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.sent...)
-}
-
-func (f *fetchTexts) last() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.fetch
 }

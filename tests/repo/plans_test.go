@@ -20,10 +20,30 @@ import (
 )
 
 // statementRecorder keeps the SQL and arguments of every statement sent,
-// so the test can EXPLAIN exactly what a transition ran.
+// so the test can EXPLAIN exactly what a transition ran, and the names of
+// the statements in the order they were sent.
 type statementRecorder struct {
 	mu   sync.Mutex
 	last map[string]recorded // by query name
+	sent []string
+}
+
+func newStatementRecorder() *statementRecorder {
+	return &statementRecorder{last: map[string]recorded{}}
+}
+
+// names are the query names sent so far, in order.
+func (r *statementRecorder) names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.sent...)
+}
+
+// sql is the text of the last statement named name.
+func (r *statementRecorder) sql(name string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last[name].sql
 }
 
 type recorded struct {
@@ -35,6 +55,7 @@ func (r *statementRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d 
 	if name, ok := queryName(d.SQL); ok {
 		r.mu.Lock()
 		r.last[name] = recorded{sql: d.SQL, args: d.Args}
+		r.sent = append(r.sent, name)
 		r.mu.Unlock()
 	}
 	return ctx
@@ -81,7 +102,7 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	}
 	cfg, err := pgxpool.ParseConfig(b.db.URL)
 	require.NoError(t, err)
-	rec := &statementRecorder{last: map[string]recorded{}}
+	rec := newStatementRecorder()
 	cfg.ConnConfig.Tracer = rec
 	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
 	require.NoError(t, err)
@@ -222,7 +243,7 @@ func TestFetchLeasesPlanWithEmptyTableStatistics(t *testing.T) {
 	ctx := b.ctx
 	cfg, err := pgxpool.ParseConfig(b.db.URL)
 	require.NoError(t, err)
-	rec := &statementRecorder{last: map[string]recorded{}}
+	rec := newStatementRecorder()
 	cfg.ConnConfig.Tracer = rec
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)

@@ -1,11 +1,14 @@
 package testfactory
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // AutoExplainToNotices are the settings, for a session that has run LOAD
@@ -62,4 +65,21 @@ func (p *PlanNotices) Buffers(prefix string) (int64, bool) {
 		found = true
 	}
 	return sum, found
+}
+
+// FreezeStatistics turns autovacuum off on the attempt and outbox tables
+// and VACUUM ANALYZEs the database: the statistics stay as they are now
+// through a measure (an ANALYZE would also invalidate the plans that
+// connections cache meanwhile).
+func FreezeStatistics(ctx context.Context, db *pgxpool.Pool) error {
+	for _, s := range []string{
+		`ALTER TABLE document_compilation_attempts SET (autovacuum_enabled = false)`,
+		`ALTER TABLE document_compilation_outbox SET (autovacuum_enabled = false)`,
+		`VACUUM ANALYZE`,
+	} {
+		if _, err := db.Exec(ctx, s); err != nil {
+			return fmt.Errorf("statistics: %w", err)
+		}
+	}
+	return nil
 }
