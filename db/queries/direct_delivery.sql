@@ -74,10 +74,12 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
                JOIN document_compilation_outbox o ON o.attempt_id = a.id
               WHERE a.tenant_id = nxt.tenant_id
                 AND a.completed_at IS NULL
+                -- One test (IS TRUE): the outbox row is found by attempt_id
+                -- alone (see offers).
                 AND ((o.status IN ('pending', 'dispatched', 'leased')
                       AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
                      OR (o.status = 'dispatching'
-                         AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))
+                         AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))) IS TRUE
               ORDER BY a.tenant_id, a.completed_at, a.id
               LIMIT 1) AS first_due
      -- Once per step too: first_due is read twice below (the column and
@@ -125,7 +127,12 @@ walked AS MATERIALIZED (
                     ORDER BY o.status, o.locked_until LIMIT 1)
                   LIMIT 1) due
             JOIN document_compilation_attempts a ON a.id = due.attempt_id) d
-   WHERE NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
+   -- Only when the walk stopped at max_tenants short of a batch: one that
+   -- came back to its first tenant walked them all (and one that filled
+   -- the batch needs no other tenant), so the probe is not run at all.
+   WHERE (SELECT max(w.pos) FROM tenant_walk w) >= @max_tenants::integer
+     AND (SELECT max(w.dues) FROM tenant_walk w) < @batch_size::integer
+     AND NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
 ),
 -- Capped tenants of the walk (migration 0008), locked without waiting:
 -- a fetch leasing for a capped tenant makes the others skip it.
@@ -194,10 +201,15 @@ offers AS MATERIALIZED (
         -- From the walk's first due attempt: the older live ones are
         -- running (or otherwise not due) and were passed once already.
         AND a.id >= coalesce(w.first_due, '00000000-0000-0000-0000-000000000000'::uuid)
+        -- One boolean test (IS TRUE), so the outbox row is found by
+        -- attempt_id alone: as separate clauses the planner, estimating few
+        -- due rows, ANDed a bitmap of delivery_due_idx's due range into
+        -- every probe (about 100 buffers each at a backlog of 2,000, per
+        -- attempt walked; seen in a drain).
         AND ((o.status IN ('pending', 'dispatched', 'leased')
               AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
              OR (o.status = 'dispatching'
-                 AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))
+                 AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))) IS TRUE
       -- The index's own order (tenant and completed_at are fixed here):
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.

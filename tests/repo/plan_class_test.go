@@ -108,3 +108,66 @@ func TestFetchLeasesReadsTableSizeAfterEmptyFetch(t *testing.T) {
 	require.Equal(t, []string{"FetchLeases"}, fetch(0), "after a fetch that leased")
 	require.Equal(t, []string{"FetchTableBytes", "FetchLeases"}, fetch(0), "after an empty fetch")
 }
+
+// TestFetchLeasesProbesOutboxByAttempt: with one tenant's backlog, a
+// fetch finds each walked attempt's outbox row by attempt_id and reads no
+// due-row index at all. The due test is one boolean test (IS TRUE): as
+// separate clauses the planner, estimating few due rows, ANDed a bitmap of
+// delivery_due_idx's whole due range into every attempt's outbox probe
+// (about 100 buffers per attempt walked, seen in a drain: 740-1,922
+// buffers per fetch). The walk came back to its only tenant, so the probe
+// for a tenant it missed (delivery_due_idx's first due row) is not run
+// either. Statistics are those of empty tables (no column statistics, as
+// after the benches' VACUUM ANALYZE), and a thousand attempts have gone
+// through, as in a drain.
+func TestFetchLeasesProbesOutboxByAttempt(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	require.NoError(t, testfactory.FreezeStatistics(ctx, b.db.Pool))
+	docs := testfactory.SeedDocuments(ctx, t, b.db.Pool, 1, 3_000)
+	testfactory.StartAll(ctx, t, b.repo, b.db.Pool, docs, 0)
+	c := docs[0].Candidate
+	for range 10 {
+		res, err := b.repo.FetchLeases(ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "churn", BatchSize: 100})
+		require.NoError(t, err)
+		var entries []repo.CompleteManyEntry
+		for _, l := range res.Leased {
+			entries = append(entries, repo.CompleteManyEntry{Lease: l.Lease, Through: true, CandidatePublicationID: &c.ID, CandidateFingerprint: &c.Fingerprint})
+		}
+		_, err = b.repo.CompleteMany(ctx, b.db.Pool, &repo.CompleteManyParams{Entries: entries})
+		require.NoError(t, err)
+	}
+	cfg, err := pgxpool.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns, cfg.MinConns = 1, 1
+	var plans testfactory.PlanNotices
+	cfg.ConnConfig.OnNotice = plans.OnNotice
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		for _, s := range append([]string{"LOAD 'auto_explain'"}, testfactory.AutoExplainToNotices...) {
+			if _, err := c.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	fetcher, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(fetcher.Close)
+	r := repo.New(nil)
+	// Eight fetches: five custom plans, then the generic one. Leases are
+	// kept, so each fetch walks past the running attempts of the ones
+	// before it, as a worker's fetch does while its slots run.
+	for i := range 8 {
+		plans.Reset()
+		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
+		require.NoError(t, err)
+		require.Len(t, res.Leased, 8)
+		loops := plans.IndexLoops("-- name: FetchLeases ")
+		buffers, _ := plans.Buffers("-- name: FetchLeases ")
+		t.Logf("fetch %d, one tenant's 2,000 due rows after 1,000 done: %d buffers for 8 leases; index scans %v", i+1, buffers, loops)
+		require.NotZero(t, loops["document_compilation_outbox_attempt_event_uq"], "fetch %d: outbox rows found by attempt_id", i+1)
+		for _, idx := range []string{"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"} {
+			require.Zero(t, loops[idx], "fetch %d scanned %s %d times", i+1, idx, loops[idx])
+		}
+	}
+}

@@ -67,6 +67,42 @@ func (p *PlanNotices) Buffers(prefix string) (int64, bool) {
 	return sum, found
 }
 
+// IndexLoops counts, in the plans whose query text starts with prefix, the
+// executions (actual loops) of the plan nodes that scan each index: an
+// index a node would have scanned but never did counts 0.
+func (p *PlanNotices) IndexLoops(prefix string) map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	loops := map[string]int64{}
+	for _, raw := range p.plans {
+		var e struct {
+			QueryText string   `json:"Query Text"`
+			Plan      planNode `json:"Plan"`
+		}
+		if json.Unmarshal([]byte(raw), &e) != nil || !strings.HasPrefix(strings.TrimSpace(e.QueryText), prefix) {
+			continue
+		}
+		e.Plan.indexLoops(loops)
+	}
+	return loops
+}
+
+// planNode is what IndexLoops reads of an auto_explain JSON plan node.
+type planNode struct {
+	IndexName string     `json:"Index Name"`
+	Loops     int64      `json:"Actual Loops"`
+	Plans     []planNode `json:"Plans"`
+}
+
+func (n *planNode) indexLoops(into map[string]int64) {
+	if n.IndexName != "" {
+		into[n.IndexName] += n.Loops
+	}
+	for i := range n.Plans {
+		n.Plans[i].indexLoops(into)
+	}
+}
+
 // FreezeStatistics turns autovacuum off on the attempt and outbox tables
 // and VACUUM ANALYZEs the database: the statistics stay as they are now
 // through a measure (an ANALYZE would also invalidate the plans that
