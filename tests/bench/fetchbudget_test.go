@@ -301,6 +301,30 @@ func insertBacklog(ctx context.Context, db *pgxpool.Pool, tenants, backlog, hist
 	return cands, nil
 }
 
+// growthPoint is one point of the growth benchmarks: dimension=value, with
+// backlog due attempts spread over tenants beside history terminal ones.
+type growthPoint struct {
+	dimension                 string
+	value                     int
+	tenants, backlog, history int
+}
+
+// growthPoints are issue 25's: the backlog (10^3 to 10^5 due attempts of
+// one tenant), the tenants with due rows (1 to 10^4, backlog 10^4) and
+// the history (10^6 terminal attempts beside one tenant's 10^4).
+var growthPoints = []growthPoint{
+	{"backlog", 1_000, 1, 1_000, 0},
+	{"backlog", 10_000, 1, 10_000, 0},
+	{"backlog", 100_000, 1, 100_000, 0},
+	{"tenants", 1, 1, 10_000, 0},
+	{"tenants", 10, 10, 10_000, 0},
+	{"tenants", 100, 100, 10_000, 0},
+	{"tenants", 1_000, 1_000, 10_000, 0},
+	{"tenants", 10_000, 10_000, 10_000, 0},
+	{"history", 0, 1, 10_000, 0},
+	{"history", 1_000_000, 1, 10_000, 1_000_000},
+}
+
 // BenchmarkFetchGrowth prints FetchLeases' buffers per lease as the
 // backlog (10^3 to 10^5 due attempts), the tenants with due rows (1 to
 // 10^4) and the history (10^6 terminal attempts) grow, one CSV line per
@@ -312,23 +336,7 @@ func BenchmarkFetchGrowth(b *testing.B) {
 	if b.N > 1 {
 		b.Skip("measured once")
 	}
-	points := []struct {
-		dimension                 string
-		value                     int
-		tenants, backlog, history int
-	}{
-		{"backlog", 1_000, 1, 1_000, 0},
-		{"backlog", 10_000, 1, 10_000, 0},
-		{"backlog", 100_000, 1, 100_000, 0},
-		{"tenants", 1, 1, 10_000, 0},
-		{"tenants", 10, 10, 10_000, 0},
-		{"tenants", 100, 100, 10_000, 0},
-		{"tenants", 1_000, 1_000, 10_000, 0},
-		{"tenants", 10_000, 10_000, 10_000, 0},
-		{"history", 0, 1, 10_000, 0},
-		{"history", 1_000_000, 1, 10_000, 1_000_000},
-	}
-	for _, p := range points {
+	for _, p := range growthPoints {
 		c, err := measureFetchCost(context.Background(), p.tenants, p.backlog, p.history, false)
 		if err != nil {
 			b.Fatalf("%s=%d: %v", p.dimension, p.value, err)
