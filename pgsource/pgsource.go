@@ -38,6 +38,7 @@ import (
 // Defaults.
 const (
 	FollowUpIntervalDefault = 20 * time.Millisecond
+	GatherWindowDefault     = 500 * time.Microsecond
 	PollIntervalDefault     = time.Second
 	WriteTimeoutDefault     = 10 * time.Second
 )
@@ -54,6 +55,14 @@ type Config struct {
 	// due row is locked by another transaction (1, 2, 4 … ms up to it).
 	// Defaults to 20 ms.
 	FollowUpInterval time.Duration
+	// GatherWindow is how long a fetch waits, after one that filled its
+	// batch, for the slots that one served to ask again (up to BatchSize):
+	// under a backlog with short handlers each fetch then serves every
+	// free slot, not only those that waited as the last one came back
+	// (4 leases per fetch of 8 slots without it). It applies only after a
+	// full batch, so it adds nothing to an idle queue's wake-up. Defaults
+	// to 500 µs; negative: no wait.
+	GatherWindow time.Duration
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// MaxTenants bounds the tenants one fetch looks at. Defaults to
@@ -114,6 +123,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Source, error) {
 		c = *cfg
 	}
 	c.FollowUpInterval = cmp.Or(c.FollowUpInterval, FollowUpIntervalDefault)
+	c.GatherWindow = cmp.Or(c.GatherWindow, GatherWindowDefault)
 	c.PollInterval = cmp.Or(c.PollInterval, PollIntervalDefault)
 	c.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
 	c.MaxTenants = cmp.Or(c.MaxTenants, repo.FetchMaxTenantsDefault)

@@ -56,6 +56,15 @@ func (s *Source) Run(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		pending = s.live(collect(requests, pending))
+		if l.full && l.inFlight == 0 && len(pending) < int(s.batchSize) && s.cfg.GatherWindow > 0 {
+			// The last fetch filled its batch, so more is due: wait a
+			// moment for the slots it served (a short handler returns
+			// them within it) and fetch for them too, not only for the
+			// few that waited as it came back (Config.GatherWindow).
+			l.full = false
+			pending = gather(ctx, requests, pending, int(s.batchSize), s.cfg.GatherWindow)
+			continue
+		}
 		if l.canStart(len(pending)) {
 			l.start(ctx, len(pending))
 			continue
@@ -118,8 +127,11 @@ type fetchLoop struct {
 	// short: a fetch found fewer due rows than asked for (or failed), so
 	// no new fetch starts until the source has idled.
 	short, failed bool
-	idle          pglisten.Idle
-	after         string
+	// full: the last fetch filled its batch (Run gathers requests
+	// before the next one).
+	full  bool
+	idle  pglisten.Idle
+	after string
 }
 
 func (l *fetchLoop) canStart(pending int) bool {
@@ -179,6 +191,7 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 	}
 	switch got := len(res.Leased) + len(res.Exhausted); {
 	case got >= int(f.n):
+		l.full = true
 		// A full batch: more may be due; the fetch ended the idle
 		// registration, so commits do not notify.
 		l.idle.Reset()
@@ -288,4 +301,22 @@ func (s *Source) release(ctx context.Context, m *message) {
 // awake ends the source's idle registration.
 func (s *Source) awake(ctx context.Context) {
 	pglisten.Awake(ctx, s.cfg.Repo, s.pool, s.log, s.workerID, s.cfg.WriteTimeout)
+}
+
+// gather adds requests to pending until it holds n or window has passed
+// (or ctx ended).
+func gather(ctx context.Context, requests chan *request, pending []*request, n int, window time.Duration) []*request {
+	t := time.NewTimer(window)
+	defer t.Stop()
+	for len(pending) < n {
+		select {
+		case req := <-requests:
+			pending = append(pending, req)
+		case <-t.C:
+			return pending
+		case <-ctx.Done():
+			return pending
+		}
+	}
+	return pending
 }
