@@ -158,6 +158,11 @@ type Result struct {
 	// lifecycle benchmark measures every side; zero unless the server
 	// runs with track_commit_timestamp = on.
 	StartToCommittedP50, StartToCommittedP99 time.Duration
+	// StartToCompletedAtP50 and StartToCompletedAtP99 are the same
+	// attempts' completed_at - created_at: the completing statement's
+	// now(), before its commit, which is how the seed-schema floor
+	// (../shared/bench/lifecyclefloor) measures its own side.
+	StartToCompletedAtP50, StartToCompletedAtP99 time.Duration
 	// StartToHandlerP50 and StartToHandlerP99 are the waits of the same
 	// attempts from just before Start to their handler being called.
 	StartToHandlerP50, StartToHandlerP99 time.Duration
