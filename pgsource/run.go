@@ -171,7 +171,7 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 			s.cfg.Metrics.Add(observe.FetchFailed, 1)
 			s.log.ErrorContext(ctx, "fetch failed", "err", f.err)
 		}
-		l.short, l.failed = true, true
+		l.short, l.failed, l.full = true, true, false
 		l.idle.Reset()
 		return pending
 	}
@@ -189,9 +189,10 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 		}
 		pending = s.answer(ctx, pending, &message{attempt: la.Attempt, lease: la.Lease, trace: la.TraceContext})
 	}
-	switch got := len(res.Leased) + len(res.Exhausted); {
-	case got >= int(f.n):
-		l.full = true
+	got := len(res.Leased) + len(res.Exhausted)
+	l.full = got >= int(f.n)
+	switch {
+	case l.full:
 		// A full batch: more may be due; the fetch ended the idle
 		// registration, so commits do not notify.
 		l.idle.Reset()
