@@ -146,11 +146,13 @@ func drainKfsdb(ctx context.Context, url string, cands map[string]candidate, bac
 	// The handler has run for every attempt; the last completions commit
 	// within a few milliseconds: done when no outbox row is leased.
 	deadline := time.Now().Add(10 * time.Minute)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		select {
 		case err := <-ran:
 			return 0, fmt.Errorf("worker stopped: %v", err)
-		case <-time.After(2 * time.Millisecond):
+		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
 			return 0, fmt.Errorf("drain: %d of %d handled after 10 minutes", handled.Load(), backlog)
@@ -311,7 +313,9 @@ func drainFloor(ctx context.Context, url string, cands map[string]candidate, bac
 			wg.Wait()
 			return 0, fmt.Errorf("floor fetch: %v", fetchErr)
 		}
+		// This completion and those that came meanwhile, up to 100.
 		ids, pubs, fps = ids[:0], pubs[:0], fps[:0]
+	fill:
 		for {
 			c := cands[l.tenant]
 			ids, pubs, fps = append(ids, l.id), append(pubs, c.id), append(fps, c.fingerprint)
@@ -320,10 +324,9 @@ func drainFloor(ctx context.Context, url string, cands map[string]candidate, bac
 			}
 			select {
 			case l = <-done:
-				continue
 			default:
+				break fill
 			}
-			break
 		}
 		tag, err := pool.Exec(ctx, floorCompleteSQL, ids, pubs, fps)
 		if err != nil {

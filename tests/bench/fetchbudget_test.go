@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/migrate"
@@ -164,15 +163,7 @@ func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEm
 	var plans testfactory.PlanNotices
 	counter := &stmtCounter{}
 	cfg.ConnConfig.Tracer = counter
-	cfg.ConnConfig.OnNotice = plans.OnNotice
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		for _, s := range append([]string{"LOAD 'auto_explain'"}, testfactory.AutoExplainToNotices...) {
-			if _, err := c.Exec(ctx, s); err != nil {
-				return fmt.Errorf("auto_explain (needs a superuser): %w", err)
-			}
-		}
-		return nil
-	}
+	testfactory.ExplainOnConnect(cfg, &plans)
 	fetcher, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

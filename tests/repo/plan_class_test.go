@@ -83,13 +83,7 @@ func TestFetchLeasesPlanCachedOnEmptyTables(t *testing.T) {
 // fetch read the sizes first (FetchTableBytes).
 func TestFetchLeasesReadsTableSizeAfterEmptyFetch(t *testing.T) {
 	b := setup(t)
-	cfg, err := pgxpool.ParseConfig(b.db.URL)
-	require.NoError(t, err)
-	texts := newStatementRecorder()
-	cfg.ConnConfig.Tracer = texts
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, texts := recordingPool(t, b.ctx, b.db.URL)
 	r := repo.New(nil)
 	fetch := func(leases int) []string {
 		t.Helper()
@@ -141,15 +135,7 @@ func TestFetchLeasesProbesOutboxByAttempt(t *testing.T) {
 	require.NoError(t, err)
 	cfg.MaxConns, cfg.MinConns = 1, 1
 	var plans testfactory.PlanNotices
-	cfg.ConnConfig.OnNotice = plans.OnNotice
-	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
-		for _, s := range append([]string{"LOAD 'auto_explain'"}, testfactory.AutoExplainToNotices...) {
-			if _, err := c.Exec(ctx, s); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	testfactory.ExplainOnConnect(cfg, &plans)
 	fetcher, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(fetcher.Close)

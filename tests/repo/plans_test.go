@@ -32,6 +32,20 @@ func newStatementRecorder() *statementRecorder {
 	return &statementRecorder{last: map[string]recorded{}}
 }
 
+// recordingPool is a pool on url whose statements rec records, closed at
+// the end of the test.
+func recordingPool(t testing.TB, ctx context.Context, url string) (pool *pgxpool.Pool, rec *statementRecorder) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	rec = newStatementRecorder()
+	cfg.ConnConfig.Tracer = rec
+	pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool, rec
+}
+
 // names are the query names sent so far, in order.
 func (r *statementRecorder) names() []string {
 	r.mu.Lock()
@@ -100,13 +114,7 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 		require.NoError(t, err)
 		rows = n
 	}
-	cfg, err := pgxpool.ParseConfig(b.db.URL)
-	require.NoError(t, err)
-	rec := newStatementRecorder()
-	cfg.ConnConfig.Tracer = rec
-	pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, rec := recordingPool(t, b.ctx, b.db.URL)
 	ctx := b.ctx
 
 	start := time.Now()
@@ -118,7 +126,7 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	drv := &testfactory.Driver{Repo: r, DB: pool}
 	s := testfactory.NewScope(ctx, t, pool, nil)
 	a, lease, _ := drv.Running(ctx, t, s, nil)
-	_, err = r.Heartbeat(ctx, pool, &repo.HeartbeatParams{Lease: lease})
+	_, err := r.Heartbeat(ctx, pool, &repo.HeartbeatParams{Lease: lease})
 	require.NoError(t, err)
 	_, err = r.Advance(ctx, pool, &repo.AdvanceParams{Lease: lease, Checkpoint: kfstype.CheckpointParsed})
 	require.NoError(t, err)
@@ -241,15 +249,9 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 func TestFetchLeasesPlanWithEmptyTableStatistics(t *testing.T) {
 	b := setup(t)
 	ctx := b.ctx
-	cfg, err := pgxpool.ParseConfig(b.db.URL)
-	require.NoError(t, err)
-	rec := newStatementRecorder()
-	cfg.ConnConfig.Tracer = rec
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, rec := recordingPool(t, ctx, b.db.URL)
 
-	_, err = pool.Exec(ctx, "VACUUM ANALYZE document_compilation_attempts, document_compilation_outbox")
+	_, err := pool.Exec(ctx, "VACUUM ANALYZE document_compilation_attempts, document_compilation_outbox")
 	require.NoError(t, err)
 	r := repo.New(nil)
 	testfactory.StartAll(ctx, t, r, pool, testfactory.SeedDocuments(ctx, t, pool, 20, 20), 0)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -46,34 +47,31 @@ func (p *PlanNotices) Reset() {
 // Buffers sums the shared buffers (hit + read) of the plans whose query
 // text starts with prefix, and says whether there was one.
 func (p *PlanNotices) Buffers(prefix string) (int64, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	plans := p.matching(prefix)
 	var sum int64
-	found := false
-	for _, raw := range p.plans {
-		var e struct {
-			QueryText string `json:"Query Text"`
-			Plan      struct {
-				SharedHit  int64 `json:"Shared Hit Blocks"`
-				SharedRead int64 `json:"Shared Read Blocks"`
-			} `json:"Plan"`
-		}
-		if json.Unmarshal([]byte(raw), &e) != nil || !strings.HasPrefix(strings.TrimSpace(e.QueryText), prefix) {
-			continue
-		}
-		sum += e.Plan.SharedHit + e.Plan.SharedRead
-		found = true
+	for _, n := range plans {
+		sum += n.SharedHit + n.SharedRead
 	}
-	return sum, found
+	return sum, len(plans) > 0
 }
 
 // IndexLoops counts, in the plans whose query text starts with prefix, the
 // executions (actual loops) of the plan nodes that scan each index: an
 // index a node would have scanned but never did counts 0.
 func (p *PlanNotices) IndexLoops(prefix string) map[string]int64 {
+	loops := map[string]int64{}
+	for _, n := range p.matching(prefix) {
+		n.indexLoops(loops)
+	}
+	return loops
+}
+
+// matching returns the top plan nodes of the plans whose query text starts
+// with prefix.
+func (p *PlanNotices) matching(prefix string) []planNode {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	loops := map[string]int64{}
+	var out []planNode
 	for _, raw := range p.plans {
 		var e struct {
 			QueryText string   `json:"Query Text"`
@@ -82,16 +80,18 @@ func (p *PlanNotices) IndexLoops(prefix string) map[string]int64 {
 		if json.Unmarshal([]byte(raw), &e) != nil || !strings.HasPrefix(strings.TrimSpace(e.QueryText), prefix) {
 			continue
 		}
-		e.Plan.indexLoops(loops)
+		out = append(out, e.Plan)
 	}
-	return loops
+	return out
 }
 
-// planNode is what IndexLoops reads of an auto_explain JSON plan node.
+// planNode is what PlanNotices reads of an auto_explain JSON plan node.
 type planNode struct {
-	IndexName string     `json:"Index Name"`
-	Loops     int64      `json:"Actual Loops"`
-	Plans     []planNode `json:"Plans"`
+	SharedHit  int64      `json:"Shared Hit Blocks"`
+	SharedRead int64      `json:"Shared Read Blocks"`
+	IndexName  string     `json:"Index Name"`
+	Loops      int64      `json:"Actual Loops"`
+	Plans      []planNode `json:"Plans"`
 }
 
 func (n *planNode) indexLoops(into map[string]int64) {
@@ -100,6 +100,21 @@ func (n *planNode) indexLoops(into map[string]int64) {
 	}
 	for i := range n.Plans {
 		n.Plans[i].indexLoops(into)
+	}
+}
+
+// ExplainOnConnect makes every connection of cfg's pool load auto_explain
+// with AutoExplainToNotices (which needs a superuser) and send its plans
+// to plans.
+func ExplainOnConnect(cfg *pgxpool.Config, plans *PlanNotices) {
+	cfg.ConnConfig.OnNotice = plans.OnNotice
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		for _, s := range append([]string{"LOAD 'auto_explain'"}, AutoExplainToNotices...) {
+			if _, err := c.Exec(ctx, s); err != nil {
+				return fmt.Errorf("auto_explain (needs a superuser): %w", err)
+			}
+		}
+		return nil
 	}
 }
 
