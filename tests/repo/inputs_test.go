@@ -73,6 +73,11 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
+	// Prepare's connection, from the counted pool: a refused call must
+	// send nothing on it either.
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
 	before := snapshotTables(ctx, t, b.db.Pool)
 
 	r := b.repo
@@ -122,6 +127,7 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"ConstraintError.Unwrap": {Fn: (*repo.ConstraintError).Unwrap, Args: []any{&repo.ConstraintError{Err: pgErr}},
 			Deep: []int{0}, Unwrap: true},
 
+		"Repo.Prepare":         {Fn: (*repo.Repo).Prepare, Args: []any{r, ctx, conn.Conn()}},
 		"Repo.Start":           {Fn: (*repo.Repo).Start, Args: []any{r, ctx, pool, delayed}, Deep: []int{3}},
 		"Repo.StartMany":       {Fn: (*repo.Repo).StartMany, Args: []any{r, ctx, pool, &repo.StartManyParams{Starts: []*repo.StartParams{start(), start()}}}, Deep: []int{3}},
 		"Repo.ReleaseDeferred": {Fn: (*repo.Repo).ReleaseDeferred, Args: []any{r, ctx, pool, &repo.ReleaseDeferredParams{AttemptRef: ref()}}, Deep: []int{3}},

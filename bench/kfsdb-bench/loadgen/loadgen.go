@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
+	"github.com/knowledgefs/kfsdb/repo"
 )
 
 // Defaults of Config.
@@ -208,6 +209,10 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	tr := &tracer{lat: map[string][]time.Duration{}}
 	pcfg.ConnConfig.Tracer = tr
 	pcfg.MaxConns = int32(c.Producers + c.Workers + 4)
+	// As a service would run: every connection prepares the hot path's
+	// statements as it connects (repo.Repo.Prepare), as the floor's and
+	// River's drivers prepare theirs.
+	pcfg.AfterConnect = repo.New(nil).Prepare
 	var in *instruments
 	if c.Observe {
 		if in, err = newInstruments(pcfg); err != nil {

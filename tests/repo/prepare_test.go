@@ -1,0 +1,119 @@
+package repo_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// preparedNames are the sqlc names of the statements prepared in the
+// session of pool's one connection, read without preparing anything.
+func preparedNames(ctx context.Context, t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(ctx, "SELECT statement FROM pg_prepared_statements ORDER BY statement",
+		pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	names := make([]string, 0, len(texts))
+	for _, text := range texts {
+		name, ok := queryName(text)
+		require.True(t, ok, "a statement prepared without an sqlc name: %.80q", text)
+		names = append(names, name)
+	}
+	return names
+}
+
+// preparedPool is a one-connection pool on url whose connections run
+// r.Prepare as they connect, in mode.
+func preparedPool(ctx context.Context, t *testing.T, url string, r *repo.Repo, mode pgx.QueryExecMode) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	cfg.ConnConfig.DefaultQueryExecMode = mode
+	cfg.AfterConnect = r.Prepare
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// TestPrepareServesTheHotPathFromConnect: a connection that ran Prepare
+// holds the hot path's statements before its first delivery, and a whole
+// direct delivery on it (Start, FetchLeases, Heartbeat, CompleteMany,
+// CompleteThrough, the idle registration) prepares nothing more: pgx runs
+// each as the statement Prepare made.
+func TestPrepareServesTheHotPathFromConnect(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	pool := preparedPool(ctx, t, b.db.URL, b.repo, pgx.QueryExecModeCacheStatement)
+	hot := []string{"CompleteMany", "CompleteThrough", "FetchLeases", "FetchTableBytes", "Heartbeat",
+		"OutboxListenerAwake", "OutboxListenerIdle", "Start"}
+	before := preparedNames(ctx, t, pool)
+	// FetchLeases is prepared in the tables' current plan class.
+	require.Equal(t, hot, uniq(before), "the statements prepared at connect")
+	require.Len(t, before, len(hot))
+
+	var cands []rwCandidate // each attempt's candidate, in start order
+	for range 3 {
+		s := b.scope(t)
+		_, err := b.repo.Start(ctx, pool, s.StartParams())
+		require.NoError(t, err)
+		cands = append(cands, b.rwPub(t, s, "candidate"))
+	}
+	res, err := b.repo.FetchLeases(ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker-prepared", BatchSize: 3})
+	require.NoError(t, err)
+	require.Len(t, res.Leased, 3)
+	lease, err := b.repo.Heartbeat(ctx, pool, &repo.HeartbeatParams{Lease: res.Leased[0].Lease})
+	require.NoError(t, err)
+	_, err = b.repo.CompleteMany(ctx, pool, &repo.CompleteManyParams{Entries: []repo.CompleteManyEntry{
+		{Lease: lease, Through: true, CandidatePublicationID: cands[0].id, CandidateFingerprint: cands[0].fp},
+		{Lease: res.Leased[1].Lease, Through: true, CandidatePublicationID: cands[1].id, CandidateFingerprint: cands[1].fp}}})
+	require.NoError(t, err)
+	_, err = b.repo.CompleteThrough(ctx, pool, &repo.CompleteThroughParams{Lease: res.Leased[2].Lease,
+		CandidatePublicationID: cands[2].id, CandidateFingerprint: cands[2].fp})
+	require.NoError(t, err)
+	_, err = b.repo.OutboxListenerIdle(ctx, pool, &repo.OutboxListenerIdleParams{ListenerID: "worker-prepared", TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, b.repo.OutboxListenerAwake(ctx, pool, &repo.OutboxListenerAwakeParams{ListenerID: "worker-prepared"}))
+	for _, l := range res.Leased {
+		require.Equal(t, kfstype.RunStateSucceeded, b.rows(t, l.Attempt.ID).Attempt.RunState)
+	}
+
+	require.Equal(t, before, preparedNames(ctx, t, pool),
+		"a hot-path statement was prepared again: pgx did not run the one Prepare made")
+}
+
+// TestPrepareLeavesSessionlessModesAlone: in the modes for PgBouncer's
+// transaction pooling a prepared statement may be on another session, so
+// Prepare prepares nothing; and it refuses a nil conn as input.
+func TestPrepareLeavesSessionlessModesAlone(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		pool := preparedPool(ctx, t, b.db.URL, b.repo, mode)
+		require.Empty(t, preparedNames(ctx, t, pool), "mode %v", mode)
+		_, err := b.repo.Start(ctx, pool, b.scope(t).StartParams())
+		require.NoError(t, err, "mode %v", mode)
+	}
+	requireInputError(t, b.repo.Prepare(ctx, nil), "conn")
+}
+
+// uniq is names without repeats, in order (names is sorted).
+func uniq(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if len(out) == 0 || out[len(out)-1] != n {
+			out = append(out, n)
+		}
+	}
+	return out
+}
