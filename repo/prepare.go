@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,14 +19,18 @@ import (
 //
 //	cfg.AfterConnect = r.Prepare
 //
-// Why: a new server process parses a statement against cold catalog
-// caches, and FetchLeases is a large statement; on two cores its first
-// parse and plans took 70–230 ms per connection, during which every
-// attempt waits (docs/PERFORMANCE.md, "Connections that arrive warm").
-// Prepared here, under their own text as pgx's name for them, pgx runs
-// them as prepared (pgx looks an SQL text up among a connection's
-// prepared statements first), so the first delivery on a connection costs
-// what the thousandth does.
+// Why: a new server process parses and plans a statement against cold
+// catalog caches (the tables' indexes, constraints and statistics), and
+// FetchLeases is a large statement; on two cores its first parse and
+// plans took 70–230 ms per connection, and Start's first plan 6 ms on an
+// idle server and up to 70 ms under load, during which the attempt waits
+// (docs/PERFORMANCE.md, "Connections that arrive warm"). Prepared here,
+// under their own text as pgx's name for them, pgx runs them as prepared
+// (pgx looks an SQL text up among a connection's prepared statements
+// first); and each is planned once here (EXPLAIN of its generic plan, run
+// in a transaction of its own that restores plan_cache_mode), so the
+// caches are warm and the first delivery on a connection costs what the
+// thousandth does.
 //
 // Prepared statements live in the server session, so Prepare does nothing
 // on a connection whose DefaultQueryExecMode is pgx.QueryExecModeExec or
@@ -53,8 +58,12 @@ func (r *Repo) Prepare(ctx context.Context, conn *pgx.Conn) error {
 	}
 	q := r.q
 	prepare := func(sql string) error {
-		if _, err := conn.Prepare(ctx, sql, sql); err != nil {
+		sd, err := conn.Prepare(ctx, sql, sql)
+		if err != nil {
 			return fmt.Errorf("prepare %s: %w", statementName(sql), mapError(err))
+		}
+		if err := warmPlanning(ctx, conn, sql, len(sd.ParamOIDs)); err != nil {
+			return fmt.Errorf("prepare %s: plan it once: %w", statementName(sql), mapError(err))
 		}
 		return nil
 	}
@@ -99,6 +108,33 @@ func (r *Repo) Prepare(ctx context.Context, conn *pgx.Conn) error {
 		}
 	}
 	return nil
+}
+
+// warmPlanning plans sql once on conn without running it: the generic
+// plan (its parameters unknown, so the planner considers every index as
+// a real execution would, where NULL arguments would fold the quals
+// away), under a name of its own that is gone again before it returns.
+// What stays is what planning loaded into the session's catalog caches.
+// SET LOCAL ends with the transaction, so the session keeps its own
+// plan_cache_mode.
+func warmPlanning(ctx context.Context, conn *pgx.Conn, sql string, params int) error {
+	args := strings.TrimSuffix(strings.Repeat("NULL, ", params), ", ")
+	if params > 0 {
+		args = "(" + args + ")"
+	}
+	// No arguments: pgx sends it in one simple-protocol message.
+	_, err := conn.Exec(ctx, "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; "+
+		"PREPARE kfsdb_prepare_warm AS "+sql+"; "+
+		"EXPLAIN (COSTS OFF) EXECUTE kfsdb_prepare_warm"+args+"; "+
+		"DEALLOCATE kfsdb_prepare_warm; COMMIT")
+	if err != nil && conn.PgConn().TxStatus() != 'I' {
+		// Failed inside: leave the session as it was (no transaction, and
+		// no statement of that name, which PREPARE leaves behind if the
+		// EXPLAIN failed); the error returned is the first one.
+		_, _ = conn.Exec(ctx, "ROLLBACK")
+		_, _ = conn.Exec(ctx, "DEALLOCATE kfsdb_prepare_warm")
+	}
+	return err
 }
 
 // errCaptured ends a generated query's call once its text is captured.

@@ -2,6 +2,7 @@ package repo_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -116,4 +117,63 @@ func uniq(names []string) []string {
 		}
 	}
 	return out
+}
+
+// TestPrepareLeavesTheSessionAsItFoundIt: planning each statement once
+// (the warm-up of the catalog caches) keeps the session's own
+// plan_cache_mode and leaves no statement of its own; and when it fails
+// (a role that may not read the tables: parsing checks no privileges,
+// planning for EXPLAIN does) Prepare returns the server's error with the
+// statement's name and leaves the connection idle, out of any transaction,
+// with no statement of its own left behind.
+func TestPrepareLeavesTheSessionAsItFoundIt(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+
+	cfg, err := pgx.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	require.NoError(t, b.repo.Prepare(ctx, conn))
+	var mode string
+	require.NoError(t, conn.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode))
+	require.Equal(t, "force_custom_plan", mode, "Prepare changed the session's plan_cache_mode")
+	require.Equal(t, byte('I'), conn.PgConn().TxStatus())
+	requireNoWarmStatement(ctx, t, conn)
+
+	role := fmt.Sprintf("kfsdb_prepare_%d", time.Now().UnixNano())
+	_, err = b.db.Pool.Exec(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD 'pw'", role))
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = b.db.Pool.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
+	cfg, err = pgx.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	cfg.User, cfg.Password = role, "pw"
+	limited, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	err = b.repo.Prepare(ctx, limited)
+	require.NoError(t, limited.Close(ctx))
+	require.ErrorContains(t, err, "plan it once")
+	require.ErrorContains(t, err, "permission denied")
+
+	limited, err = pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer limited.Close(ctx)
+	_, err = limited.Exec(ctx, "SET plan_cache_mode = force_custom_plan")
+	require.NoError(t, err)
+	require.Error(t, b.repo.Prepare(ctx, limited))
+	require.Equal(t, byte('I'), limited.PgConn().TxStatus(), "Prepare left a transaction open")
+	require.NoError(t, limited.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode))
+	require.Equal(t, "force_custom_plan", mode)
+	requireNoWarmStatement(ctx, t, limited)
+}
+
+// requireNoWarmStatement: the warm-up's statement is gone from conn.
+func requireNoWarmStatement(ctx context.Context, t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name = 'kfsdb_prepare_warm'",
+		pgx.QueryExecModeSimpleProtocol).Scan(&n))
+	require.Zero(t, n, "the warm-up's statement was left behind")
 }
