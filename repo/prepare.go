@@ -23,7 +23,7 @@ import (
 // catalog caches (the tables' indexes, constraints and statistics), and
 // FetchLeases is a large statement; on two cores its first parse and
 // plans took 70–230 ms per connection, and Start's first plan 6 ms on an
-// idle server and up to 70 ms under load, during which the attempt waits
+// idle server and up to 114 ms under load, during which the attempt waits
 // (docs/PERFORMANCE.md, "Connections that arrive warm"). Prepared here,
 // under their own text as pgx's name for them, pgx runs them as prepared
 // (pgx looks an SQL text up among a connection's prepared statements
