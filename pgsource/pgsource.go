@@ -13,6 +13,10 @@
 // commits never notify), or at the next due time, or after PollInterval
 // at the latest. PollOnly (for PgBouncer in transaction mode, where LISTEN
 // does not work) only polls.
+//
+// A running source keeps the connections it fetches on between fetches:
+// one for every eight of the pool's MaxConns, at most two, none in a pool
+// of fewer than eight (fetchconns.go says why). Size the pool for them.
 package pgsource
 
 import (

@@ -43,7 +43,11 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	var pending []*request
 	defer func() { s.requeue(requests, pending) }()
-	l := &fetchLoop{s: s, results: make(chan fetched, maxFetchesInFlight)}
+	l := &fetchLoop{s: s, results: make(chan fetched, maxFetchesInFlight), conns: newFetchConns(s.pool)}
+	// Deferred before the wait for the fetches in flight, so it runs
+	// after it: every kept connection is back in the pool when Run
+	// returns.
+	defer l.conns.close()
 	// Fetches still in flight as Run stops: their leases go to the slots
 	// still waiting, or back (then the requests left are requeued).
 	defer func() {
@@ -132,6 +136,7 @@ type fetchLoop struct {
 	full  bool
 	idle  pglisten.Idle
 	after string
+	conns *fetchConns
 }
 
 func (l *fetchLoop) canStart(pending int) bool {
@@ -152,11 +157,17 @@ func (l *fetchLoop) start(ctx context.Context, pending int) {
 	after := l.after
 	go func() {
 		s.cfg.Metrics.Add(observe.Fetches, 1)
-		res, err := s.cfg.Repo.FetchLeases(ctx, s.pool, &repo.FetchLeasesParams{
+		conn, err := l.conns.acquire(ctx)
+		if err != nil {
+			l.results <- fetched{n: n, err: err}
+			return
+		}
+		res, err := s.cfg.Repo.FetchLeases(ctx, conn.conn, &repo.FetchLeasesParams{
 			WorkerID: s.workerID, BatchSize: n, LeaseDuration: s.leaseDuration,
 			AfterTenant: after, MaxTenants: s.cfg.MaxTenants, PerTenant: s.cfg.PerTenant,
 			TraceContexts: s.cfg.TraceContexts,
 		})
+		l.conns.put(conn, err)
 		l.results <- fetched{n: n, res: res, err: err}
 	}()
 }

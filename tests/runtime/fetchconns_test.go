@@ -1,0 +1,133 @@
+package runtime_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/pgsource"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
+	"github.com/knowledgefs/kfsdb/worker"
+)
+
+// fetchPIDs is a tracer that counts the FetchLeases calls each server
+// process ran.
+type fetchPIDs struct {
+	mu   sync.Mutex
+	pids map[uint32]int
+}
+
+func (f *fetchPIDs) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	if strings.HasPrefix(data.SQL, "-- name: FetchLeases") {
+		f.mu.Lock()
+		if f.pids == nil {
+			f.pids = map[uint32]int{}
+		}
+		f.pids[conn.PgConn().PID()]++
+		f.mu.Unlock()
+	}
+	return ctx
+}
+
+func (*fetchPIDs) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (f *fetchPIDs) snapshot() map[uint32]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[uint32]int, len(f.pids))
+	for pid, n := range f.pids {
+		out[pid] = n
+	}
+	return out
+}
+
+// tracedDirectWorker builds a worker compiling docs on a PostgreSQL
+// source, on a pool of its own (the env's configuration) whose
+// FetchLeases calls the returned tracer counts per server process.
+func (e *env) tracedDirectWorker(t *testing.T, docs []testfactory.Document, scfg pgsource.Config, concurrency int) (*fetchPIDs, *pgxpool.Pool, *worker.Worker) {
+	t.Helper()
+	tr := &fetchPIDs{}
+	pool := e.tracedPool(t, tr)
+	scfg.Logger = discardLog
+	src, err := pgsource.New(pool, &scfg)
+	require.NoError(t, err)
+	var runs sync.Map
+	return tr, pool, newWorker(t, pool, src, compileHandler(testfactory.Candidates(docs), &runs), worker.Config{Concurrency: concurrency})
+}
+
+// TestSourceFetchConnections: a source fetches on the connections it
+// keeps (two in a pool of 16), not on whichever the pool hands out, gives
+// them back when it stops, and replaces one that died.
+func TestSourceFetchConnections(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FetchesRunOnTwoConnectionsWhileStartsTurnThePoolOver", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, 16)
+		ctx := e.ctx
+		docs := testfactory.SeedDocuments(ctx, t, e.pool, 4, 30)
+		tr, pool, w := e.tracedDirectWorker(t, docs, pgsource.Config{}, 4)
+		stop := testfactory.RunAll(ctx, t, w.Run)
+		// Waves of ten Starts, eight at a time on the worker's own pool,
+		// each wave done before the next: the source idles and fetches
+		// again, and between its fetches the Starts and the completer
+		// take and release the pool's connections.
+		for i := 0; i < len(docs); i += 10 {
+			ids := attemptIDs(testfactory.StartAll(ctx, t, e.repo, pool, docs[i:i+10], 0))
+			waitAllEnded(ctx, t, e.pool, ids, 30*time.Second)
+		}
+		pids := tr.snapshot()
+		fetches := 0
+		for _, n := range pids {
+			fetches += n
+		}
+		t.Logf("%d fetches on %d connections: %v", fetches, len(pids), pids)
+		require.GreaterOrEqual(t, fetches, 12, "a fetch per wave at least")
+		require.NotEmpty(t, pids)
+		require.LessOrEqual(t, len(pids), 2, "fetches ran on more connections than the source keeps: %v", pids)
+		stop()
+		require.Zero(t, pool.Stat().AcquiredConns(), "the stopped source gave back every connection")
+	})
+
+	t.Run("AKeptConnectionThatDiedIsReplacedAndNothingIsLost", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, 16)
+		ctx := e.ctx
+		docs := testfactory.SeedDocuments(ctx, t, e.pool, 1, 20)
+		var counts observe.Counts
+		tr, _, w := e.tracedDirectWorker(t, docs, pgsource.Config{Metrics: &counts, PollInterval: 100 * time.Millisecond}, 2)
+		testfactory.RunAll(ctx, t, w.Run)
+		first := attemptIDs(testfactory.StartAll(ctx, t, e.repo, e.pool, docs[:10], 0))
+		waitAllEnded(ctx, t, e.pool, first, 30*time.Second)
+		require.Zero(t, counts.Get(observe.FetchFailed))
+		var killed []int32
+		for pid := range tr.snapshot() {
+			killed = append(killed, int32(pid))
+		}
+		require.NotEmpty(t, killed)
+		_, err := e.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid`, killed)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var left int
+			require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, killed).Scan(&left))
+			return left == 0
+		}, 10*time.Second, 10*time.Millisecond)
+
+		second := attemptIDs(testfactory.StartAll(ctx, t, e.repo, e.pool, docs[10:], 0))
+		waitAllEnded(ctx, t, e.pool, second, 30*time.Second)
+		// The source fetched on a connection it had kept, failed, gave it
+		// up and fetched on another.
+		require.GreaterOrEqual(t, counts.Get(observe.FetchFailed), int64(1))
+		for _, id := range append(first, second...) {
+			rows := testfactory.RequireInvariants(ctx, t, e.pool, id)
+			require.EqualValues(t, 1, rows.Attempt.ExecutionAttempts, "attempt %s", id)
+		}
+	})
+}
