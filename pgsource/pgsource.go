@@ -16,7 +16,7 @@
 //
 // A running source keeps the connections it fetches on between fetches:
 // one for every eight of the pool's MaxConns, at most two, none in a pool
-// of fewer than eight (fetchconns.go says why). Size the pool for them.
+// of fewer than eight (internal/keptconn says why). Size the pool for them.
 package pgsource
 
 import (

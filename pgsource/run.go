@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/internal/keptconn"
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
@@ -43,11 +44,11 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	var pending []*request
 	defer func() { s.requeue(requests, pending) }()
-	l := &fetchLoop{s: s, results: make(chan fetched, maxFetchesInFlight), conns: newFetchConns(s.pool)}
+	l := &fetchLoop{s: s, results: make(chan fetched, maxFetchesInFlight), conns: keptconn.New(s.pool, keptconn.PerEight(s.pool.Config().MaxConns, maxFetchesInFlight))}
 	// Deferred before the wait for the fetches in flight, so it runs
 	// after it: every kept connection is back in the pool when Run
 	// returns.
-	defer l.conns.close()
+	defer l.conns.Close()
 	// Fetches still in flight as Run stops: their leases go to the slots
 	// still waiting, or back (then the requests left are requeued).
 	defer func() {
@@ -136,7 +137,8 @@ type fetchLoop struct {
 	full  bool
 	idle  pglisten.Idle
 	after string
-	conns *fetchConns
+	// conns: the connections fetches run on, kept between them.
+	conns *keptconn.Set
 }
 
 func (l *fetchLoop) canStart(pending int) bool {
@@ -157,17 +159,17 @@ func (l *fetchLoop) start(ctx context.Context, pending int) {
 	after := l.after
 	go func() {
 		s.cfg.Metrics.Add(observe.Fetches, 1)
-		conn, err := l.conns.acquire(ctx)
+		conn, err := l.conns.Acquire(ctx)
 		if err != nil {
 			l.results <- fetched{n: n, err: err}
 			return
 		}
-		res, err := s.cfg.Repo.FetchLeases(ctx, conn.conn, &repo.FetchLeasesParams{
+		res, err := s.cfg.Repo.FetchLeases(ctx, conn, &repo.FetchLeasesParams{
 			WorkerID: s.workerID, BatchSize: n, LeaseDuration: s.leaseDuration,
 			AfterTenant: after, MaxTenants: s.cfg.MaxTenants, PerTenant: s.cfg.PerTenant,
 			TraceContexts: s.cfg.TraceContexts,
 		})
-		l.conns.put(conn, err)
+		l.conns.Put(conn, err)
 		l.results <- fetched{n: n, res: res, err: err}
 	}()
 }

@@ -1,0 +1,102 @@
+// Package keptconn keeps a few of a pool's connections out of it between
+// uses, for the runtime's loops that run the delivery path's large
+// statements: a source's fetches (FetchLeases) and a worker's completer
+// (CompleteMany, CompleteThrough).
+//
+// Why: a connection parses and plans a statement the first time it runs
+// it, again after each ANALYZE of the tables it reads, and for
+// FetchLeases once per plan class of those tables (repo/plan_class.go);
+// its first execution also loads what the executor needs (the tables'
+// indexes, CHECK constraints, foreign-key checks). FetchLeases takes about
+// 5 ms to parse and 3–10 ms per plan. Run on whichever connection the
+// pool hands out (the one last released: a producer's, a slot's), that
+// work is done on every connection of the pool, each time on the critical
+// path of the attempts in the statement. Kept, it is done on these few.
+package keptconn
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// MaxAge bounds how long a connection is kept out of the pool: older, it
+// goes back after its use, so the pool's MaxConnLifetime (which pgxpool
+// applies on release), Reset and health checks reach it within a minute.
+const MaxAge = time.Minute
+
+// PerEight is how many connections a loop keeps out of a pool of maxConns:
+// one for every eight, at most most. A small pool (pgxpool's default is
+// max(4, NumCPU)) keeps none and is left to the rest.
+func PerEight(maxConns int32, most int) int {
+	return min(most, int(maxConns)/8)
+}
+
+// Set keeps up to a number of connections of a pool between uses. Safe
+// for concurrent use.
+type Set struct {
+	pool *pgxpool.Pool
+	keep int
+
+	mu   sync.Mutex
+	idle []*Conn
+}
+
+// Conn is a connection of a Set's pool, kept or newly acquired.
+type Conn struct {
+	*pgxpool.Conn
+	since time.Time
+}
+
+// New returns a Set keeping up to keep connections of pool (none: every
+// Acquire takes one from the pool and every Put releases it).
+func New(pool *pgxpool.Pool, keep int) *Set {
+	return &Set{pool: pool, keep: keep}
+}
+
+// Acquire returns a kept connection, or one from the pool.
+func (s *Set) Acquire(ctx context.Context) (*Conn, error) {
+	s.mu.Lock()
+	if n := len(s.idle); n > 0 {
+		c := s.idle[n-1]
+		s.idle = s.idle[:n-1]
+		s.mu.Unlock()
+		return c, nil
+	}
+	s.mu.Unlock()
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{Conn: c, since: time.Now()}, nil
+}
+
+// Put keeps c for the next use, or releases it to the pool: after a
+// failed use or once closed (the connection may be broken; pgxpool
+// destroys a closed one), when it is older than MaxAge, or when enough are
+// kept.
+func (s *Set) Put(c *Conn, useErr error) {
+	if useErr == nil && !c.Conn.Conn().IsClosed() && time.Since(c.since) < MaxAge {
+		s.mu.Lock()
+		if len(s.idle) < s.keep {
+			s.idle = append(s.idle, c)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+	c.Release()
+}
+
+// Close releases the kept connections. Call it once nothing uses the Set.
+func (s *Set) Close() {
+	s.mu.Lock()
+	idle := s.idle
+	s.idle = nil
+	s.mu.Unlock()
+	for _, c := range idle {
+		c.Release()
+	}
+}
