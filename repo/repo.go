@@ -16,10 +16,11 @@
 // (Start, StartMany, ReleaseDeferred, Cancel, Supersede, RetryFailed,
 // Purge), worker.go (AcquireLease to CompleteMany), direct_delivery.go
 // (FetchLeases), outbox_relay.go (ClaimOutbox to ReleaseOutbox),
-// operator.go (ListAttempts to Throughput), reads.go (GetAttempt to
-// HeadRevision, and the read that explains a refusal) and
-// tenant_limits.go. errors.go, validate.go, pgxtypes.go and this file
-// hold what they share; plan_class.go, FetchLeases' plan per size class.
+// operator.go (ListAttempts to Throughput; ListStuck in
+// operator_stuck.go), reads.go (GetAttempt to HeadRevision, and the read
+// that explains a refusal) and tenant_limits.go. errors.go, validate.go,
+// pgxtypes.go and this file hold what they share; plan_class.go,
+// FetchLeases' plan per size class.
 //
 // Inputs are validated before any round trip; outputs are kfstype values,
 // never generated rows. A Repo is safe for concurrent use.
