@@ -14,9 +14,9 @@
 // name, from the query of that name in db/queries). Each query file has
 // its Go twin here, the methods in the file's order: attempts_control.go
 // (Start, StartMany, ReleaseDeferred, Cancel, Supersede, RetryFailed,
-// Purge), worker.go (AcquireLease to CompleteMany), direct_delivery.go
-// (FetchLeases), outbox_relay.go (ClaimOutbox to ReleaseOutbox),
-// operator.go (ListAttempts to Throughput; ListStuck in
+// Purge), worker_lease.go and worker.go (AcquireLease to CompleteMany),
+// direct_delivery.go (FetchLeases), outbox_relay.go (ClaimOutbox to
+// ReleaseOutbox), operator.go (ListAttempts to Throughput; ListStuck in
 // operator_stuck.go), reads.go (GetAttempt to HeadRevision, and the read
 // that explains a refusal) and tenant_limits.go. errors.go, validate.go,
 // pgxtypes.go and this file hold what they share; plan_class.go,
