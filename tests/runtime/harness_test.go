@@ -69,7 +69,17 @@ func (e *env) tracedPool(t testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
 	pc.ConnConfig.Tracer = tracer
 	pool, err := pgxpool.NewWithConfig(e.ctx, pc)
 	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	t.Cleanup(func() {
+		// pool.Close waits for every acquired connection: a connection
+		// never given back fails the test instead of hanging it.
+		closed := make(chan struct{})
+		go func() { pool.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(30 * time.Second):
+			t.Errorf("pool.Close did not return within 30 s: %d connections were never given back", pool.Stat().AcquiredConns())
+		}
+	})
 	return pool
 }
 
