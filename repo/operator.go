@@ -1,8 +1,8 @@
 package repo
 
 // The operator reads, the Go twin of db/queries/operator.sql and in its
-// order: ListAttempts, CountAttempts, OutboxBacklog, ListStuck and
-// Throughput. Each is bounded by a limit or a count cap, so its cost does
+// order: ListAttempts, CountAttempts, OutboxBacklog, ListStuck (in
+// operator_stuck.go) and Throughput. Each is bounded by a limit or a count cap, so its cost does
 // not grow with the retained history.
 
 import (

@@ -2,8 +2,9 @@ package repo
 
 // The worker's transitions, the Go twin of db/queries/worker.sql and in
 // its order: AcquireLease and FailExhausted (fenced by the delivery),
-// then the lease-fenced Heartbeat, Advance (and AdvanceTo), Complete,
-// CompleteThrough, Fail, ScheduleRetry and CompleteMany.
+// then the lease-fenced Heartbeat (these three in worker_lease.go),
+// Advance (and AdvanceTo), Complete, CompleteThrough, Fail, ScheduleRetry
+// and CompleteMany.
 
 import (
 	"context"
