@@ -1,13 +1,11 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 
 	"github.com/google/uuid"
 
-	"github.com/knowledgefs/kfsdb/internal/keptconn"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -41,16 +39,10 @@ type completer struct {
 	ctx  context.Context // Run's, for logging
 	in   chan *pendingCompletion
 	done chan struct{}
-	// conns keeps the connection the completions run on between batches
-	// (in a pool of eight or more), so CompleteMany and CompleteThrough
-	// are planned and first run on it rather than on every connection of
-	// the pool (internal/keptconn).
-	conns *keptconn.Set
 }
 
 func (w *Worker) startCompleter(ctx context.Context) *completer {
-	c := &completer{w: w, ctx: ctx, in: make(chan *pendingCompletion, w.cfg.Concurrency), done: make(chan struct{}),
-		conns: keptconn.New(w.pool, keptconn.PerEight(w.pool.Config().MaxConns, 1))}
+	c := &completer{w: w, ctx: ctx, in: make(chan *pendingCompletion, w.cfg.Concurrency), done: make(chan struct{})}
 	go c.run()
 	return c
 }
@@ -67,7 +59,6 @@ func (c *completer) close() {
 
 func (c *completer) run() {
 	defer close(c.done)
-	defer c.conns.Close()
 	batch := make([]*pendingCompletion, 0, repo.MaxBatchSize)
 	for p := range c.in {
 		batch = append(batch[:0], p)
@@ -106,34 +97,20 @@ func (c *completer) flush(batch []*pendingCompletion) {
 			first = append(first, i)
 		}
 	}
-	// The batch's statements run on the kept connection (or, if none can
-	// be had, on the pool, where they meet the same error). Any error
-	// gives the connection back: it may be broken.
-	var db repo.DBTX = w.pool
-	conn, useErr := c.conns.Acquire(wctx)
-	if useErr == nil {
-		db = conn
-	}
 	if len(first) > 1 {
 		entries := make([]repo.CompleteManyEntry, len(first))
 		for j, i := range first {
 			entries[j] = batch[i].c.entry()
 		}
-		res, err := w.cfg.Repo.CompleteMany(wctx, db, &repo.CompleteManyParams{Entries: entries})
-		if err == nil {
+		if res, err := w.cfg.Repo.CompleteMany(wctx, w.pool, &repo.CompleteManyParams{Entries: entries}); err == nil {
 			for j, i := range first {
 				attempts[i], errs[i] = res[j].Attempt, res[j].Err
 			}
 			first = nil
 		}
-		useErr = cmp.Or(useErr, err)
 	}
 	for _, i := range append(first, repeats...) {
-		attempts[i], errs[i] = w.complete(wctx, db, batch[i].c)
-		useErr = cmp.Or(useErr, errs[i])
-	}
-	if conn != nil {
-		c.conns.Put(conn, useErr)
+		attempts[i], errs[i] = w.complete(wctx, batch[i].c)
 	}
 	for i, p := range batch {
 		res := w.completed(c.ctx, wctx, p.log, p.msg, p.c.lease, attempts[i], errs[i], p.res)

@@ -161,7 +161,7 @@ func (w *Worker) handle(ctx context.Context, msg Message, c *completer, end func
 			c.submit(&pendingCompletion{c: done, msg: msg, log: log, res: res, end: end})
 			return Result{AttemptID: d.AttemptID, Outcome: outcomeHandedOff}
 		}
-		a, err := w.complete(wctx, w.pool, done)
+		a, err := w.complete(wctx, done)
 		return w.completed(ctx, wctx, log, msg, lease, a, err, res)
 	}
 	v := w.judge(herr, ctx.Err() != nil)

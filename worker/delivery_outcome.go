@@ -28,13 +28,13 @@ func completionOf(job *Job, lease *repo.Lease) completion {
 }
 
 // complete records one completion in its own statement.
-func (w *Worker) complete(ctx context.Context, db repo.DBTX, c completion) (*kfstype.Attempt, error) {
+func (w *Worker) complete(ctx context.Context, c completion) (*kfstype.Attempt, error) {
 	if c.through == nil {
-		return w.cfg.Repo.Complete(ctx, db, &repo.CompleteParams{Lease: c.lease})
+		return w.cfg.Repo.Complete(ctx, w.pool, &repo.CompleteParams{Lease: c.lease})
 	}
 	p := *c.through
 	p.Lease = c.lease
-	return w.cfg.Repo.CompleteThrough(ctx, db, &p)
+	return w.cfg.Repo.CompleteThrough(ctx, w.pool, &p)
 }
 
 // completed records the outcome of a handler that returned nil, given what

@@ -1,7 +1,6 @@
 // Package keptconn keeps a few of a pool's connections out of it between
-// uses, for the runtime's loops that run the delivery path's large
-// statements: a source's fetches (FetchLeases) and a worker's completer
-// (CompleteMany, CompleteThrough).
+// uses, for a source's fetches (FetchLeases, the delivery path's largest
+// statement).
 //
 // Why: a connection parses and plans a statement the first time it runs
 // it, again after each ANALYZE of the tables it reads, and for
@@ -12,6 +11,13 @@
 // pool hands out (the one last released: a producer's, a slot's), that
 // work is done on every connection of the pool, each time on the critical
 // path of the attempts in the statement. Kept, it is done on these few.
+//
+// Only for statements with plan classes: a kept connection also keeps its
+// generic plans, built at a statement's sixth run on the tables' sizes
+// then, until an ANALYZE. The worker's completer on a kept connection
+// (tried) kept a CompleteMany plan built on small tables: 16.6–19.7 ms and
+// 3,230–3,756 buffers per call in unpaced runs, against 2.2–2.4 ms and
+// 447–502 on the pool's connections, and a third less throughput.
 package keptconn
 
 import (
