@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/knowledgefs/kfsdb/internal/keptconn"
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -44,7 +46,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	var pending []*request
 	defer func() { s.requeue(requests, pending) }()
-	l := &fetchLoop{s: s, results: make(chan fetched, maxFetchesInFlight), conns: keptconn.New(s.pool, keptconn.PerEight(s.pool.Config().MaxConns, maxFetchesInFlight))}
+	l := &fetchLoop{s: s, results: make(chan fetched, maxFetchesInFlight), conns: s.fetchConns()}
 	// Deferred before the wait for the fetches in flight, so it runs
 	// after it: every kept connection is back in the pool when Run
 	// returns.
@@ -333,4 +335,16 @@ func gather(ctx context.Context, requests chan *request, pending []*request, n i
 		}
 	}
 	return pending
+}
+
+// fetchConns is the set of connections Run's fetches run on: kept between
+// fetches, planning FetchLeases generically on a session of their own
+// (internal/keptconn), unless the source polls only (PgBouncer in
+// transaction pooling, where a session setting would outlive the fetch on
+// a server session other clients share) or pgx does not prepare
+// statements.
+func (s *Source) fetchConns() *keptconn.Set {
+	cfg := s.pool.Config()
+	prepared := cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	return keptconn.New(s.pool, keptconn.PerEight(cfg.MaxConns, maxFetchesInFlight), prepared && !s.cfg.PollOnly)
 }
