@@ -75,6 +75,13 @@ func New(pool *pgxpool.Pool, keep int, genericPlans bool) *Set {
 	return &Set{pool: pool, keep: keep, generic: genericPlans && keep > 0}
 }
 
+// Keep is how many connections s keeps; GenericPlans, whether their
+// sessions plan generically.
+func (s *Set) Keep() int { return s.keep }
+
+// GenericPlans: see New.
+func (s *Set) GenericPlans() bool { return s.generic }
+
 // Acquire returns a kept connection, or one from the pool.
 func (s *Set) Acquire(ctx context.Context) (*Conn, error) {
 	s.mu.Lock()
