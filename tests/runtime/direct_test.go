@@ -22,12 +22,18 @@ import (
 // directWorker builds a worker on a PostgreSQL source.
 func (e *env) directWorker(t testing.TB, h worker.Handler, scfg pgsource.Config, wcfg worker.Config) *worker.Worker {
 	t.Helper()
+	return newDirectWorker(t, e.pool, h, scfg, wcfg)
+}
+
+// newDirectWorker builds a worker on a PostgreSQL source, both on pool.
+func newDirectWorker(t testing.TB, pool *pgxpool.Pool, h worker.Handler, scfg pgsource.Config, wcfg worker.Config) *worker.Worker {
+	t.Helper()
 	if scfg.Logger == nil {
 		scfg.Logger = discardLog
 	}
-	src, err := pgsource.New(e.pool, &scfg)
+	src, err := pgsource.New(pool, &scfg)
 	require.NoError(t, err)
-	return newWorker(t, e.pool, src, h, wcfg)
+	return newWorker(t, pool, src, h, wcfg)
 }
 
 // compileHandler compiles every attempt to smoke_eval_passed (the worker

@@ -28,9 +28,6 @@ type fetchPIDs struct {
 func (f *fetchPIDs) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if strings.HasPrefix(data.SQL, "-- name: FetchLeases ") {
 		f.mu.Lock()
-		if f.pids == nil {
-			f.pids = map[uint32]int{}
-		}
 		f.pids[conn.PgConn().PID()]++
 		f.mu.Unlock()
 	}
@@ -50,13 +47,11 @@ func (f *fetchPIDs) snapshot() map[uint32]int {
 // FetchLeases calls the returned tracer counts per server process.
 func (e *env) tracedDirectWorker(t *testing.T, docs []testfactory.Document, scfg pgsource.Config, concurrency int) (*fetchPIDs, *pgxpool.Pool, *worker.Worker) {
 	t.Helper()
-	tr := &fetchPIDs{}
+	tr := &fetchPIDs{pids: map[uint32]int{}}
 	pool := e.tracedPool(t, tr)
-	scfg.Logger = discardLog
-	src, err := pgsource.New(pool, &scfg)
-	require.NoError(t, err)
 	var runs sync.Map
-	return tr, pool, newWorker(t, pool, src, compileHandler(testfactory.Candidates(docs), &runs), worker.Config{Concurrency: concurrency})
+	h := compileHandler(testfactory.Candidates(docs), &runs)
+	return tr, pool, newDirectWorker(t, pool, h, scfg, worker.Config{Concurrency: concurrency})
 }
 
 // TestSourceFetchConnections: a source fetches on the connections it
