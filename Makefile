@@ -178,6 +178,10 @@ check-deps: ## Check that importers of the root module never get sqlc, goose, te
 check-tree: ## Fail on a tracked file over 1 MiB (docs images excepted) or a modified or unignored file in the work tree.
 	scripts/check-tree.sh --clean
 
+.PHONY: go-floor
+go-floor: ## Measure each released module's oldest Go: vet and unit tests with the go directive's toolchain pass, the minor release below is refused (toolchains through the module proxy).
+	scripts/go-floor.sh
+
 .PHONY: tidy
 tidy: ## go mod tidy in every module.
 	@for m in $(MODULES); do echo "== go mod tidy in module $$m"; (cd $$m && GOWORK=off go mod tidy); done
