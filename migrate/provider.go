@@ -230,8 +230,8 @@ func (p *Provider) UpTo(ctx context.Context, version int64) (*Result, error) {
 // platform modes for a roll-back below the seed: the seed (0006) is the
 // platform's migration, it changed the platform's tables, and the
 // platform's rows may depend on it, so kfsdb rolls back only its own later
-// migrations there. `kfsdb migrate sql --down --from 4` prints the seed's
-// Down for a person to review and run.
+// migrations there. `kfsdb migrate sql --down --from 4 --standalone`
+// prints the seed's Down (guarded) for a person to review and run.
 type FloorError struct {
 	Mode    Mode
 	Version int64 // the version the database stays at

@@ -56,7 +56,7 @@ func newMigrateCommand(r *runner) *cobra.Command {
 		Use:   "migrate up|down|status|version|sql",
 		Short: "apply, roll back one, list or show migrations, saying the mode (--lock-timeout D bounds each lock wait); print their SQL (migrate sql)",
 		Long: "kfsdb records its versions in " + migrate.VersionTable + " and prints the mode it ran in: standalone, platform or platform-seeded.\n" +
-			"migrate sql --up|--down [--from N] prints the migrations' SQL, for teams whose migrations another tool runs.",
+			"migrate sql --up [--from N] | --down --from N [--standalone] prints the migrations' SQL, for teams whose migrations another tool runs.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageError(cmd, migrateNeedsOne)
@@ -85,17 +85,28 @@ func newMigrateCommand(r *runner) *cobra.Command {
 
 // newMigrateSQLCommand is `kfsdb migrate sql`, which needs no database.
 func newMigrateSQLCommand() *cobra.Command {
-	const wrong = "migrate sql needs exactly one of --up, --down and no arguments"
+	const (
+		wrong      = "migrate sql needs exactly one of --up, --down and no arguments"
+		downFrom   = "migrate sql --down needs --from N: 6 on a platform database (kfsdb's own migrations); below 6 only with --standalone, for a database kfsdb's stand-ins created"
+		standalone = "migrate sql --standalone goes with --down only"
+	)
 	var up, down bool
 	opts := &MigrateSQLOpts{}
 	cmd := &cobra.Command{
-		Use:   "sql --up|--down [--from N]",
+		Use:   "sql --up [--from N] | --down --from N [--standalone]",
 		Short: "print the migrations' SQL, for teams whose migrations another tool runs",
-		Long:  "Prints the exact SQL of kfsdb's migrations, in order, to vendor into another tool's migrations; needs no database and records nothing.",
-		Args:  exactArgs(0, wrong),
+		Long: "Prints the exact SQL of kfsdb's migrations, in order, to vendor into another tool's migrations; needs no database and records nothing.\n" +
+			"--down needs --from; below 6 it drops the seed's tables (and below 4 the platform's) and needs --standalone. " +
+			"Each DROP TABLE it prints locks the table and refuses (raises, dropping nothing) if the table holds rows.",
+		Args: exactArgs(0, wrong),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if up == down {
+			switch {
+			case up == down:
 				return usageError(cmd, wrong)
+			case down && !cmd.Flags().Changed("from"):
+				return usageError(cmd, downFrom)
+			case up && opts.Standalone:
+				return usageError(cmd, standalone)
 			}
 			opts.Direction, opts.Out = migrate.DirectionUp, cmd.OutOrStdout()
 			if down {
@@ -105,8 +116,11 @@ func newMigrateSQLCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&up, "up", false, "the SQL that applies the migrations after --from, oldest first")
-	cmd.Flags().BoolVar(&down, "down", false, "the SQL that rolls back the migrations after --from, newest first")
-	cmd.Flags().Int64Var(&opts.From, "from", 0, "start after this version: 0 (all), 4 (the platform's tables exist, not the seed), 6 (the platform applied the seed)")
+	cmd.Flags().BoolVar(&down, "down", false, "the SQL that rolls back the migrations after --from, newest first (needs --from)")
+	cmd.Flags().Int64Var(&opts.From, "from", 0, "start after this version: 0 (all), 4 (the platform's tables exist, not the seed), 6 (the platform applied the seed); "+
+		"--up defaults to 0, --down has no default")
+	cmd.Flags().BoolVar(&opts.Standalone, "standalone", false, "with --down: allow --from below 6, printing the seed's Down and below 4 the stand-ins', "+
+		"which drop the platform's tables; only for a database kfsdb's stand-ins created")
 	return cmd
 }
 
@@ -307,20 +321,27 @@ type MigrateSQLOpts struct {
 	Direction migrate.Direction
 	// From is the version the SQL starts after: 0 for every migration, 4
 	// for the platform's tables without the seed, 6 for a platform that
-	// applied the seed. Defaults to 0.
+	// applied the seed. Defaults to 0; a down from below 6 needs
+	// Standalone.
 	From int64
+	// Standalone allows a down from below 6: the seed's Down, and below 4
+	// the stand-ins', which drop the platform's tables
+	// (migrate.SQLOptions.Standalone). Defaults to false.
+	Standalone bool
 	// Out receives the SQL. Required.
 	Out io.Writer
 }
 
 // MigrateSQL prints the exact SQL of the migrations after opts.From, in
 // the order they run (migrate.SQL), for a team whose migrations another
-// tool runs. It needs no database.
+// tool runs; a down's DROP TABLEs are guarded. It needs no database. A
+// down from below 6 without opts.Standalone is refused (a usage error
+// wrapping *migrate.DownBelowSeedError).
 func MigrateSQL(opts *MigrateSQLOpts) error {
 	if opts.Out == nil {
 		return errors.New("invalid options: Out is required")
 	}
-	text, err := migrate.SQL(opts.Direction, opts.From)
+	text, err := migrate.SQL(opts.Direction, opts.From, migrate.SQLOptions{Standalone: opts.Standalone})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
