@@ -6,14 +6,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/migrate"
 )
 
-// Issue 37, item 1: no kfsdb export drops a table that holds rows. `kfsdb
-// migrate sql --down` needs --from, and below the seed --standalone; every
-// DROP TABLE it prints locks its table, then refuses if the table holds a
-// row.
+// Issue 37, item 1: no kfsdb command or export drops a table that holds
+// rows. `kfsdb migrate sql --down` needs --from, and below the seed
+// --standalone; every DROP TABLE it prints, and every one `kfsdb migrate
+// down` runs, locks its table, then refuses if the table holds a row.
 
 // platformTables are the platform's four tables.
 var platformTables = []string{"knowledge_spaces", "document_assets", "projection_set_publications", "projection_set_publication_heads"}
@@ -194,4 +197,123 @@ func TestSQLDownGuardOrdering(t *testing.T) {
 		require.NoError(t, tx.Rollback(ctx))
 		require.True(t, strings.HasPrefix(tableRows(ctx, t, db.Pool, tenantLimits)[tenantLimits], "1:"))
 	})
+}
+
+// standaloneDBWithRows is a standalone database (kfsdb's stand-ins
+// created the platform's tables) whose stand-ins hold rows, with an
+// attempt, its outbox row and a tenant limit.
+func standaloneDBWithRows(ctx context.Context, t *testing.T) *platformDB {
+	t.Helper()
+	db := &platformDB{DB: standaloneDB(ctx, t), space: uuid.New(), asset: uuid.New(), publication: uuid.New(), tenant: "tenant-a"}
+	db.addPlatformRows(ctx, t)
+	db.addAttempt(ctx, t)
+	addTenantLimit(ctx, t, db.Pool)
+	return db
+}
+
+// seedAndPlatformTables are the seed's and the platform's tables.
+var seedAndPlatformTables = append([]string{"document_compilation_attempts", "document_compilation_outbox"}, platformTables...)
+
+// requireDataLoss checks a Down's *DataLossError.
+func requireDataLoss(t *testing.T, err error, mode migrate.Mode, migration int64, table string) {
+	t.Helper()
+	var loss *migrate.DataLossError
+	require.ErrorAs(t, err, &loss)
+	t.Logf("refused: %v", err)
+	require.Equal(t, migrate.DataLossError{Mode: mode, Migration: migration, Table: table, Version: migration, Err: loss.Err}, *loss)
+}
+
+// TestDownStandaloneKeepsRows: in standalone mode `kfsdb migrate down` and
+// the Provider roll back migrations whose tables are empty, refuse one
+// whose Down would drop a table that holds rows (naming it, nothing
+// changed), and drop it only when told --allow-data-loss.
+func TestDownStandaloneKeepsRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := standaloneDBWithRows(ctx, t)
+	p := provider(ctx, t, db.URL)
+	down := func(args ...string) (int, string, string) {
+		return kfsdbCLI(ctx, append([]string{"migrate", "--database-url", db.URL, "down"}, args...)...)
+	}
+
+	code, out, errOut := down()
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "00009_attempt_trace_contexts.sql") // empty: rolled back
+	require.Contains(t, out, "version: 8\n")
+
+	before := catalog(ctx, t, db.Pool)
+	rows := tableRows(ctx, t, db.Pool, append([]string{tenantLimits}, seedAndPlatformTables...)...)
+	code, out, errOut = down()
+	require.Equal(t, 1, code, out)
+	require.Contains(t, errOut, "kfsdb refuses to roll back migration 8: its Down would drop table "+tenantLimits+", which holds rows; "+
+		"that migration changed nothing and the database stays at version 8 (to drop the table with its rows: --allow-data-loss")
+	res, err := p.Down(ctx)
+	requireDataLoss(t, err, migrate.ModeStandalone, 8, tenantLimits)
+	require.Empty(t, res.Applied)
+	require.EqualValues(t, 8, res.Version)
+	requireSameCatalog(t, "before", before, "after the refused downs", catalog(ctx, t, db.Pool))
+	require.Equal(t, rows, tableRows(ctx, t, db.Pool, append([]string{tenantLimits}, seedAndPlatformTables...)...))
+
+	code, out, errOut = down("--allow-data-loss")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "version: 7\n")
+	var exists bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, tenantLimits).Scan(&exists))
+	require.False(t, exists, "dropped when told --allow-data-loss")
+
+	// DownTo rolls back 0007 (its table is empty) and stops at the seed,
+	// whose outbox holds a row.
+	delete(rows, tenantLimits)
+	res, err = p.DownTo(ctx, 0)
+	requireDataLoss(t, err, migrate.ModeStandalone, 6, "document_compilation_outbox")
+	require.Len(t, res.Applied, 1)
+	require.EqualValues(t, 7, res.Applied[0].Source.Version)
+	require.Equal(t, rows, tableRows(ctx, t, db.Pool, seedAndPlatformTables...))
+
+	p.AllowDataLoss = true
+	res, err = p.DownTo(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, res.Applied, 5) // 6, 4, 3, 2, 1
+	require.Zero(t, res.Version)
+}
+
+// TestDownPlatformKeepsFloorAndRows: in platform-seeded mode the down
+// guards kfsdb's own tables too (0008's holds an operator's row), and
+// --allow-data-loss does not lower the floor: the seed and the platform's
+// tables and rows stay.
+func TestDownPlatformKeepsFloorAndRows(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := newPlatformDB(ctx, t, true, "")
+	p := provider(ctx, t, db.URL)
+	_, err := p.Up(ctx)
+	require.NoError(t, err)
+	addTenantLimit(ctx, t, db.Pool)
+	rows, seed := untouched(ctx, t, db.Pool), seedRows(ctx, t, db.Pool)
+	down := func(args ...string) (int, string, string) {
+		return kfsdbCLI(ctx, append([]string{"migrate", "--database-url", db.URL, "down"}, args...)...)
+	}
+
+	code, _, errOut := down()
+	require.Equal(t, 0, code, errOut) // 0009: empty
+	code, out, errOut := down()
+	require.Equal(t, 1, code, out)
+	require.Contains(t, errOut, "kfsdb refuses to roll back migration 8: its Down would drop table "+tenantLimits+", which holds rows")
+	_, err = p.Down(ctx)
+	requireDataLoss(t, err, migrate.ModePlatformSeeded, 8, tenantLimits)
+
+	for range 2 { // 0008, then 0007
+		code, _, errOut = down("--allow-data-loss")
+		require.Equal(t, 0, code, errOut)
+	}
+	code, out, errOut = down("--allow-data-loss")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "no migrations to roll back: kfsdb does not roll back below version 6")
+	p.AllowDataLoss = true
+	_, err = p.DownTo(ctx, 0)
+	var floor *migrate.FloorError
+	require.ErrorAs(t, err, &floor)
+	require.Equal(t, []int64{0, migrate.SeedVersion}, kfsdbVersions(ctx, t, db.Pool))
+	require.Equal(t, rows, untouched(ctx, t, db.Pool))
+	require.Equal(t, seed, seedRows(ctx, t, db.Pool))
 }

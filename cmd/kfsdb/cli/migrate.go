@@ -20,7 +20,8 @@ type MigrateCommand string
 
 const (
 	// MigrateDown rolls back the most recent migration (in the platform
-	// modes never the seed, 0006, nor what comes before it).
+	// modes never the seed, 0006, nor what comes before it); it refuses to
+	// drop a table that holds rows unless MigrateOpts.AllowDataLoss.
 	MigrateDown MigrateCommand = "down"
 	// MigrateStatus lists every migration with when it was applied.
 	MigrateStatus MigrateCommand = "status"
@@ -37,7 +38,7 @@ func MigrateCommands() []MigrateCommand {
 
 // migrateShort is each MigrateCommand's line in `kfsdb migrate --help`.
 var migrateShort = map[MigrateCommand]string{
-	MigrateDown:    "roll back the most recent migration (in the platform modes never the seed nor what comes before it)",
+	MigrateDown:    "roll back the most recent migration (in the platform modes never the seed nor what comes before it; a table that holds rows only with --allow-data-loss)",
 	MigrateStatus:  "list every migration with when it was applied",
 	MigrateUp:      "apply every pending migration",
 	MigrateVersion: "print the database's current migration version",
@@ -56,6 +57,7 @@ func newMigrateCommand(r *runner) *cobra.Command {
 		Use:   "migrate up|down|status|version|sql",
 		Short: "apply, roll back one, list or show migrations, saying the mode (--lock-timeout D bounds each lock wait); print their SQL (migrate sql)",
 		Long: "kfsdb records its versions in " + migrate.VersionTable + " and prints the mode it ran in: standalone, platform or platform-seeded.\n" +
+			"migrate down refuses to drop a table that holds rows unless told --allow-data-loss.\n" +
 			"migrate sql --up [--from N] | --down --from N [--standalone] prints the migrations' SQL, for teams whose migrations another tool runs.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -66,18 +68,24 @@ func newMigrateCommand(r *runner) *cobra.Command {
 		"PostgreSQL lock_timeout of the migration session (e.g. 2s): a migration whose statement waits longer for a lock fails and is rolled back, "+
 			"instead of queueing the application's queries on that table behind it; 0 keeps the server's setting")
 	for _, command := range MigrateCommands() {
-		cmd.AddCommand(&cobra.Command{
+		var allowDataLoss bool
+		sub := &cobra.Command{
 			Use:   string(command),
 			Short: migrateShort[command],
 			Args:  exactArgs(0, migrateNeedsOne),
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				opts := &MigrateOpts{Command: command, DatabaseURL: r.databaseURL, LockTimeout: lockTimeout, Out: cmd.OutOrStdout()}
+				opts := &MigrateOpts{Command: command, DatabaseURL: r.databaseURL, LockTimeout: lockTimeout, AllowDataLoss: allowDataLoss, Out: cmd.OutOrStdout()}
 				if err := opts.Validate(); err != nil {
 					return fmt.Errorf("%w: %w", ErrUsage, err)
 				}
 				return Migrate(cmd.Context(), opts)
 			},
-		})
+		}
+		if command == MigrateDown {
+			sub.Flags().BoolVar(&allowDataLoss, "allow-data-loss", false,
+				"drop a table that holds rows, with its rows (without it the down refuses, naming the table, and changes nothing)")
+		}
+		cmd.AddCommand(sub)
 	}
 	cmd.AddCommand(newMigrateSQLCommand())
 	return cmd
@@ -140,6 +148,10 @@ type MigrateOpts struct {
 	// blocking transaction lasts. Zero keeps the server's setting; else at
 	// least 1ms.
 	LockTimeout time.Duration
+	// AllowDataLoss, for down only, lets the migration's Down drop a table
+	// that holds rows (migrate.Provider.AllowDataLoss). Defaults to false:
+	// the down refuses, naming the table, and changes nothing.
+	AllowDataLoss bool
 }
 
 // Validate reports the first missing or invalid field.
@@ -162,6 +174,9 @@ func (o *MigrateOpts) Validate() error {
 	}
 	if o.LockTimeout < 0 || (o.LockTimeout > 0 && o.LockTimeout < time.Millisecond) {
 		return fmt.Errorf("invalid options: LockTimeout must be zero or at least 1ms, got %s", o.LockTimeout)
+	}
+	if o.AllowDataLoss && o.Command != MigrateDown {
+		return fmt.Errorf("invalid options: AllowDataLoss goes with Command down only, got %s", o.Command)
 	}
 	return nil
 }
@@ -188,6 +203,7 @@ func migrateDB(ctx context.Context, opts *MigrateOpts) (retErr error) {
 		_ = db.Close()
 		return err
 	}
+	p.AllowDataLoss = opts.AllowDataLoss
 	defer func() {
 		if err := p.Close(); err != nil && retErr == nil {
 			retErr = fmt.Errorf("could not close database: %w", err)
