@@ -14,7 +14,12 @@
 //     only later migrations run). Tables that fit no mode are refused with
 //     a *[SchemaError] naming what is missing or differs;
 //   - [SQL] prints the migrations' exact SQL for teams whose migrations are
-//     run by another tool.
+//     run by another tool;
+//   - no Down drops a table that holds rows: each DROP TABLE of a Down,
+//     printed by [SQL] or run by [Provider.Down], locks its table and
+//     refuses if it holds a row (a *[DataLossError] unless
+//     [Provider.AllowDataLoss]), and [SQL] prints the Downs below the seed
+//     only for a standalone database ([SQLOptions]).
 //
 // `kfsdb migrate` is built on it, and so is the test harness
 // (tests/pgtest), which migrates its template databases with [Up]. The

@@ -5,9 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
+	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/database"
 	"github.com/pressly/goose/v3/lock"
@@ -43,10 +46,19 @@ const (
 // recorded once, and each migration is applied once. Runs therefore need
 // two connections of db. Methods are safe for concurrent use.
 type Provider struct {
-	db     *sql.DB
-	locker lock.SessionLocker
-	extra  []goose.ProviderOption
-	srcs   []source
+	// AllowDataLoss lets [Provider.Down] and [Provider.DownTo] run each
+	// migration's Down as written, dropping a table with its rows. Without
+	// it (the default) every DROP TABLE of a Down is guarded, as in
+	// [SQL]'s down export: a table that holds rows is refused with a
+	// *[DataLossError], and that migration changes nothing. Set it before
+	// the Provider is used; the platform modes' floor holds either way.
+	AllowDataLoss bool
+
+	db      *sql.DB
+	locker  lock.SessionLocker
+	extra   []goose.ProviderOption
+	srcs    []source
+	guarded fs.FS // the migrations with each Down's DROP TABLEs guarded
 }
 
 // Result is what a run did.
@@ -81,11 +93,22 @@ func NewProvider(db *sql.DB, extra ...goose.ProviderOption) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("could not create migration provider: %w", err)
 	}
-	p := &Provider{db: db, locker: locker, extra: extra, srcs: srcs}
-	if _, err := p.goose(ModeStandalone); err != nil { // options checked once
+	p := &Provider{db: db, locker: locker, extra: extra, srcs: srcs, guarded: guardedFS(srcs)}
+	if _, err := p.goose(ModeStandalone, p.guarded); err != nil { // options checked once
 		return nil, err
 	}
 	return p, nil
+}
+
+// guardedFS holds each migration of srcs as goose reads it, its Down
+// section guarded: goose runs the guards in the migration's transaction.
+func guardedFS(srcs []source) fs.FS {
+	fsys := fstest.MapFS{}
+	for _, s := range srcs {
+		text := "-- +goose Up\n" + s.up + "\n\n-- +goose Down\n" + s.guarded + "\n"
+		fsys[s.name] = &fstest.MapFile{Data: []byte(text), Mode: 0o444}
+	}
+	return fsys
 }
 
 // Close closes the database handle given to [NewProvider].
@@ -101,10 +124,11 @@ func (p *Provider) Sources() []*goose.Source {
 	return out
 }
 
-// goose returns a goose provider for mode: kfsdb's version table, no
-// global registry, no locker (the Provider holds LockID around it), and in
-// the platform modes the stand-ins excluded.
-func (p *Provider) goose(mode Mode) (*goose.Provider, error) {
+// goose returns a goose provider of the migrations in fsys
+// ([migrations.FS], or guarded for a Down) for mode: kfsdb's version table,
+// no global registry, no locker (the Provider holds LockID around it), and
+// in the platform modes the stand-ins excluded.
+func (p *Provider) goose(mode Mode, fsys fs.FS) (*goose.Provider, error) {
 	opts := []goose.ProviderOption{
 		goose.WithDisableGlobalRegistry(true),
 		goose.WithTableName(VersionTable),
@@ -118,7 +142,7 @@ func (p *Provider) goose(mode Mode) (*goose.Provider, error) {
 		}
 		opts = append(opts, goose.WithExcludeVersions(standIns))
 	}
-	g, err := goose.NewProvider(goose.DialectPostgres, p.db, migrations.FS, append(opts, p.extra...)...)
+	g, err := goose.NewProvider(goose.DialectPostgres, p.db, fsys, append(opts, p.extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("could not create migration provider: %w", err)
 	}
@@ -211,7 +235,7 @@ func (p *Provider) UpTo(ctx context.Context, version int64) (*Result, error) {
 		if err != nil {
 			return err
 		}
-		g, err := p.goose(mode)
+		g, err := p.goose(mode, migrations.FS)
 		if err != nil {
 			return err
 		}
@@ -230,8 +254,8 @@ func (p *Provider) UpTo(ctx context.Context, version int64) (*Result, error) {
 // platform modes for a roll-back below the seed: the seed (0006) is the
 // platform's migration, it changed the platform's tables, and the
 // platform's rows may depend on it, so kfsdb rolls back only its own later
-// migrations there. `kfsdb migrate sql --down --from 4` prints the seed's
-// Down for a person to review and run.
+// migrations there. `kfsdb migrate sql --down --from 4 --standalone`
+// prints the seed's Down (guarded) for a person to review and run.
 type FloorError struct {
 	Mode    Mode
 	Version int64 // the version the database stays at
@@ -242,16 +266,44 @@ func (e *FloorError) Error() string {
 		SeedVersion, e.Mode, e.Version)
 }
 
+// DataLossError is returned by [Provider.Down] and [Provider.DownTo],
+// unless [Provider.AllowDataLoss] is set, when a migration's Down would
+// drop a table that holds rows. The migration changed nothing: the guard
+// locked the table, found a row and raised, in the migration's
+// transaction, which was rolled back. (DownTo keeps what it rolled back
+// before that migration: tables without rows.)
+type DataLossError struct {
+	Mode      Mode
+	Migration int64  // the migration whose Down was refused
+	Table     string // the table that holds rows
+	Version   int64  // the version the database stays at
+	Err       error  // the guard's error, SQLSTATE KF001
+}
+
+func (e *DataLossError) Error() string {
+	return fmt.Sprintf("kfsdb refuses to roll back migration %d: its Down would drop table %s, which holds rows; that migration changed nothing and the database stays at version %d "+
+		"(to drop the table with its rows: --allow-data-loss, or Provider.AllowDataLoss)", e.Migration, e.Table, e.Version)
+}
+
+func (e *DataLossError) Unwrap() error { return e.Err }
+
 // Down rolls back the most recent migration. With nothing to roll back it
 // returns goose.ErrNoNextVersion; at the seed in the platform modes, a
-// *[FloorError]. In [ModeStandalone], rolling back the last migration also
-// deletes the recorded mode, so the next up detects it afresh.
+// *[FloorError]; for a DROP TABLE of a table with rows, a *[DataLossError]
+// (unless [Provider.AllowDataLoss]). In [ModeStandalone], rolling back the
+// last migration also deletes the recorded mode, so the next up detects
+// it afresh.
 func (p *Provider) Down(ctx context.Context) (*Result, error) {
 	return p.down(ctx, true, 0)
 }
 
-// DownTo rolls back every migration above version. In the platform modes
-// a version below the seed's is refused up front with a *[FloorError].
+// DownTo rolls back every migration above version, newest first, each in
+// its own transaction. In the platform modes a version below the seed's is
+// refused up front with a *[FloorError]. A migration whose Down would drop
+// a table with rows stops it with a *[DataLossError] (unless
+// [Provider.AllowDataLoss]): the migrations rolled back before it stay
+// rolled back (the tables they dropped held no rows); Result.Applied lists
+// them.
 func (p *Provider) DownTo(ctx context.Context, version int64) (*Result, error) {
 	return p.down(ctx, false, version)
 }
@@ -273,7 +325,11 @@ func (p *Provider) down(ctx context.Context, byOne bool, version int64) (*Result
 		if st.mode != ModeStandalone && ((byOne && st.version <= SeedVersion) || (!byOne && version < SeedVersion)) {
 			return &FloorError{Mode: st.mode, Version: st.version}
 		}
-		g, err := p.goose(st.mode)
+		fsys := p.guarded
+		if p.AllowDataLoss {
+			fsys = migrations.FS
+		}
+		g, err := p.goose(st.mode, fsys)
 		if err != nil {
 			return err
 		}
@@ -291,6 +347,9 @@ func (p *Provider) down(ctx context.Context, byOne bool, version int64) (*Result
 			res.Applied = partial.Applied
 		}
 		res.Version = p.version(ctx, conn)
+		if lossErr := dataLoss(err, st.mode, res.Version); lossErr != nil {
+			return lossErr
+		}
 		if err == nil && res.Version == 0 && st.mode == ModeStandalone {
 			if _, derr := conn.ExecContext(ctx, `DELETE FROM `+ModeTable); derr != nil {
 				return fmt.Errorf("could not clear the recorded mode: %w", derr)
@@ -299,6 +358,24 @@ func (p *Provider) down(ctx context.Context, byOne bool, version int64) (*Result
 		return err
 	})
 	return res, err
+}
+
+// dataLoss returns err, a failed Down, as a *DataLossError when a guard
+// refused its table; nil otherwise. goose ran the guard in the
+// migration's transaction, so the refusal is atomic with the drop it
+// stopped: the check read the table after locking it, and nothing was
+// dropped.
+func dataLoss(err error, mode Mode, version int64) *DataLossError {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != refusedDropCode {
+		return nil
+	}
+	e := &DataLossError{Mode: mode, Table: pgErr.TableName, Version: version, Err: err}
+	var partial *goose.PartialError
+	if errors.As(err, &partial) && partial.Failed != nil && partial.Failed.Source != nil {
+		e.Migration = partial.Failed.Source.Version
+	}
+	return e
 }
 
 // version reads the highest recorded version, 0 when it cannot.

@@ -24,13 +24,16 @@ const (
 
 // source is one migration file of [migrations.FS], split the way goose
 // splits it: the comments before "-- +goose Up", the Up section and the
-// Down section, each verbatim.
+// Down section, each verbatim; and the Down section with each DROP TABLE
+// guarded (guard.go), with the tables it drops.
 type source struct {
 	version  int64
 	name     string // file name, e.g. 00006_document_compilation_attempts.sql
 	preamble string
 	up       string
 	down     string
+	guarded  string   // down, each DROP TABLE guarded
+	drops    []string // the tables down drops, in order
 }
 
 // sources returns every migration of [migrations.FS] in version order. It
@@ -78,8 +81,8 @@ func parseSource(name, text string) (source, error) {
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if annotation, ok := strings.CutPrefix(strings.TrimSpace(line), "-- +goose "); ok {
-			switch strings.TrimSpace(annotation) {
+		if annotation, ok := gooseAnnotation(line); ok {
+			switch annotation {
 			case "Up":
 				if cur != 0 {
 					return source{}, fmt.Errorf("migration %s: '-- +goose Up' must come once, before '-- +goose Down'", name)
@@ -114,7 +117,41 @@ func parseSource(name, text string) (source, error) {
 	if s.up == "" || s.down == "" {
 		return source{}, fmt.Errorf("migration %s: its Up and Down sections must not be empty", name)
 	}
+	guarded, drops, err := guardDown(name, s.down)
+	if err != nil {
+		return source{}, err
+	}
+	s.guarded, s.drops = guarded, drops
 	return s, nil
+}
+
+// SQLOptions are the options of [SQL].
+type SQLOptions struct {
+	// Standalone allows a [DirectionDown] export below the seed (from
+	// below [SeedVersion]): the Down of the seed, which drops the
+	// attempts and outbox tables and alters the platform's tables, and
+	// from 0 those of the stand-ins, which drop the platform's tables.
+	// Set it only for a database that kfsdb's stand-ins created
+	// (standalone mode); on a platform database those tables are the
+	// platform's. It changes nothing for [DirectionUp]. Defaults to
+	// false: such an export is refused with a *[DownBelowSeedError].
+	Standalone bool
+}
+
+// DownBelowSeedError is returned by [SQL] for a [DirectionDown] export
+// from below the seed without [SQLOptions.Standalone]: on a platform
+// database it would drop the platform's tables.
+type DownBelowSeedError struct {
+	From int64
+	// Tables are the tables the export would drop, in the order it drops
+	// them: the seed's, and from below 4 the stand-ins' too.
+	Tables []string
+}
+
+func (e *DownBelowSeedError) Error() string {
+	return fmt.Sprintf("kfsdb does not print the Down below version %d (--from %d) unless told the database is standalone: on a platform database it would drop the platform's tables %s; "+
+		"use --from %d for kfsdb's own migrations, or --standalone (SQLOptions.Standalone) for a database that kfsdb's stand-ins created",
+		SeedVersion, e.From, strings.Join(e.Tables, ", "), SeedVersion)
 }
 
 // SQL returns the SQL of kfsdb's migrations after version from, in the
@@ -124,12 +161,22 @@ func parseSource(name, text string) (source, error) {
 // same versions back, newest first, leaving the schema of version from.
 // from is 0 (every migration) or the version of one of them: 4 for a
 // database that has the platform's tables but not the seed (0006), 6 for
-// one whose platform already applied the seed. Each migration is headed by
-// a comment naming it and is the file's section verbatim (goose's
-// StatementBegin/End annotations stay, as comments); run each one in a
-// transaction, as `kfsdb migrate` does. Nothing is recorded in
-// kfsdb_db_version: the other tool keeps its own history.
-func SQL(direction Direction, from int64) (string, error) {
+// one whose platform already applied the seed. A down export from below 6
+// drops the seed's tables, and from below 4 the platform's: it is refused
+// with a *[DownBelowSeedError] unless opts.Standalone says the database is
+// kfsdb's alone.
+//
+// Each migration is headed by a comment naming it and is the file's
+// section verbatim (goose's StatementBegin/End annotations stay, as
+// comments), except that in a down export each DROP TABLE is guarded: one
+// DO statement locks the table (ACCESS EXCLUSIVE), raises, dropping
+// nothing, if it holds a row (SQLSTATE KF001, naming the table), and only
+// then drops it; it refuses to run outside READ COMMITTED. A Down holding a
+// statement that could lose rows and cannot be guarded is refused with a
+// *[UnguardedDropError]. Run each migration in a transaction, as `kfsdb
+// migrate` does. Nothing is recorded in kfsdb_db_version: the other tool
+// keeps its own history.
+func SQL(direction Direction, from int64, opts SQLOptions) (string, error) {
 	if direction != DirectionUp && direction != DirectionDown {
 		return "", fmt.Errorf("direction must be %q or %q, got %q", DirectionUp, DirectionDown, direction)
 	}
@@ -154,7 +201,17 @@ func SQL(direction Direction, from int64) (string, error) {
 	latest := srcs[len(srcs)-1].version
 	if direction == DirectionDown {
 		slices.Reverse(picked)
+		if from < SeedVersion && !opts.Standalone {
+			belowSeed := &DownBelowSeedError{From: from}
+			for _, s := range picked {
+				if s.version <= SeedVersion {
+					belowSeed.Tables = append(belowSeed.Tables, s.drops...)
+				}
+			}
+			return "", belowSeed
+		}
 		fmt.Fprintf(&b, "-- kfsdb migrations, down: from version %d to version %d. Run each migration in a transaction.\n", latest, from)
+		b.WriteString("-- Each DROP TABLE is guarded: it locks the table, and raises, dropping nothing, if the table holds rows.\n")
 	} else {
 		fmt.Fprintf(&b, "-- kfsdb migrations, up: from version %d to version %d. Run each migration in a transaction.\n", from, latest)
 	}
@@ -170,7 +227,7 @@ func SQL(direction Direction, from int64) (string, error) {
 			}
 			b.WriteString(s.up)
 		} else {
-			b.WriteString(s.down)
+			b.WriteString(s.guarded)
 		}
 		b.WriteString("\n")
 	}

@@ -2,6 +2,8 @@ package migrate
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,7 +45,7 @@ func TestSQL(t *testing.T) {
 	require.NoError(t, err)
 	latest := srcs[len(srcs)-1].version
 
-	up, err := SQL(DirectionUp, 0)
+	up, err := SQL(DirectionUp, 0, SQLOptions{})
 	require.NoError(t, err)
 	last := -1
 	for _, s := range srcs {
@@ -53,17 +55,132 @@ func TestSQL(t *testing.T) {
 		require.Contains(t, up, s.up)
 	}
 
-	down, err := SQL(DirectionDown, SeedVersion)
+	down, err := SQL(DirectionDown, SeedVersion, SQLOptions{})
 	require.NoError(t, err)
 	require.NotContains(t, down, "00006_")
 	require.Less(t, strings.Index(down, "migration 9 down"), strings.Index(down, "migration 7 down"))
 
-	none, err := SQL(DirectionUp, latest)
+	none, err := SQL(DirectionUp, latest, SQLOptions{})
 	require.NoError(t, err)
 	require.Contains(t, none, "(no migration after version")
 
-	_, err = SQL(DirectionUp, 5)
+	_, err = SQL(DirectionUp, 5, SQLOptions{})
 	require.ErrorContains(t, err, "--from 5 is not 0 or a migration version (1, 2, 3, 4, 6, 7, 8, 9)")
-	_, err = SQL("sideways", 0)
+	_, err = SQL("sideways", 0, SQLOptions{})
 	require.ErrorContains(t, err, `direction must be "up" or "down"`)
+}
+
+// TestSQLDownBelowSeedNeedsStandalone: a down export that would drop the
+// seed's tables, or the platform's, is refused without Standalone, naming
+// each table it would drop; with it, it is printed.
+func TestSQLDownBelowSeedNeedsStandalone(t *testing.T) {
+	t.Parallel()
+	seedTables := []string{"document_compilation_outbox", "document_compilation_attempts"}
+	for from, want := range map[int64][]string{
+		4: seedTables,
+		2: append(slices.Clone(seedTables), "projection_set_publication_heads", "projection_set_publications"),
+		0: append(slices.Clone(seedTables), "projection_set_publication_heads", "projection_set_publications", "document_assets", "knowledge_spaces"),
+	} {
+		_, err := SQL(DirectionDown, from, SQLOptions{})
+		var belowSeed *DownBelowSeedError
+		require.ErrorAs(t, err, &belowSeed, "from %d", from)
+		require.Equal(t, from, belowSeed.From)
+		require.Equal(t, want, belowSeed.Tables)
+		require.ErrorContains(t, err, "would drop the platform's tables "+strings.Join(want, ", "))
+
+		text, err := SQL(DirectionDown, from, SQLOptions{Standalone: true})
+		require.NoError(t, err)
+		require.Contains(t, text, "-- kfsdb migration 6 down: 00006_document_compilation_attempts.sql\n")
+		requireEveryDropGuarded(t, text)
+	}
+	up, err := SQL(DirectionUp, 0, SQLOptions{Standalone: true})
+	require.NoError(t, err)
+	plain, err := SQL(DirectionUp, 0, SQLOptions{})
+	require.NoError(t, err)
+	require.Equal(t, plain, up, "Standalone changes nothing for up")
+}
+
+// TestSQLDownGuardsEveryDrop: in every down export each DROP TABLE comes
+// after a lock of its table and a check for rows, in the one DO statement,
+// and each table every Down drops is guarded so (the seed's and kfsdb's
+// own, 0007-0009, alike).
+func TestSQLDownGuardsEveryDrop(t *testing.T) {
+	t.Parallel()
+	text, err := SQL(DirectionDown, 0, SQLOptions{Standalone: true})
+	require.NoError(t, err)
+	srcs, err := sources()
+	require.NoError(t, err)
+	var want []string
+	for _, s := range slices.Backward(srcs) {
+		want = append(want, s.drops...)
+	}
+	require.Equal(t, want, requireEveryDropGuarded(t, text))
+	require.Contains(t, want, "document_compilation_tenant_limits")
+	require.Contains(t, want, "knowledge_spaces")
+}
+
+// requireEveryDropGuarded checks that each DROP TABLE in text is inside a
+// guard that locks that table in ACCESS EXCLUSIVE mode, then raises
+// SQLSTATE KF001 naming it if it holds a row, and returns the guarded
+// tables in order.
+func requireEveryDropGuarded(t *testing.T, text string) []string {
+	t.Helper()
+	drops := regexp.MustCompile(`(?im)^\s*DROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?("?)(\w+)`)
+	var tables []string
+	for _, m := range drops.FindAllStringSubmatchIndex(text, -1) {
+		table := text[m[4]:m[5]]
+		if m[2] == m[3] { // not quoted
+			table = strings.ToLower(table)
+		}
+		start := strings.LastIndex(text[:m[0]], "DO $kfsdb_guard$\n")
+		require.GreaterOrEqual(t, start, 0, "DROP TABLE %s outside a guard", table)
+		guard := text[start:m[0]]
+		require.NotContains(t, guard, "$kfsdb_guard$;", "DROP TABLE %s after its guard ended", table)
+		lock := strings.Index(guard, fmt.Sprintf("LOCK TABLE %q IN ACCESS EXCLUSIVE MODE;", table))
+		check := strings.Index(guard, fmt.Sprintf("IF EXISTS (SELECT 1 FROM %q) THEN\n    RAISE EXCEPTION USING ERRCODE = 'KF001', TABLE = '%s',", table, table))
+		require.GreaterOrEqual(t, lock, 0, "DROP TABLE %s without its lock", table)
+		require.Greater(t, check, lock, "DROP TABLE %s: the check for rows must come after the lock", table)
+		tables = append(tables, table)
+	}
+	require.NotEmpty(t, tables)
+	return tables
+}
+
+// TestGuardDown: a Down's plain DROP TABLEs are guarded, anything else
+// kept as written; a statement that could lose rows and cannot be guarded
+// is refused with a *UnguardedDropError.
+func TestGuardDown(t *testing.T) {
+	t.Parallel()
+	guarded, tables, err := guardDown("00010_x.sql", "-- first the index\nDROP INDEX \"a_idx\";\n\nDROP TABLE \"a\";\nDROP\n  TABLE IF EXISTS B;\n")
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, tables)
+	require.True(t, strings.HasPrefix(guarded, "-- first the index\nDROP INDEX \"a_idx\";\n\n-- +goose StatementBegin\n"), guarded)
+	require.Contains(t, guarded, "DETAIL = 'The Down of kfsdb migration 00010_x.sql drops it. Nothing was dropped.'")
+	require.Contains(t, guarded, "  IF to_regclass('\"b\"') IS NULL THEN\n    RETURN;\n  END IF;\n")
+	require.Contains(t, guarded, "  DROP\n  TABLE IF EXISTS B;\nEND\n$kfsdb_guard$;\n-- +goose StatementEnd")
+	require.Equal(t, tables, requireEveryDropGuarded(t, guarded))
+
+	for name, down := range map[string]string{
+		"TwoTables":  "DROP TABLE \"a\", \"b\";",
+		"Cascade":    "DROP TABLE \"a\" CASCADE;",
+		"Schema":     "DROP TABLE \"s\".\"a\";",
+		"MixedCase":  "DROP TABLE \"A\";",
+		"Truncate":   "TRUNCATE \"a\";",
+		"Delete":     "DELETE FROM \"a\";",
+		"DropColumn": "ALTER TABLE \"a\" DROP COLUMN \"b\";",
+		"InBlock":    "-- +goose StatementBegin\nDO $$ BEGIN DROP TABLE \"a\"; END $$;\n-- +goose StatementEnd",
+		"Trailing":   "DROP TABLE \"a\"; -- gone",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := guardDown("00010_x.sql", down)
+			var unguarded *UnguardedDropError
+			require.ErrorAs(t, err, &unguarded)
+			require.Equal(t, "00010_x.sql", unguarded.Migration)
+			require.ErrorContains(t, err, "kfsdb cannot guard")
+		})
+	}
+	_, err = parseSource("00010_x.sql", "-- +goose Up\nCREATE TABLE a (id int);\n-- +goose Down\nTRUNCATE a;\n")
+	var unguarded *UnguardedDropError
+	require.ErrorAs(t, err, &unguarded, "a migration whose Down cannot be guarded is not loaded")
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
@@ -50,19 +49,12 @@ func newPlatformDB(ctx context.Context, t *testing.T, seeded bool, alter string)
 	db := &platformDB{DB: pgtest.NewEmptyDB(t), space: uuid.New(), asset: uuid.New(), publication: uuid.New(), tenant: "tenant-a"}
 	exec := func(sql string, args ...any) {
 		t.Helper()
-		_, err := db.Pool.Exec(ctx, sql, args...)
-		require.NoError(t, err, sql)
+		db.exec(ctx, t, sql, args...)
 	}
 	for _, name := range standInFiles(t) {
 		exec(upSection(t, name))
 	}
-	exec(`INSERT INTO knowledge_spaces (id, tenant_id, slug, name) VALUES ($1, $2, 'docs', 'Docs')`, db.space, db.tenant)
-	exec(`INSERT INTO projection_set_publications (id, tenant_id, knowledge_space_id, fingerprint, projection_version, status)
-	      VALUES ($1, $2, $3, 'fp-1', 1, 'published')`, db.publication, db.tenant, db.space)
-	exec(`INSERT INTO projection_set_publication_heads (tenant_id, knowledge_space_id, publication_id, head_revision)
-	      VALUES ($1, $2, $3, 7)`, db.tenant, db.space, db.publication)
-	exec(`INSERT INTO document_assets (id, knowledge_space_id, filename, mime_type, object_key, sha256, size_bytes, version)
-	      VALUES ($1, $2, 'a.pdf', 'application/pdf', 'k/a.pdf', repeat('0', 64), 10, 1)`, db.asset, db.space)
+	db.addPlatformRows(ctx, t)
 	if alter != "" {
 		exec(alter)
 	}
@@ -78,20 +70,44 @@ func newPlatformDB(ctx context.Context, t *testing.T, seeded bool, alter string)
 	exec(`INSERT INTO goose_db_version (version_id, is_applied) SELECT v, true FROM generate_series(0, $1::int) v`, appGooseVersions)
 	if seeded {
 		psqlFile(ctx, t, db.URL, seedPath(t))
-		attempt := uuid.New()
-		exec(`INSERT INTO document_compilation_attempts (
-		        id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id,
-		        base_head_revision, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts,
-		        row_version, created_at, updated_at)
-		      VALUES ($1, $2, $3, $4, 1, gen_random_uuid(), 7, 'queued', 'dispatch_pending', 1, 0, 3, 0, now(), now())`,
-			attempt, db.tenant, db.space, db.asset)
-		exec(`INSERT INTO document_compilation_outbox (
-		        id, attempt_id, event_type, schema_version, payload, idempotency_key, status, dispatch_attempts,
-		        available_at, created_at, updated_at)
-		      VALUES (gen_random_uuid(), $1::uuid, 'document.compile', 1, jsonb_build_object('attemptId', $1::uuid::text),
-		              'compile:' || $1::uuid::text, 'pending', 0, now(), now(), now())`, attempt)
+		db.addAttempt(ctx, t)
 	}
 	return db
+}
+
+func (db *platformDB) exec(ctx context.Context, t *testing.T, sql string, args ...any) {
+	t.Helper()
+	_, err := db.Pool.Exec(ctx, sql, args...)
+	require.NoError(t, err, sql)
+}
+
+// addPlatformRows gives each of the platform's four tables a row.
+func (db *platformDB) addPlatformRows(ctx context.Context, t *testing.T) {
+	t.Helper()
+	db.exec(ctx, t, `INSERT INTO knowledge_spaces (id, tenant_id, slug, name) VALUES ($1, $2, 'docs', 'Docs')`, db.space, db.tenant)
+	db.exec(ctx, t, `INSERT INTO projection_set_publications (id, tenant_id, knowledge_space_id, fingerprint, projection_version, status)
+	      VALUES ($1, $2, $3, 'fp-1', 1, 'published')`, db.publication, db.tenant, db.space)
+	db.exec(ctx, t, `INSERT INTO projection_set_publication_heads (tenant_id, knowledge_space_id, publication_id, head_revision)
+	      VALUES ($1, $2, $3, 7)`, db.tenant, db.space, db.publication)
+	db.exec(ctx, t, `INSERT INTO document_assets (id, knowledge_space_id, filename, mime_type, object_key, sha256, size_bytes, version)
+	      VALUES ($1, $2, 'a.pdf', 'application/pdf', 'k/a.pdf', repeat('0', 64), 10, 1)`, db.asset, db.space)
+}
+
+// addAttempt gives the seed's tables an attempt and its outbox row.
+func (db *platformDB) addAttempt(ctx context.Context, t *testing.T) {
+	t.Helper()
+	attempt := uuid.New()
+	db.exec(ctx, t, `INSERT INTO document_compilation_attempts (
+	        id, tenant_id, knowledge_space_id, document_asset_id, document_version, publication_generation_id,
+	        base_head_revision, checkpoint, run_state, active_slot, execution_attempts, max_execution_attempts,
+	        row_version, created_at, updated_at)
+	      VALUES ($1, $2, $3, $4, 1, gen_random_uuid(), 7, 'queued', 'dispatch_pending', 1, 0, 3, 0, now(), now())`,
+		attempt, db.tenant, db.space, db.asset)
+	db.exec(ctx, t, `INSERT INTO document_compilation_outbox (
+	        id, attempt_id, event_type, schema_version, payload, idempotency_key, status, dispatch_attempts,
+	        available_at, created_at, updated_at)
+	      VALUES (gen_random_uuid(), $1::uuid, 'document.compile', 1, jsonb_build_object('attemptId', $1::uuid::text),
+	              'compile:' || $1::uuid::text, 'pending', 0, now(), now(), now())`, attempt)
 }
 
 // standInFiles lists the stand-ins for the platform's tables (versions
@@ -138,12 +154,21 @@ func psqlFile(ctx context.Context, t *testing.T, dbURL, file string) {
 
 func psqlText(ctx context.Context, t *testing.T, dbURL, sql string) {
 	t.Helper()
+	out, err := psqlRun(ctx, t, dbURL, sql)
+	require.NoError(t, err, "psql:\n%s", out)
+}
+
+// psqlRun runs sql with psql, stopping at the first error, with the
+// options in extra (e.g. "-1": in one transaction), and returns its
+// output, passwords redacted.
+func psqlRun(ctx context.Context, t *testing.T, dbURL, sql string, extra ...string) (string, error) {
+	t.Helper()
 	psql, err := exec.LookPath("psql")
 	require.NoError(t, err, "psql must be on PATH (apt-get install postgresql-client)")
-	cmd := exec.CommandContext(ctx, psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL, "-f", "-")
+	cmd := exec.CommandContext(ctx, psql, append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dbURL, "-f", "-"}, extra...)...)
 	cmd.Stdin = strings.NewReader(sql)
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "psql:\n%s", redact.Text(string(out)))
+	return redact.Text(string(out)), err
 }
 
 // kfsdbCLI runs the kfsdb command line and returns its exit code and
@@ -194,15 +219,23 @@ func standaloneCatalog(ctx context.Context, t *testing.T, version int64) []strin
 // application's goose history and table, and the platform's rows.
 func untouched(ctx context.Context, t *testing.T, pool *pgxpool.Pool) map[string]string {
 	t.Helper()
+	out := tableRows(ctx, t, pool, "goose_db_version", "app_notes", "knowledge_spaces", "document_assets",
+		"projection_set_publications", "projection_set_publication_heads")
+	require.True(t, strings.HasPrefix(out["goose_db_version"], fmt.Sprint(appGooseVersions+1)+":"), out["goose_db_version"])
+	return out
+}
+
+// tableRows is a fingerprint of each table's rows: their count and the md5
+// of their text.
+func tableRows(ctx context.Context, t *testing.T, pool *pgxpool.Pool, tables ...string) map[string]string {
+	t.Helper()
 	out := map[string]string{}
-	for _, table := range []string{"goose_db_version", "app_notes", "knowledge_spaces", "document_assets",
-		"projection_set_publications", "projection_set_publication_heads"} {
+	for _, table := range tables {
 		var sum string
 		require.NoError(t, pool.QueryRow(ctx,
 			fmt.Sprintf(`SELECT count(*) || ':' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '') FROM %s t`, table)).Scan(&sum))
 		out[table] = sum
 	}
-	require.True(t, strings.HasPrefix(out["goose_db_version"], fmt.Sprint(appGooseVersions+1)+":"), out["goose_db_version"])
 	return out
 }
 
@@ -559,7 +592,8 @@ func TestConcurrentUpPlatformModes(t *testing.T) {
 // TestSQLExportMatchesUp: `kfsdb migrate sql --up` applied with psql gives
 // the catalog of `kfsdb migrate up` (less kfsdb's version and mode
 // tables), standalone and, with --from 4 and --from 6, on the platform's
-// tables; `--down` with the same --from undoes it exactly.
+// tables; `--down` with the same --from (and --standalone below 6) undoes
+// it exactly: the guarded DROPs drop the empty tables.
 func TestSQLExportMatchesUp(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -583,7 +617,7 @@ func TestSQLExportMatchesUp(t *testing.T) {
 		var schemaErr *migrate.SchemaError
 		require.ErrorAs(t, err, &schemaErr)
 		require.ErrorContains(t, err, "trigger document_compilation_outbox_wake_on_insert is not the seed's")
-		psqlText(ctx, t, db.URL, export(t, "--down"))
+		psqlText(ctx, t, db.URL, export(t, "--down", "--from", "0", "--standalone"))
 		var relations int
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'`).Scan(&relations))
 		require.Zero(t, relations, "sql --down via psql leaves nothing")
@@ -605,14 +639,19 @@ func TestSQLExportMatchesUp(t *testing.T) {
 			rows := untouched(ctx, t, db.Pool)
 			psqlText(ctx, t, db.URL, export(t, "--up", "--from", fmt.Sprint(from)))
 			requireSameCatalog(t, "kfsdb migrate up", want, "sql --up via psql", catalog(ctx, t, db.Pool))
-			psqlText(ctx, t, db.URL, export(t, "--down", "--from", fmt.Sprint(from)))
+			down := []string{"--down", "--from", fmt.Sprint(from)}
+			if from < migrate.SeedVersion {
+				down = append(down, "--standalone") // the seed's Down: its tables are empty here
+			}
+			psqlText(ctx, t, db.URL, export(t, down...))
 			requireSameCatalog(t, "platform before", before, "sql --up, --down via psql", catalog(ctx, t, db.Pool))
 			require.Equal(t, rows, untouched(ctx, t, db.Pool))
 		})
 	}
 	t.Run("Usage", func(t *testing.T) {
 		t.Parallel()
-		for _, args := range [][]string{{}, {"--up", "--down"}, {"--up", "--from", "5"}, {"--down", "--from", "-1"}, {"--up", "extra"}} {
+		for _, args := range [][]string{{}, {"--up", "--down"}, {"--up", "--from", "5"}, {"--down", "--from", "-1"}, {"--up", "extra"},
+			{"--down"}, {"--down", "--standalone"}, {"--up", "--standalone"}, {"--down", "--from", "4"}, {"--down", "--from", "0"}} {
 			code, _, errOut := kfsdbCLI(ctx, append([]string{"migrate", "sql"}, args...)...)
 			require.Equal(t, 2, code, "args %q: %s", args, errOut)
 		}
@@ -642,14 +681,10 @@ func TestMigrationLockIsKfsdbs(t *testing.T) {
 
 	require.NoError(t, holder.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, migrate.LockID).Scan(&locked))
 	require.True(t, locked)
-	u, err := url.Parse(db.URL)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("application_name", "kfsdb-lock-waiter")
-	u.RawQuery = q.Encode()
+	waiter := withApplicationName(t, db.URL, "kfsdb-lock-waiter")
 	done := make(chan error, 1)
 	go func() {
-		_, err := provider(ctx, t, u.String()).Up(ctx)
+		_, err := provider(ctx, t, waiter).Up(ctx)
 		done <- err
 	}()
 	waitForLockTry(ctx, t, db.Pool, "kfsdb-lock-waiter", done)
@@ -661,22 +696,34 @@ func TestMigrationLockIsKfsdbs(t *testing.T) {
 }
 
 // waitForLockTry waits until a session named app has tried kfsdb's lock
-// (pg_try_advisory_lock, which goose's session locker polls): the state is
-// a row of pg_stat_activity, polled until it appears; no duration is
-// assumed.
+// (pg_try_advisory_lock, which goose's session locker polls); a run that
+// ends first (done) fails the test.
 func waitForLockTry(ctx context.Context, t *testing.T, pool *pgxpool.Pool, app string, done <-chan error) {
 	t.Helper()
-	for {
+	waitForSession(ctx, t, pool, app, `query LIKE '%pg_try_advisory_lock%'`, func() (string, bool) {
 		select {
 		case err := <-done:
-			t.Fatalf("the run ended while kfsdb's lock was held: %v", err)
+			return fmt.Sprintf("the run ended while kfsdb's lock was held: %v", err), true
 		default:
+			return "", false
 		}
-		var tried bool
-		require.NoError(t, pool.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			                WHERE application_name = $1 AND query LIKE '%pg_try_advisory_lock%')`, app).Scan(&tried))
-		if tried {
+	})
+}
+
+// waitForSession waits until a session named app matches cond, a
+// condition on pg_stat_activity: the state is a row, polled until it
+// appears; no duration is assumed. ended reports, with why, a run that
+// ended before it did, which fails the test.
+func waitForSession(ctx context.Context, t *testing.T, pool *pgxpool.Pool, app, cond string, ended func() (string, bool)) {
+	t.Helper()
+	for {
+		if why, ok := ended(); ok {
+			t.Fatal(why)
+		}
+		var found bool
+		require.NoError(t, pool.QueryRow(ctx,
+			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND `+cond+`)`, app).Scan(&found))
+		if found {
 			return
 		}
 		select {

@@ -20,7 +20,8 @@ type MigrateCommand string
 
 const (
 	// MigrateDown rolls back the most recent migration (in the platform
-	// modes never the seed, 0006, nor what comes before it).
+	// modes never the seed, 0006, nor what comes before it); it refuses to
+	// drop a table that holds rows unless MigrateOpts.AllowDataLoss.
 	MigrateDown MigrateCommand = "down"
 	// MigrateStatus lists every migration with when it was applied.
 	MigrateStatus MigrateCommand = "status"
@@ -37,7 +38,7 @@ func MigrateCommands() []MigrateCommand {
 
 // migrateShort is each MigrateCommand's line in `kfsdb migrate --help`.
 var migrateShort = map[MigrateCommand]string{
-	MigrateDown:    "roll back the most recent migration (in the platform modes never the seed nor what comes before it)",
+	MigrateDown:    "roll back the most recent migration (in the platform modes never the seed nor what comes before it; a table that holds rows only with --allow-data-loss)",
 	MigrateStatus:  "list every migration with when it was applied",
 	MigrateUp:      "apply every pending migration",
 	MigrateVersion: "print the database's current migration version",
@@ -56,7 +57,8 @@ func newMigrateCommand(r *runner) *cobra.Command {
 		Use:   "migrate up|down|status|version|sql",
 		Short: "apply, roll back one, list or show migrations, saying the mode (--lock-timeout D bounds each lock wait); print their SQL (migrate sql)",
 		Long: "kfsdb records its versions in " + migrate.VersionTable + " and prints the mode it ran in: standalone, platform or platform-seeded.\n" +
-			"migrate sql --up|--down [--from N] prints the migrations' SQL, for teams whose migrations another tool runs.",
+			"migrate down refuses to drop a table that holds rows unless told --allow-data-loss.\n" +
+			"migrate sql --up [--from N] | --down --from N [--standalone] prints the migrations' SQL, for teams whose migrations another tool runs.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usageError(cmd, migrateNeedsOne)
@@ -66,18 +68,24 @@ func newMigrateCommand(r *runner) *cobra.Command {
 		"PostgreSQL lock_timeout of the migration session (e.g. 2s): a migration whose statement waits longer for a lock fails and is rolled back, "+
 			"instead of queueing the application's queries on that table behind it; 0 keeps the server's setting")
 	for _, command := range MigrateCommands() {
-		cmd.AddCommand(&cobra.Command{
+		var allowDataLoss bool
+		sub := &cobra.Command{
 			Use:   string(command),
 			Short: migrateShort[command],
 			Args:  exactArgs(0, migrateNeedsOne),
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				opts := &MigrateOpts{Command: command, DatabaseURL: r.databaseURL, LockTimeout: lockTimeout, Out: cmd.OutOrStdout()}
+				opts := &MigrateOpts{Command: command, DatabaseURL: r.databaseURL, LockTimeout: lockTimeout, AllowDataLoss: allowDataLoss, Out: cmd.OutOrStdout()}
 				if err := opts.Validate(); err != nil {
 					return fmt.Errorf("%w: %w", ErrUsage, err)
 				}
 				return Migrate(cmd.Context(), opts)
 			},
-		})
+		}
+		if command == MigrateDown {
+			sub.Flags().BoolVar(&allowDataLoss, "allow-data-loss", false,
+				"drop a table that holds rows, with its rows (without it the down refuses, naming the table, and changes nothing)")
+		}
+		cmd.AddCommand(sub)
 	}
 	cmd.AddCommand(newMigrateSQLCommand())
 	return cmd
@@ -85,17 +93,28 @@ func newMigrateCommand(r *runner) *cobra.Command {
 
 // newMigrateSQLCommand is `kfsdb migrate sql`, which needs no database.
 func newMigrateSQLCommand() *cobra.Command {
-	const wrong = "migrate sql needs exactly one of --up, --down and no arguments"
+	const (
+		wrong      = "migrate sql needs exactly one of --up, --down and no arguments"
+		downFrom   = "migrate sql --down needs --from N: 6 on a platform database (kfsdb's own migrations); below 6 only with --standalone, for a database kfsdb's stand-ins created"
+		standalone = "migrate sql --standalone goes with --down only"
+	)
 	var up, down bool
 	opts := &MigrateSQLOpts{}
 	cmd := &cobra.Command{
-		Use:   "sql --up|--down [--from N]",
+		Use:   "sql --up [--from N] | --down --from N [--standalone]",
 		Short: "print the migrations' SQL, for teams whose migrations another tool runs",
-		Long:  "Prints the exact SQL of kfsdb's migrations, in order, to vendor into another tool's migrations; needs no database and records nothing.",
-		Args:  exactArgs(0, wrong),
+		Long: "Prints the exact SQL of kfsdb's migrations, in order, to vendor into another tool's migrations; needs no database and records nothing.\n" +
+			"--down needs --from; below 6 it drops the seed's tables (and below 4 the platform's) and needs --standalone. " +
+			"Each DROP TABLE it prints locks the table and refuses (raises, dropping nothing) if the table holds rows.",
+		Args: exactArgs(0, wrong),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if up == down {
+			switch {
+			case up == down:
 				return usageError(cmd, wrong)
+			case down && !cmd.Flags().Changed("from"):
+				return usageError(cmd, downFrom)
+			case up && opts.Standalone:
+				return usageError(cmd, standalone)
 			}
 			opts.Direction, opts.Out = migrate.DirectionUp, cmd.OutOrStdout()
 			if down {
@@ -105,8 +124,11 @@ func newMigrateSQLCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&up, "up", false, "the SQL that applies the migrations after --from, oldest first")
-	cmd.Flags().BoolVar(&down, "down", false, "the SQL that rolls back the migrations after --from, newest first")
-	cmd.Flags().Int64Var(&opts.From, "from", 0, "start after this version: 0 (all), 4 (the platform's tables exist, not the seed), 6 (the platform applied the seed)")
+	cmd.Flags().BoolVar(&down, "down", false, "the SQL that rolls back the migrations after --from, newest first (needs --from)")
+	cmd.Flags().Int64Var(&opts.From, "from", 0, "start after this version: 0 (all), 4 (the platform's tables exist, not the seed), 6 (the platform applied the seed); "+
+		"--up defaults to 0, --down has no default")
+	cmd.Flags().BoolVar(&opts.Standalone, "standalone", false, "with --down: allow --from below 6, printing the seed's Down and below 4 the stand-ins', "+
+		"which drop the platform's tables; only for a database kfsdb's stand-ins created")
 	return cmd
 }
 
@@ -126,6 +148,10 @@ type MigrateOpts struct {
 	// blocking transaction lasts. Zero keeps the server's setting; else at
 	// least 1ms.
 	LockTimeout time.Duration
+	// AllowDataLoss, for down only, lets the migration's Down drop a table
+	// that holds rows (migrate.Provider.AllowDataLoss). Defaults to false:
+	// the down refuses, naming the table, and changes nothing.
+	AllowDataLoss bool
 }
 
 // Validate reports the first missing or invalid field.
@@ -148,6 +174,9 @@ func (o *MigrateOpts) Validate() error {
 	}
 	if o.LockTimeout < 0 || (o.LockTimeout > 0 && o.LockTimeout < time.Millisecond) {
 		return fmt.Errorf("invalid options: LockTimeout must be zero or at least 1ms, got %s", o.LockTimeout)
+	}
+	if o.AllowDataLoss && o.Command != MigrateDown {
+		return fmt.Errorf("invalid options: AllowDataLoss goes with Command down only, got %s", o.Command)
 	}
 	return nil
 }
@@ -174,6 +203,7 @@ func migrateDB(ctx context.Context, opts *MigrateOpts) (retErr error) {
 		_ = db.Close()
 		return err
 	}
+	p.AllowDataLoss = opts.AllowDataLoss
 	defer func() {
 		if err := p.Close(); err != nil && retErr == nil {
 			retErr = fmt.Errorf("could not close database: %w", err)
@@ -307,20 +337,27 @@ type MigrateSQLOpts struct {
 	Direction migrate.Direction
 	// From is the version the SQL starts after: 0 for every migration, 4
 	// for the platform's tables without the seed, 6 for a platform that
-	// applied the seed. Defaults to 0.
+	// applied the seed. Defaults to 0; a down from below 6 needs
+	// Standalone.
 	From int64
+	// Standalone allows a down from below 6: the seed's Down, and below 4
+	// the stand-ins', which drop the platform's tables
+	// (migrate.SQLOptions.Standalone). Defaults to false.
+	Standalone bool
 	// Out receives the SQL. Required.
 	Out io.Writer
 }
 
 // MigrateSQL prints the exact SQL of the migrations after opts.From, in
 // the order they run (migrate.SQL), for a team whose migrations another
-// tool runs. It needs no database.
+// tool runs; a down's DROP TABLEs are guarded. It needs no database. A
+// down from below 6 without opts.Standalone is refused (a usage error
+// wrapping *migrate.DownBelowSeedError).
 func MigrateSQL(opts *MigrateSQLOpts) error {
 	if opts.Out == nil {
 		return errors.New("invalid options: Out is required")
 	}
-	text, err := migrate.SQL(opts.Direction, opts.From)
+	text, err := migrate.SQL(opts.Direction, opts.From, migrate.SQLOptions{Standalone: opts.Standalone})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
