@@ -173,7 +173,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK, nats or an adapters/ module; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby, NATS or load driver; and that testcontainers reaches an application only through the test kit, in its tests.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK, nats or an adapters/ module; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby, NATS or load driver; that testcontainers reaches an application only through the test kit, in its tests; and that no released module requires the tests module or another that is never tagged.
 	scripts/check-deps.sh
 
 .PHONY: check-tree
