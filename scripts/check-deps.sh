@@ -68,14 +68,14 @@ consumer_imports=(
 	github.com/knowledgefs/kfsdb/observe
 )
 
-# client_golang belongs to the separate adapters/prom module only, the
-# OpenTelemetry SDK to adapters/otel (for its tests), nats.go and
-# nats-server to adapters/natsjs (and its tests) only; no adapter module
+# client_golang belongs to the separate adapters/prom module only, nats.go
+# to adapters/natsjs only, and the OpenTelemetry SDK and nats-server to the
+# tests module (the adapters' tests, tests/adapters); no adapter module
 # reaches an importer of the root module.
 forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk|nats-io|knowledgefs/kfsdb/adapters/'
 # What the kfsdb binary must not link: the harness, its Docker client, the
-# browser driver of tests/console and the NATS server of adapters/natsjs's
-# tests.
+# browser driver of tests/console and the NATS server of the adapters'
+# tests (tests/adapters/natsjs).
 binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-io|knowledgefs/kfsdb/adapters/natsjs|go.opentelemetry.io/otel/sdk|knowledgefs/kfsdb/bench'
 # What kfsdb-bench must not link: the harness's containers and a NATS server.
 bench_forbidden='sqlc|testcontainers|docker|moby|chromedp|nats-server'
