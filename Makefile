@@ -2,8 +2,10 @@
 #
 # Modules (MODULES): the library (.), the migration helper (migrate/), the
 # test kit for application teams (kfsdbtest/, with the README's quick
-# start), the test harness, integration tests, demo and bench-kfsdb programs
-# (tests/), the deploy command (cmd/kfsdb/), the bench and demo binary
+# start), the test harness, integration tests (the adapters' and the deploy
+# binary's that need a database, a broker or a browser among them), demo and
+# bench-kfsdb programs (tests/; never released, and no released module
+# requires it), the deploy command (cmd/kfsdb/), the bench and demo binary
 # kfsdb-bench (bench/kfsdb-bench/: work, relay, bench, the load driver), and
 # the adapters above the runtime, each its own module (adapters/: the
 # Prometheus one adapters/prom/, the OpenTelemetry one adapters/otel/, the
@@ -105,8 +107,8 @@ test: test-deps ## Run every test of every module (-race), building kfsdb-postgr
 # Packages whose tests run goroutines, clocks, sleeps, subprocesses or
 # brokers, as module:package-pattern.
 FLAKE_PACKAGES ?= tests:./runtime/ tests:./multiproc/ tests:./faults/ tests:./repo/ tests:./migrations/ \
-	tests:./pgbouncer/ tests:./console/ tests:./model/ tests:./cmd/... .:./internal/... .:./worker/... .:./relay/... \
-	.:./pgsource/... adapters/natsjs:./... adapters/prom:./... adapters/otel:./... cmd/kfsdb:./... bench/kfsdb-bench:./... kfsdbtest:./...
+	tests:./pgbouncer/ tests:./console/ tests:./consolehttp/ tests:./cli/ tests:./adapters/... tests:./model/ tests:./cmd/... \
+	.:./internal/... .:./worker/... .:./relay/... .:./pgsource/... cmd/kfsdb:./... bench/kfsdb-bench:./... kfsdbtest:./...
 FLAKE_COUNT ?= 5
 # CPU hogs beside the tests (stress-ng --cpu N, or shell busy loops).
 FLAKE_LOAD ?= 2
@@ -171,7 +173,7 @@ lint: ## staticcheck (pinned in tools/go.mod) every module.
 	@echo "lint: OK"
 
 .PHONY: check-deps
-check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK, nats or an adapters/ module; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby, NATS or load driver; and that testcontainers reaches an application only through the test kit, in its tests.
+check-deps: ## Check that importers of the root module never get sqlc, goose, testcontainers, docker, client_golang, the OpenTelemetry SDK, nats or an adapters/ module; that an application importing repo, worker, pgsource, db/migrations and the migrate module compiles in no test, broker, metrics or tracing package (module counts printed); that the kfsdb binary links no testcontainers, moby, NATS or load driver; that testcontainers reaches an application only through the test kit, in its tests; and that no released module requires the tests module or another that is never tagged.
 	scripts/check-deps.sh
 
 .PHONY: check-tree

@@ -33,15 +33,27 @@
 #       `go mod graph` once goose's edges are removed.
 #       Prints both counts;
 #   (e) testcontainers reaches an application only through the test kit
-#       (module kfsdbtest): neither the root module nor migrate has it in
-#       its module graph, and an application whose tests use the kit gets
-#       it in its tests' packages, not in its build;
+#       (module kfsdbtest): no other released module (the root, migrate,
+#       cmd/kfsdb, the adapters) has it in its module graph, and an
+#       application whose tests use the kit gets it in its tests' packages,
+#       not in its build;
 #   (f) the bench binary, bench/kfsdb-bench, must link no testcontainers,
 #       moby, docker or NATS server (it uses a real broker's URL). Prints its
-#       size.
+#       size;
+#   (g) no released module requires a module that is never tagged (tests,
+#       bench/kfsdb-bench, bench/river, tools), directly or through another:
+#       its `go list -m all` names none, and its go.mod neither requires nor
+#       replaces one (an importer could not resolve it: `unknown revision
+#       tests/v0.0.0`). Their tests that need the harness live in the tests
+#       module (tests/adapters, tests/cli, tests/consolehttp).
 #
 # Exits non-zero on any violation. Run from anywhere: scripts/check-deps.sh
 set -euo pipefail
+
+# The modules that are tagged and released (docs/RELEASING.md), and the
+# path pattern of kfsdb's modules that never are.
+released_modules=(. migrate kfsdbtest cmd/kfsdb adapters/prom adapters/otel adapters/natsjs)
+never_tagged='^github\.com/knowledgefs/kfsdb/(tests|bench/kfsdb-bench|bench/river|tools)( |$)'
 
 # Packages the consumer imports; add one line per new public package.
 consumer_imports=(
@@ -56,14 +68,14 @@ consumer_imports=(
 	github.com/knowledgefs/kfsdb/observe
 )
 
-# client_golang belongs to the separate adapters/prom module only, the
-# OpenTelemetry SDK to adapters/otel (for its tests), nats.go and
-# nats-server to adapters/natsjs (and its tests) only; no adapter module
+# client_golang belongs to the separate adapters/prom module only, nats.go
+# to adapters/natsjs only, and the OpenTelemetry SDK and nats-server to the
+# tests module (the adapters' tests, tests/adapters); no adapter module
 # reaches an importer of the root module.
 forbidden='sqlc|goose|testcontainers|docker|moby|prometheus/client_golang|go.opentelemetry.io/otel/sdk|nats-io|knowledgefs/kfsdb/adapters/'
 # What the kfsdb binary must not link: the harness, its Docker client, the
-# browser driver of tests/console and the NATS server of adapters/natsjs's
-# tests.
+# browser driver of tests/console and the NATS server of the adapters'
+# tests (tests/adapters/natsjs).
 binary_forbidden='sqlc|testcontainers|docker|moby|chromedp|knowledgefs/kfsdb/tests|nats-io|knowledgefs/kfsdb/adapters/natsjs|go.opentelemetry.io/otel/sdk|knowledgefs/kfsdb/bench'
 # What kfsdb-bench must not link: the harness's containers and a NATS server.
 bench_forbidden='sqlc|testcontainers|docker|moby|chromedp|nats-server'
@@ -229,12 +241,12 @@ if ! grep -q '^github.com/pressly/goose/v3 ' <<<"$app_mods"; then
 fi
 
 echo "== (e) the test kit is the only module that brings testcontainers to an application"
-# The library and the migrations must not have testcontainers even in
-# their module graph (the adapters/* modules require the tests module for
-# their own tests, so theirs has it); an application that uses the kit in
-# its tests must get it in its tests' packages only.
-for m in . migrate; do
-	mods=$(cd "$repo/$m" && go list -m all)
+# No released module but the kit may have testcontainers even in its module
+# graph; an application that uses the kit in its tests must get it in its
+# tests' packages only.
+for m in "${released_modules[@]}"; do
+	[ "$m" = kfsdbtest ] && continue
+	mods=$(cd "$repo/$m" && go list -m all 2>/dev/null) || continue # (g) reports it
 	if grep -q testcontainers <<<"$mods"; then
 		echo "FORBIDDEN: module $m has testcontainers in its module graph" >&2
 		fail=1
@@ -299,8 +311,28 @@ fi
 echo "== (f) the bench binary bench/kfsdb-bench"
 check_binary kfsdb-bench bench/kfsdb-bench "$bench_forbidden"
 
+echo "== (g) no released module requires a module that is never tagged"
+for m in "${released_modules[@]}"; do
+	if ! mods=$(cd "$repo/$m" && go list -m all 2>&1); then
+		echo "FORBIDDEN: released module $m: its module graph does not resolve even with its replace lines:" >&2
+		sed 's/^/  /' <<<"$mods" >&2
+		fail=1
+		continue
+	fi
+	# go.mod's own require and replace lines too: a replace of an untagged
+	# module names it even when nothing requires it yet.
+	named=$(cd "$repo/$m" && go mod edit -json | sed -nE 's/^[[:space:]]*"Path": "([^"]+)".*/\1/p')
+	if bad=$(grep -E "$never_tagged" <<<"$mods"$'\n'"$named" | sort -u); then
+		echo "FORBIDDEN: released module $m requires or replaces a module that is never tagged:" >&2
+		sed 's/^/  /' <<<"$bad" >&2
+		fail=1
+	else
+		echo "module $m: $(wc -l <<<"$mods") modules in its graph, none never tagged"
+	fi
+done
+
 if [ "$fail" -ne 0 ]; then
 	echo "check-deps: FAILED" >&2
 	exit 1
 fi
-echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK, nats or adapter module for importers; no test harness, NATS or load driver in the kfsdb binary; no containers or NATS server in kfsdb-bench; an application with the migrate module compiles in no test, broker, metrics or tracing package; testcontainers only through the test kit, in tests)"
+echo "check-deps: OK (no sqlc, goose, testcontainers, docker, client_golang, OpenTelemetry SDK, nats or adapter module for importers; no test harness, NATS or load driver in the kfsdb binary; no containers or NATS server in kfsdb-bench; an application with the migrate module compiles in no test, broker, metrics or tracing package; testcontainers only through the test kit, in tests; no released module requires the tests module or another never tagged)"

@@ -1,6 +1,11 @@
 // Module tests holds kfsdb's PostgreSQL test harness (pgtest) and the
-// integration tests. It is a separate module so that importers of kfsdb never
-// get testcontainers, the Docker client or goose in their module graph.
+// integration tests, among them the tests of the adapters (tests/adapters)
+// and of the deploy binary (tests/cli, tests/consolehttp, tests/console)
+// that need a database, a NATS server or a browser. It is a separate module
+// so that importers of kfsdb never get testcontainers, the Docker client or
+// goose in their module graph. It is never tagged, so no released module
+// may require it (make check-deps checks that none does); only
+// bench/kfsdb-bench, never released either, does.
 module github.com/knowledgefs/kfsdb/tests
 
 go 1.26.0
@@ -11,18 +16,27 @@ require (
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/knowledgefs/kfsdb v0.0.0
+	github.com/knowledgefs/kfsdb/adapters/natsjs v0.0.0
+	github.com/knowledgefs/kfsdb/adapters/otel v0.0.0
+	github.com/knowledgefs/kfsdb/adapters/prom v0.0.0
 	github.com/knowledgefs/kfsdb/bench/kfsdb-bench v0.0.0
+	github.com/knowledgefs/kfsdb/cmd/kfsdb v0.0.0
+	github.com/knowledgefs/kfsdb/migrate v0.0.0
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	github.com/pmezard/go-difflib v1.0.0
 	github.com/pressly/goose/v3 v3.30.0
+	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.74.0
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	pgregory.net/rapid v1.3.0
 )
 
@@ -33,20 +47,15 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/knowledgefs/kfsdb/adapters/natsjs v0.0.0 // indirect
-	github.com/knowledgefs/kfsdb/adapters/otel v0.0.0 // indirect
-	github.com/knowledgefs/kfsdb/adapters/prom v0.0.0 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/pandatix/go-abnf v0.5.5 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/procfs v0.23.0 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
@@ -73,8 +82,6 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
-	github.com/knowledgefs/kfsdb/cmd/kfsdb v0.0.0
-	github.com/knowledgefs/kfsdb/migrate v0.0.0
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
@@ -96,10 +103,8 @@ require (
 	github.com/yusufpapurcu/wmi v1.2.4 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0 // indirect
-	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/crypto v0.58.0 // indirect

@@ -25,7 +25,7 @@
 //
 // It is a module of its own so that importers of kfsdb's repo, relay and
 // worker never get OpenTelemetry; this package itself uses only the API
-// (the SDK is for its tests). No span attribute holds a payload, a lease
+// (the SDK is for its tests, in tests/adapters/otel). No span attribute holds a payload, a lease
 // token, a lock token or statement arguments.
 package otel
 

@@ -2,56 +2,16 @@ package cli
 
 import (
 	"bytes"
-	"context"
-	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/knowledgefs/kfsdb/db/migrations"
-	"github.com/knowledgefs/kfsdb/repo"
-	"github.com/knowledgefs/kfsdb/tests/pgtest"
-	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
-func TestMain(m *testing.M) {
-	pgtest.Main(m)
-}
-
+// noEnv is an environment with nothing set. The tests in this package run
+// the command line through Main and need no database and no harness; those
+// that do are in the tests module (tests/cli), so that cmd/kfsdb, which is
+// released, never requires it.
 func noEnv(string) string { return "" }
-
-// requireValidateErr is testfactory.RequireValidateErr.
-var requireValidateErr = testfactory.RequireValidateErr
-
-func TestMigrateOptsValidate(t *testing.T) {
-	t.Parallel()
-	var out bytes.Buffer
-	for name, tc := range map[string]struct {
-		opts    MigrateOpts
-		wantErr string
-	}{
-		"MissingCommand": {MigrateOpts{DatabaseURL: "postgres://u@h/db", Out: &out}, "Command is required"},
-		"UnknownCommand": {MigrateOpts{Command: "sideways", DatabaseURL: "postgres://u@h/db", Out: &out}, `Command "sideways"`},
-		"MissingURL":     {MigrateOpts{Command: MigrateUp, Out: &out}, "DatabaseURL is required"},
-		"MissingOut":     {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db"}, "Out is required"},
-		"Valid":          {MigrateOpts{Command: MigrateStatus, DatabaseURL: "postgres://u@h/db", Out: &out}, ""},
-		"NegativeLockTimeout": {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db", Out: &out, LockTimeout: -time.Second},
-			"LockTimeout must be zero or at least 1ms"},
-		"SubMillisecondLockTimeout": {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db", Out: &out, LockTimeout: time.Microsecond},
-			"LockTimeout must be zero or at least 1ms"},
-		"LockTimeout": {MigrateOpts{Command: MigrateUp, DatabaseURL: "postgres://u@h/db", Out: &out, LockTimeout: 2 * time.Second}, ""},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			requireValidateErr(t, tc.opts.Validate(), tc.wantErr)
-		})
-	}
-}
 
 func TestMainUsageErrorsExitTwo(t *testing.T) {
 	t.Parallel()
@@ -64,50 +24,6 @@ func TestMainUsageErrorsExitTwo(t *testing.T) {
 		code := Main(t.Context(), args, &stdout, &stderr, noEnv)
 		require.Equal(t, 2, code, "args %q: %s", args, stderr.String())
 	}
-}
-
-func TestMigrateCommandsOnFreshDatabase(t *testing.T) {
-	t.Parallel()
-	db := pgtest.NewEmptyDB(t)
-	run := func(args ...string) string {
-		t.Helper()
-		var stdout, stderr bytes.Buffer
-		env := func(k string) string {
-			if k == EnvDatabaseURL {
-				return db.URL
-			}
-			return ""
-		}
-		code := Main(t.Context(), append([]string{"migrate"}, args...), &stdout, &stderr, env)
-		require.Equal(t, 0, code, "stderr: %s", stderr.String())
-		return stdout.String()
-	}
-
-	// The expected versions come from the embedded files, so adding a
-	// migration does not silently break this test.
-	names, err := fs.Glob(migrations.FS, "*.sql")
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(names), 2)
-	sort.Strings(names)
-	version := func(name string) string {
-		n, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
-		require.NoError(t, err, name)
-		return fmt.Sprintf("version: %d\n", n)
-	}
-
-	require.Contains(t, run("version"), "version: 0")
-	up := run("up")
-	require.Contains(t, up, "00006_document_compilation_attempts.sql")
-	for _, name := range names {
-		require.Contains(t, up, name)
-	}
-	require.Contains(t, up, version(names[len(names)-1]))
-	require.Contains(t, run("up"), "no migrations to apply")
-	status := run("status")
-	require.Contains(t, status, "applied")
-	require.NotContains(t, status, "pending")
-	require.Contains(t, run("down"), version(names[len(names)-2]))
-	require.Contains(t, run("status"), "pending")
 }
 
 func TestErrorsNeverShowPassword(t *testing.T) {
@@ -129,45 +45,6 @@ func TestDemoNamesMakeDemo(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 2, Main(t.Context(), []string{"demo"}, &stdout, &stderr, noEnv))
 	require.Contains(t, stderr.String(), "`make demo`")
-}
-
-// TestMovedCommandsNameKfsdbBench: work, relay and bench left the deploy
-// binary. Each, given a database with a due attempt and every flag it used
-// to take, exits 2 naming kfsdb-bench, and the attempt and its outbox row
-// are as they were: nothing was leased, published or completed.
-func TestMovedCommandsNameKfsdbBench(t *testing.T) {
-	t.Parallel()
-	db := pgtest.NewDB(t)
-	s := testfactory.NewScope(t.Context(), t, db.Pool, nil)
-	res, err := repo.New(nil).Start(t.Context(), db.Pool, s.StartParams())
-	require.NoError(t, err)
-	snapshot := func() string {
-		t.Helper()
-		var row string
-		require.NoError(t, db.Pool.QueryRow(t.Context(), `
-			SELECT a::text || o::text FROM document_compilation_attempts a
-			  JOIN document_compilation_outbox o ON o.attempt_id = a.id WHERE a.id = $1`, res.Attempt.ID).Scan(&row))
-		return row
-	}
-	before := snapshot()
-	for _, args := range [][]string{
-		{"work", "--database-url", db.URL, "--duration", "1s", "--delivery", "postgres"},
-		{"relay", "--database-url", db.URL},
-		{"bench", "--database-url", db.URL, "--duration", "1s"},
-		{"work"}, {"relay", "-h"}, {"bench", "--help"},
-	} {
-		var stdout, stderr bytes.Buffer
-		// A bound, should a command run again (the relay would until
-		// canceled): it then exits 0 and the snapshot tells what it did.
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		code := Main(ctx, args, &stdout, &stderr, envWith(db.URL))
-		cancel()
-		require.Equal(t, 2, code, "args %q", args)
-		require.Contains(t, stderr.String(), "is not part of the deploy binary", "args %q", args)
-		require.Contains(t, stderr.String(), "run `kfsdb-bench "+args[0]+"`", "args %q", args)
-		require.Empty(t, stdout.String(), "args %q", args)
-	}
-	require.Equal(t, before, snapshot(), "a moved command changed the attempt or its outbox row")
 }
 
 // TestHelpSaysWhatTheBinaryIsFor: `kfsdb --help` says the binary is for
@@ -209,22 +86,5 @@ func TestHelpAndCompletionFromCobra(t *testing.T) {
 		for _, want := range tc.want {
 			require.Contains(t, stdout.String(), want, "args %q", tc.args)
 		}
-	}
-}
-
-// TestDatabaseURLFlagAnywhere: the persistent --database-url may stand
-// before or after the command, and wins over $DATABASE_URL.
-func TestDatabaseURLFlagAnywhere(t *testing.T) {
-	t.Parallel()
-	db := pgtest.NewDB(t)
-	const unreachable = "postgres://kfs@127.0.0.1:1/kfs?connect_timeout=2&sslmode=disable"
-	for _, args := range [][]string{
-		{"--database-url", db.URL, "stuck", "--tenant", "nobody"},
-		{"stuck", "--database-url", db.URL, "--tenant", "nobody"},
-		{"stuck", "--tenant", "nobody", "--database-url", db.URL},
-	} {
-		var stdout, stderr bytes.Buffer
-		require.Equal(t, 0, Main(t.Context(), args, &stdout, &stderr, envWith(unreachable)), "args %q: %s", args, stderr.String())
-		require.Equal(t, "nothing stuck\n", stdout.String(), "args %q", args)
 	}
 }

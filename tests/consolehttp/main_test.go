@@ -1,4 +1,11 @@
-package console_test
+// Package consolehttp_test drives the kfsdb web console (cmd/kfsdb/console)
+// over HTTP, without a browser, on a database filled by a workload of two
+// tenants: the overview's numbers and its capped throughput, pages, cancel
+// and retry through their confirmations, sessions, logins behind a proxy
+// and the security rules. tests/console walks the same pages in Chromium.
+// It is in the tests module so that cmd/kfsdb, which is released, never
+// requires it.
+package consolehttp_test
 
 import (
 	"cmp"

@@ -1,3 +1,9 @@
+// Package prom_test runs the Prometheus adapter (adapters/prom) on real
+// databases from the harness: the workload's series, the collector's caps,
+// cache and last sample, query names and bad arguments. It is in the tests
+// module so that adapters/prom, which is released, never requires it; the
+// test that needs no database (the Grafana dashboard's series) stays in
+// adapters/prom.
 package prom_test
 
 import (

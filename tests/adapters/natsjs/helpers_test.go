@@ -1,3 +1,10 @@
+// Package natsjs_test runs the NATS JetStream adapter (adapters/natsjs) on
+// real databases and NATS servers from the harness (pgtest, natstest): the
+// lifecycle through NATS, deduplication, redelivery, deferred and stale
+// deliveries, trace headers, a stream leader's loss and a broker outage,
+// and bad configurations and input. It is in the tests module so that
+// adapters/natsjs, which is released, never requires it (nor nats-server);
+// the test of its unexported transient-error rule stays in adapters/natsjs.
 package natsjs_test
 
 import (

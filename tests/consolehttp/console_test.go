@@ -1,4 +1,4 @@
-package console_test
+package consolehttp_test
 
 import (
 	"fmt"

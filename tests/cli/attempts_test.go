@@ -1,4 +1,4 @@
-package cli
+package cli_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -23,8 +24,8 @@ import (
 func runCmd(t *testing.T, url, stdin string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	err := RunWithInput(t.Context(), args, strings.NewReader(stdin), &stdout, &stderr, envWith(url))
-	code := ExitCode("kfsdb", err, &stderr, envWith(url))
+	err := cli.RunWithInput(t.Context(), args, strings.NewReader(stdin), &stdout, &stderr, envWith(url))
+	code := cli.ExitCode("kfsdb", err, &stderr, envWith(url))
 	return code, stdout.String(), stderr.String()
 }
 
@@ -151,7 +152,7 @@ func TestTextOutputEscapesControls(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	ExitCode("kfsdb", errors.New("dial nats://relay:s3cret@nats.example:4222: refused; then tls://tok3n@h2:4443\x1b[2J"), &buf, envWith(""))
+	cli.ExitCode("kfsdb", errors.New("dial nats://relay:s3cret@nats.example:4222: refused; then tls://tok3n@h2:4443\x1b[2J"), &buf, envWith(""))
 	require.Equal(t, "kfsdb: dial nats://relay:xxxxx@nats.example:4222: refused; then tls://xxxxx@h2:4443\\x1b[2J\n", buf.String())
 }
 

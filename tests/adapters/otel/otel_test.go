@@ -1,3 +1,8 @@
+// Package otel_test runs the OpenTelemetry adapter (adapters/otel) on real
+// databases from the harness: the spans of direct delivery, of the relay
+// and of a failing handler, untraced and malformed trace contexts, and its
+// constructors. It is in the tests module so that adapters/otel, which is
+// released, never requires it.
 package otel_test
 
 import (

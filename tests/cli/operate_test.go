@@ -1,4 +1,4 @@
-package cli
+package cli_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -18,17 +19,17 @@ func TestPurgeOptsValidate(t *testing.T) {
 	const url = "postgres://u@h/db"
 	long := string(bytes.Repeat([]byte("t"), repo.MaxTenantIDLength+1))
 	for name, tc := range map[string]struct {
-		opts    PurgeOpts
+		opts    cli.PurgeOpts
 		wantErr string
 	}{
-		"MissingURL":        {PurgeOpts{TenantID: "t", Out: &out}, "DatabaseURL is required"},
-		"MissingTenant":     {PurgeOpts{DatabaseURL: url, Out: &out}, "TenantID is required"},
-		"LongTenant":        {PurgeOpts{DatabaseURL: url, TenantID: long, Out: &out}, "TenantID must be at most 255"},
-		"NegativeOlderThan": {PurgeOpts{DatabaseURL: url, TenantID: "t", OlderThan: -time.Hour, Out: &out}, "OlderThan must be >= 0"},
-		"BatchTooLarge":     {PurgeOpts{DatabaseURL: url, TenantID: "t", BatchSize: repo.MaxPurgeBatch + 1, Out: &out}, "BatchSize must be 1..10000"},
-		"NegativeBatch":     {PurgeOpts{DatabaseURL: url, TenantID: "t", BatchSize: -1, Out: &out}, "BatchSize must be"},
-		"MissingOut":        {PurgeOpts{DatabaseURL: url, TenantID: "t"}, "Out is required"},
-		"Valid":             {PurgeOpts{DatabaseURL: url, TenantID: "t", OlderThan: 24 * time.Hour, BatchSize: 10, Out: &out}, ""},
+		"MissingURL":        {cli.PurgeOpts{TenantID: "t", Out: &out}, "DatabaseURL is required"},
+		"MissingTenant":     {cli.PurgeOpts{DatabaseURL: url, Out: &out}, "TenantID is required"},
+		"LongTenant":        {cli.PurgeOpts{DatabaseURL: url, TenantID: long, Out: &out}, "TenantID must be at most 255"},
+		"NegativeOlderThan": {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", OlderThan: -time.Hour, Out: &out}, "OlderThan must be >= 0"},
+		"BatchTooLarge":     {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", BatchSize: repo.MaxPurgeBatch + 1, Out: &out}, "BatchSize must be 1..10000"},
+		"NegativeBatch":     {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", BatchSize: -1, Out: &out}, "BatchSize must be"},
+		"MissingOut":        {cli.PurgeOpts{DatabaseURL: url, TenantID: "t"}, "Out is required"},
+		"Valid":             {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", OlderThan: 24 * time.Hour, BatchSize: 10, Out: &out}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -39,7 +40,7 @@ func TestPurgeOptsValidate(t *testing.T) {
 
 func envWith(url string) func(string) string {
 	return func(k string) string {
-		if k == EnvDatabaseURL {
+		if k == cli.EnvDatabaseURL {
 			return url
 		}
 		return ""
@@ -76,7 +77,7 @@ func TestPurgeDeletesOnlyTheTenantsOldTerminalAttempts(t *testing.T) {
 	purge := func(args ...string) string {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
-		code := Main(ctx, append([]string{"purge", "--tenant", tenant}, args...), &stdout, &stderr, envWith(db.URL))
+		code := cli.Main(ctx, append([]string{"purge", "--tenant", tenant}, args...), &stdout, &stderr, envWith(db.URL))
 		require.Equal(t, 0, code, "stderr: %s", stderr.String())
 		return stdout.String()
 	}

@@ -1,4 +1,4 @@
-package cli
+package cli_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
@@ -29,7 +30,7 @@ func TestOptsValidateMetricsListen(t *testing.T) {
 	const url = "postgres://u@h/db"
 	for name, validate := range map[string]func(addr string) error{
 		"console": func(addr string) error {
-			return (&ConsoleOpts{DatabaseURL: url, Out: &bytes.Buffer{}, MetricsListen: addr}).Validate()
+			return (&cli.ConsoleOpts{DatabaseURL: url, Out: &bytes.Buffer{}, MetricsListen: addr}).Validate()
 		},
 	} {
 		requireValidateErr(t, validate("9090"), "MetricsListen must be host:port")
@@ -56,7 +57,7 @@ func TestConsoleServesMetrics(t *testing.T) {
 	db, attempts := startedDB(t, 1, 3)
 
 	url, written, _ := promtest.Serve(t, func(ctx context.Context, out io.Writer) error {
-		return Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AuthToken: strongToken})
+		return cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AuthToken: strongToken})
 	})
 	var page string
 	require.Eventually(t, func() bool {
@@ -114,7 +115,7 @@ func TestConfinedConsoleMetrics(t *testing.T) {
 	attempts := testfactory.Workload(t.Context(), t, &testfactory.Driver{Repo: repo.New(nil), DB: db.Pool}, []string{"metrics-a", "metrics-b"}, 6, nil)
 
 	url, _, _ := promtest.Serve(t, func(ctx context.Context, out io.Writer) error {
-		return Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", TenantID: "metrics-a"})
+		return cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", TenantID: "metrics-a"})
 	})
 	mfs := promtest.Scrape(t, url)
 	var n float64

@@ -1,4 +1,4 @@
-package cli
+package cli_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
@@ -24,25 +25,25 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 	t.Parallel()
 	for _, listen := range []string{"0.0.0.0:8080", ":8080", "192.0.2.1:8080", "[::]:8080", "example.com:8080"} {
 		var stdout, stderr bytes.Buffer
-		code := Main(t.Context(), []string{"console", "--listen", listen, "--database-url", "postgres://u@h/db"}, &stdout, &stderr, envWith(""))
+		code := cli.Main(t.Context(), []string{"console", "--listen", listen, "--database-url", "postgres://u@h/db"}, &stdout, &stderr, envWith(""))
 		require.Equal(t, 2, code, listen)
 		require.Contains(t, stderr.String(), "an auth token is required", listen)
 	}
 	var out bytes.Buffer
 	for name, tc := range map[string]struct {
-		opts    ConsoleOpts
+		opts    cli.ConsoleOpts
 		wantErr string
 	}{
-		"LoopbackWithoutToken":  {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "127.0.0.1:0", Out: &out}, ""},
-		"DefaultListen":         {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Out: &out}, ""},
-		"LocalhostWithoutToken": {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "localhost:8080", Out: &out}, ""},
-		"IPv6LoopbackNoToken":   {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "[::1]:8080", Out: &out}, ""},
-		"AnyInterfaceWithToken": {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", AuthToken: strongToken, Out: &out}, ""},
-		"WeakToken":             {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", AuthToken: "t", Out: &out}, "at least 24 characters"},
-		"AnyInterfaceNoToken":   {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", Out: &out}, "auth token is required"},
-		"ListenWithoutPort":     {ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "127.0.0.1", Out: &out}, "not host:port"},
-		"MissingURL":            {ConsoleOpts{Out: &out}, "DatabaseURL is required"},
-		"MissingOut":            {ConsoleOpts{DatabaseURL: "postgres://u@h/db"}, "Out is required"},
+		"LoopbackWithoutToken":  {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "127.0.0.1:0", Out: &out}, ""},
+		"DefaultListen":         {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db", Out: &out}, ""},
+		"LocalhostWithoutToken": {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "localhost:8080", Out: &out}, ""},
+		"IPv6LoopbackNoToken":   {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "[::1]:8080", Out: &out}, ""},
+		"AnyInterfaceWithToken": {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", AuthToken: strongToken, Out: &out}, ""},
+		"WeakToken":             {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", AuthToken: "t", Out: &out}, "at least 24 characters"},
+		"AnyInterfaceNoToken":   {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "0.0.0.0:8080", Out: &out}, "auth token is required"},
+		"ListenWithoutPort":     {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db", Listen: "127.0.0.1", Out: &out}, "not host:port"},
+		"MissingURL":            {cli.ConsoleOpts{Out: &out}, "DatabaseURL is required"},
+		"MissingOut":            {cli.ConsoleOpts{DatabaseURL: "postgres://u@h/db"}, "Out is required"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -52,19 +53,19 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 	// The token may come from the environment or a file, never argv.
 	var stderr bytes.Buffer
 	env := func(k string) string {
-		return map[string]string{EnvConsoleToken: strongToken}[k]
+		return map[string]string{cli.EnvConsoleToken: strongToken}[k]
 	}
-	code := Main(t.Context(), []string{"console", "--listen", "0.0.0.0:8080"}, &out, &stderr, env)
+	code := cli.Main(t.Context(), []string{"console", "--listen", "0.0.0.0:8080"}, &out, &stderr, env)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "DatabaseURL is required", "the token was taken from the environment")
 	file := filepath.Join(t.TempDir(), "token")
 	require.NoError(t, os.WriteFile(file, []byte(strongToken+"\n"), 0o600))
 	stderr.Reset()
-	code = Main(t.Context(), []string{"console", "--listen", "0.0.0.0:8080", "--auth-token-file", file}, &out, &stderr, envWith(""))
+	code = cli.Main(t.Context(), []string{"console", "--listen", "0.0.0.0:8080", "--auth-token-file", file}, &out, &stderr, envWith(""))
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "DatabaseURL is required", "the token was taken from the file")
 	stderr.Reset()
-	code = Main(t.Context(), []string{"console", "--auth-token", strongToken, "--database-url", "postgres://u@h/db"}, &out, &stderr, envWith(""))
+	code = cli.Main(t.Context(), []string{"console", "--auth-token", strongToken, "--database-url", "postgres://u@h/db"}, &out, &stderr, envWith(""))
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr.String(), "--auth-token is refused")
 }
@@ -82,7 +83,7 @@ func TestConsoleServesUntilCanceled(t *testing.T) {
 	var out testfactory.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- Console(ctx, &ConsoleOpts{DatabaseURL: db.URL, Listen: "127.0.0.1:0", ReadOnly: true, Out: &out})
+		done <- cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Listen: "127.0.0.1:0", ReadOnly: true, Out: &out})
 	}()
 	// Without a token it makes one and prints a one-time login link.
 	link := regexp.MustCompile(`log in once at (http://127\.0\.0\.1:\d+)(/login\?once=\S+)`)
