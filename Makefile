@@ -182,6 +182,7 @@ check-tree: ## Fail on a tracked file over 1 MiB (docs images excepted) or a mod
 
 .PHONY: go-floor
 go-floor: ## Measure each released module's oldest Go: vet and unit tests with the go directive's toolchain pass, the minor release below is refused (toolchains through the module proxy).
+	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
 	scripts/go-floor.sh
 
 .PHONY: tidy

@@ -12,6 +12,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
+# kfsdbtest's own tests start a PostgreSQL container (make exports these).
+export KFS_TEST_POSTGRES_IMAGE=${KFS_TEST_POSTGRES_IMAGE:-kfsdb-postgres:17}
+export TESTCONTAINERS_RYUK_DISABLED=${TESTCONTAINERS_RYUK_DISABLED:-true}
 
 # module -> the go directive it states; the release below is tried too.
 declare -A floor
