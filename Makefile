@@ -9,7 +9,8 @@
 # kfsdb-bench (bench/kfsdb-bench/: work, relay, bench, the load driver), and
 # the adapters above the runtime, each its own module (adapters/: the
 # Prometheus one adapters/prom/, the OpenTelemetry one adapters/otel/, the
-# NATS JetStream broker adapters/natsjs/). Every target runs each
+# NATS JetStream broker adapters/natsjs/), and the pinned development tools
+# with releasecheck (tools/, never tagged). Every target runs each
 # module with GOWORK=off, so it checks that module's own go.mod exactly as
 # CI and importers see it; go.work is only a convenience for editors and
 # ad-hoc runs.
@@ -18,7 +19,7 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 
-MODULES := . migrate kfsdbtest tests cmd/kfsdb bench/kfsdb-bench adapters/prom adapters/otel adapters/natsjs
+MODULES := . migrate kfsdbtest tests cmd/kfsdb bench/kfsdb-bench adapters/prom adapters/otel adapters/natsjs tools
 # Code generators pinned in tools/go.mod (a separate module, not in go.work).
 SQLC := GOWORK=off go tool -modfile=tools/go.mod sqlc
 
@@ -177,13 +178,24 @@ check-deps: ## Check that importers of the root module never get sqlc, goose, te
 	scripts/check-deps.sh
 
 .PHONY: check-tree
-check-tree: ## Fail on a tracked file over 1 MiB (docs images excepted) or a modified or unignored file in the work tree.
+check-tree: ## Fail on a tracked file over 1 MiB (docs images excepted), a tracked path the Go module zip format refuses, or a modified or unignored file in the work tree.
 	scripts/check-tree.sh --clean
 
 .PHONY: go-floor
 go-floor: ## Measure each released module's oldest Go: vet and unit tests with the go directive's toolchain pass, the minor release below is refused (toolchains through the module proxy).
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
 	scripts/go-floor.sh
+
+# The version release-check rehearses: the next release's (the sums it
+# prints and the go.sum lines of the release commit depend on it).
+RELEASE_VERSION ?= v0.1.0
+# More flags of tools/releasecheck: -keep (keep the proxy, module cache and
+# application), -write (write the release commit's go.mod and go.sum files).
+RELEASE_CHECK_FLAGS ?=
+
+.PHONY: release-check
+release-check: ## Rehearse releasing the current commit (docs/RELEASING.md): every released module's zip into a file proxy as tagged (no replace), then an empty module outside the repository gets, tidies, builds and installs them; needs the Go module proxy.
+	cd tools && GOWORK=off go run ./releasecheck -repo $(CURDIR) -version $(RELEASE_VERSION) $(RELEASE_CHECK_FLAGS)
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module.

@@ -2,7 +2,11 @@
 # Repository hygiene, for CI and `make check-tree`:
 #   (a) no tracked file over 1 MiB, but images under docs/ (a build output
 #       committed by accident, like bench/river/river once was);
-#   (b) with --clean, the work tree is unmodified and has no untracked,
+#   (b) every tracked path is one the Go module zip format accepts (no
+#       module could be fetched otherwise; tools/releasecheck names each
+#       refused path and why: a Windows reserved name like "nul", a
+#       character outside the allowed set, paths equal but for case);
+#   (c) with --clean, the work tree is unmodified and has no untracked,
 #       unignored file: a build or test run that leaves the tree dirty
 #       (go.work.sum, a generated file, a binary) fails.
 set -euo pipefail
@@ -17,6 +21,10 @@ if [ -n "$big" ]; then
 	fail=1
 else
 	echo "check-tree: no tracked file over 1 MiB outside docs images"
+fi
+
+if ! (cd tools && GOWORK=off go run ./releasecheck paths -repo ..); then
+	fail=1
 fi
 
 if [ "${1:-}" = "--clean" ]; then
