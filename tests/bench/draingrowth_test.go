@@ -43,7 +43,7 @@ func BenchmarkDrainGrowth(b *testing.B) {
 	}
 	ctx := context.Background()
 	for _, p := range growthPoints {
-		k, err := measureDrain(ctx, drainKfsdb, p.tenants, p.backlog, p.history)
+		k, err := measureDrain(ctx, drainKfsdb(pgsource.Config{}), p.tenants, p.backlog, p.history)
 		if err != nil {
 			b.Fatalf("kfsdb %s=%d: %v", p.dimension, p.value, err)
 		}
@@ -110,16 +110,24 @@ func drainPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// drainKfsdb runs a worker.Worker fed by a pgsource.Source, both with
-// their defaults, until no attempt is left unfinished.
-func drainKfsdb(ctx context.Context, url string, cands map[string]candidate, backlog int) (time.Duration, error) {
+// drainKfsdb is a drainSide running a worker.Worker fed by a
+// pgsource.Source (scfg, its Repo set here; the worker with its defaults)
+// until no attempt is left unfinished.
+func drainKfsdb(scfg pgsource.Config) drainSide {
+	return func(ctx context.Context, url string, cands map[string]candidate, backlog int) (time.Duration, error) {
+		return drainKfsdbWith(ctx, url, cands, backlog, scfg)
+	}
+}
+
+func drainKfsdbWith(ctx context.Context, url string, cands map[string]candidate, backlog int, scfg pgsource.Config) (time.Duration, error) {
 	pool, err := drainPool(ctx, url)
 	if err != nil {
 		return 0, err
 	}
 	defer pool.Close()
 	r := repo.New(nil)
-	src, err := pgsource.New(pool, &pgsource.Config{Repo: r})
+	scfg.Repo = r
+	src, err := pgsource.New(pool, &scfg)
 	if err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,36 +19,61 @@ import (
 	"github.com/knowledgefs/kfsdb/worker"
 )
 
-// fetchPIDs is a tracer that counts the FetchLeases calls each server
-// process ran.
-type fetchPIDs struct {
-	mu   sync.Mutex
-	pids map[uint32]int
+// fetchTracer is a tracer that sees every FetchLeases call: the server
+// process it ran on and the batch size it asked for, in order.
+type fetchTracer struct {
+	mu    sync.Mutex
+	pids  map[uint32]int
+	sizes []int32
 }
 
-func (f *fetchPIDs) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+// fetchLeasesBatchSizeArg is where db/gen's FetchLeases passes BatchSize
+// ($4 of direct_delivery.sql's FetchLeases).
+const fetchLeasesBatchSizeArg = 3
+
+func (f *fetchTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if strings.HasPrefix(data.SQL, "-- name: FetchLeases ") {
+		// A non-int32 here (-1) fails the tests that read sizes: the
+		// statement's parameters moved.
+		size := int32(-1)
+		if len(data.Args) > fetchLeasesBatchSizeArg {
+			if n, ok := data.Args[fetchLeasesBatchSizeArg].(int32); ok {
+				size = n
+			}
+		}
 		f.mu.Lock()
 		f.pids[conn.PgConn().PID()]++
+		f.sizes = append(f.sizes, size)
 		f.mu.Unlock()
 	}
 	return ctx
 }
 
-func (*fetchPIDs) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (*fetchTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func (f *fetchPIDs) snapshot() map[uint32]int {
+// snapshot returns the FetchLeases calls per server process.
+func (f *fetchTracer) snapshot() map[uint32]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return maps.Clone(f.pids)
 }
 
+// batchSizes returns the batch sizes of the FetchLeases calls from the
+// from-th on (0: all), in the order they were sent.
+func (f *fetchTracer) batchSizes(from int) []int32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.sizes[from:])
+}
+
+func newFetchTracer() *fetchTracer { return &fetchTracer{pids: map[uint32]int{}} }
+
 // tracedDirectWorker builds a worker compiling docs on a PostgreSQL
 // source, on a pool of its own (the env's configuration) whose
 // FetchLeases calls the returned tracer counts per server process.
-func (e *env) tracedDirectWorker(t *testing.T, docs []testfactory.Document, scfg pgsource.Config, concurrency int) (*fetchPIDs, *pgxpool.Pool, *worker.Worker) {
+func (e *env) tracedDirectWorker(t *testing.T, docs []testfactory.Document, scfg pgsource.Config, concurrency int) (*fetchTracer, *pgxpool.Pool, *worker.Worker) {
 	t.Helper()
-	tr := &fetchPIDs{pids: map[uint32]int{}}
+	tr := newFetchTracer()
 	pool := e.tracedPool(t, tr)
 	var runs sync.Map
 	h := compileHandler(testfactory.Candidates(docs), &runs)
