@@ -35,8 +35,11 @@ func (e *env) startMany(t *testing.T, docs []testfactory.Document) []uuid.UUID {
 
 // TestNoisyTenantDoesNotStarveQuietOnes: one tenant's backlog of 5,000
 // attempts is started first, then 20 tenants start 20 each. Every quiet
-// tenant's attempt must finish while the flood is still draining: most of
-// it is still waiting when the last quiet attempt ends.
+// tenant's attempt must be fetched while the flood is still waiting: fewer
+// than 1,000 of the flood's were fetched before the last quiet one. The
+// count is read off the attempts' started_at (their fetch's statement
+// time), not at the moment the test looks, so how long the test takes to
+// look does not move it.
 func TestNoisyTenantDoesNotStarveQuietOnes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 16)
@@ -57,14 +60,20 @@ func TestNoisyTenantDoesNotStarveQuietOnes(t *testing.T) {
 	w := e.directWorker(t, h, pgsource.Config{}, worker.Config{Concurrency: 8})
 	stop := testfactory.RunAll(ctx, t, w.Run)
 	waitAllEnded(ctx, t, pool, quietIDs, 120*time.Second)
-	var floodLeft, floodDone int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE completed_at IS NULL), count(*) FILTER (WHERE run_state = 'succeeded')
-		FROM document_compilation_attempts WHERE id = ANY($1)`, floodIDs).Scan(&floodLeft, &floodDone))
 	stop()
-	t.Logf("when the last quiet attempt ended: flood %d done, %d still waiting", floodDone, floodLeft)
-	// Served round by round, the 400 quiet attempts go with about as many
-	// of the flood's (21 tenants, one each per round).
-	require.Greater(t, floodLeft, 4000, "the quiet tenants waited behind the flood")
+	var floodBefore int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts
+		WHERE id = ANY($1) AND started_at <= (SELECT max(started_at) FROM document_compilation_attempts WHERE id = ANY($2))`,
+		floodIDs, quietIDs).Scan(&floodBefore))
+	t.Logf("flood attempts fetched before the last quiet one: %d", floodBefore)
+	// Fetched round by round (FetchLeases walks the tenants with due rows,
+	// one each per round, from where the last fetch ended), the flood gets
+	// one attempt in each pass of the walk over the 21 tenants, two when
+	// the source's two fetches in flight start at the same tenant, and at
+	// the tail as many as the last quiet tenant has left: about 20-60 in
+	// all, whatever the fetches' sizes. That is the fetch's logic, not
+	// timing; 1,000 leaves room for any walk that is still fair.
+	require.Less(t, floodBefore, 1000, "the quiet tenants waited behind the flood")
 	var notSucceeded int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts
 		WHERE id = ANY($1) AND run_state <> 'succeeded'`, quietIDs).Scan(&notSucceeded))

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/internal/keptconn"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -91,7 +92,9 @@ func TestSourceFetchConnections(t *testing.T) {
 		e := newEnv(t, 16)
 		ctx := e.ctx
 		docs := testfactory.SeedDocuments(ctx, t, e.pool, 4, 30)
-		tr, pool, w := e.tracedDirectWorker(t, docs, pgsource.Config{}, 4)
+		var counts observe.Counts
+		tr, pool, w := e.tracedDirectWorker(t, docs, pgsource.Config{Metrics: &counts}, 4)
+		began := time.Now()
 		stop := testfactory.RunAll(ctx, t, w.Run)
 		// Waves of ten Starts, eight at a time on the worker's own pool,
 		// each wave done before the next: the source idles and fetches
@@ -102,18 +105,30 @@ func TestSourceFetchConnections(t *testing.T) {
 			waitAllEnded(ctx, t, e.pool, ids, 30*time.Second)
 		}
 		pids := tr.snapshot()
+		took := time.Since(began)
 		fetches := 0
 		for _, n := range pids {
 			fetches += n
 		}
-		t.Logf("%d fetches on %d connections: %v", fetches, len(pids), pids)
+		t.Logf("%d fetches on %d connections in %s: %v", fetches, len(pids), took.Round(time.Millisecond), pids)
+		// Each wave ended before the next started, and each needed a
+		// fetch that leased: not a count that depends on scheduling.
 		require.GreaterOrEqual(t, fetches, 12, "a fetch per wave at least")
 		require.NotEmpty(t, pids)
-		require.LessOrEqual(t, len(pids), 2, "fetches ran on more connections than the source keeps: %v", pids)
+		// By construction, not by timing: at most two fetches are in
+		// flight and the Set keeps at most two connections, taking one
+		// from the pool only when it keeps none idle, so it holds (kept
+		// plus in use) at most two at any time. It gives one back only
+		// after a failed fetch (none expected: no connection is killed)
+		// or past keptconn.MaxAge since it took it: each of the two can
+		// be replaced once per MaxAge, which a run slower than a minute
+		// (a stalled machine) reaches.
+		most := 2*(1+int(took/keptconn.MaxAge)) + int(counts.Get(observe.FetchFailed))
+		require.LessOrEqual(t, len(pids), most, "fetches ran on more connections than the source keeps in %s: %v", took, pids)
 		stop()
 		// A connection whose statement the stop interrupted is closed and
 		// counted out of the pool asynchronously (puddle's Destroy).
-		require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 0 }, 5*time.Second, 5*time.Millisecond,
+		require.Eventually(t, func() bool { return pool.Stat().AcquiredConns() == 0 }, time.Minute, 5*time.Millisecond,
 			"the stopped source gave back every connection")
 	})
 
@@ -124,6 +139,7 @@ func TestSourceFetchConnections(t *testing.T) {
 		docs := testfactory.SeedDocuments(ctx, t, e.pool, 1, 20)
 		var counts observe.Counts
 		tr, _, w := e.tracedDirectWorker(t, docs, pgsource.Config{Metrics: &counts, PollInterval: 100 * time.Millisecond}, 2)
+		began := time.Now()
 		testfactory.RunAll(ctx, t, w.Run)
 		first := attemptIDs(testfactory.StartAll(ctx, t, e.repo, e.pool, docs[:10], 0))
 		waitAllEnded(ctx, t, e.pool, first, 30*time.Second)
@@ -144,8 +160,16 @@ func TestSourceFetchConnections(t *testing.T) {
 		second := attemptIDs(testfactory.StartAll(ctx, t, e.repo, e.pool, docs[10:], 0))
 		waitAllEnded(ctx, t, e.pool, second, 30*time.Second)
 		// The source fetched on a connection it had kept, failed, gave it
-		// up and fetched on another.
-		require.GreaterOrEqual(t, counts.Get(observe.FetchFailed), int64(1))
+		// up and fetched on another. Every connection it kept had fetched
+		// before the kill (it takes one only when it keeps none idle, and
+		// the idle source fetches one at a time), unless one was older
+		// than keptconn.MaxAge and went back: in a run slower than that (a
+		// stalled machine) the source may have kept only live ones.
+		if took := time.Since(began); took < keptconn.MaxAge {
+			require.GreaterOrEqual(t, counts.Get(observe.FetchFailed), int64(1))
+		} else {
+			t.Logf("not checking that a fetch failed: the run took %s, past keptconn.MaxAge", took)
+		}
 		for _, id := range append(first, second...) {
 			rows := testfactory.RequireInvariants(ctx, t, e.pool, id)
 			require.EqualValues(t, 1, rows.Attempt.ExecutionAttempts, "attempt %s", id)

@@ -85,7 +85,7 @@ func TestDirectFetchGathersTheSlotsItServed(t *testing.T) {
 	// the backlog, committed at once, is fetched for all of them: the
 	// first full fetch, whoever asked first.
 	require.Eventually(t, func() bool { return slices.Contains(tr.batchSizes(0), int32(slots)) },
-		time.Minute, 5*time.Millisecond, "the idle source fetched for all %d slots", slots)
+		hangAfter, 5*time.Millisecond, "the idle source fetched for all %d slots", slots)
 	tx, err := e.pool.Begin(ctx)
 	require.NoError(t, err)
 	for _, d := range docs {
@@ -116,15 +116,14 @@ func TestDirectFetchGathersTheSlotsItServed(t *testing.T) {
 	}
 }
 
-// recv receives from ch, failing t if nothing comes within two minutes:
-// a hang, not a slow machine (each wait here is for a round trip or two).
+// recv receives from ch, failing t if nothing comes within hangAfter.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("gave up waiting for %s after two minutes", what)
+	case <-time.After(hangAfter):
+		t.Fatalf("gave up waiting for %s after %s: a hang", what, hangAfter)
 		var zero T
 		return zero
 	}

@@ -83,6 +83,16 @@ func (e *env) tracedPool(t testing.TB, tracer pgx.QueryTracer) *pgxpool.Pool {
 	return pool
 }
 
+// hangAfter is how long a test waits for what comes within a few round
+// trips before it calls it a hang: a bound no loaded machine reaches, never
+// a measure of speed (issue 37: a test asserts behaviour; figures are
+// benchmarks'). noPoll is a poll interval no test outlasts, for tests whose
+// subject is a wake-up: a lost one waits the hour, and hangAfter fails it.
+const (
+	hangAfter = 2 * time.Minute
+	noPoll    = time.Hour
+)
+
 // discardLog keeps the runtime's logs out of test output.
 var discardLog = slog.New(slog.DiscardHandler)
 

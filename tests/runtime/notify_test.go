@@ -52,45 +52,44 @@ func (b *latencyBundle) startAndWait(t *testing.T, i int, timeout time.Duration)
 	latency := b.awaitHandler(t, res.Attempt.ID, t0, timeout)
 	require.Eventually(t, func() bool {
 		return testfactory.ReadRows(b.ctx, t, b.pool, res.Attempt.ID).Attempt.RunState == kfstype.RunStateSucceeded
-	}, 10*time.Second, 5*time.Millisecond)
+	}, hangAfter, 5*time.Millisecond)
 	return latency
 }
 
-// TestNotifyWakesRelay measures Start-to-handler latency with LISTEN on and
-// a poll interval of 5 s: the notification Start sends in its transaction
-// must wake the relay long before the poll would.
+// TestNotifyWakesRelay: with LISTEN on and a poll interval of an hour, the
+// notification each Start sends in its transaction wakes the relay: every
+// attempt is delivered, which without it would take the hour. No bound on
+// how quickly (a loaded machine is slow, not wrong); the latency is
+// logged, and measured by tests/bench BenchmarkWakeup.
 func TestNotifyWakesRelay(t *testing.T) {
-	// Not parallel: it measures latency, so it runs before the package's
+	// Not parallel: it logs latency, so it runs before the package's
 	// parallel load.
 	const samples = 20
-	const poll = 5 * time.Second
-	b, signals := setupLatency(t, samples+1, relay.Config{PollInterval: poll})
-	signals.Listening.WaitOrTimeout(t, 10*time.Second)
+	b, signals := setupLatency(t, samples+1, relay.Config{PollInterval: noPoll})
+	signals.Listening.WaitOrTimeout(t, hangAfter)
 
 	// A warm-up attempt: the relay's first claim runs at once on start, so
 	// the first Start may race it rather than the notification.
-	b.startAndWait(t, 0, 2*poll)
+	b.startAndWait(t, 0, hangAfter)
 	var latencies []time.Duration
 	for i := 1; i <= samples; i++ {
-		latencies = append(latencies, b.startAndWait(t, i, 2*poll))
+		latencies = append(latencies, b.startAndWait(t, i, hangAfter))
 	}
 	med := median(latencies)
 	t.Logf("notify latency Start -> handler start: median %s, min %s, max %s over %d starts (poll interval %s)",
-		med.Round(time.Microsecond), latencies[0].Round(time.Microsecond), latencies[len(latencies)-1].Round(time.Microsecond), samples, poll)
-	require.Less(t, med, time.Second, "median latency with LISTEN/NOTIFY")
+		med.Round(time.Microsecond), latencies[0].Round(time.Microsecond), latencies[len(latencies)-1].Round(time.Microsecond), samples, noPoll)
 }
 
 // TestPollOnlyStillDelivers runs the relay without LISTEN: attempts are
-// still delivered, within the poll interval.
+// still delivered, by its polls (the latency, about a poll interval, is
+// logged; bounding it would bound the machine's scheduling).
 func TestPollOnlyStillDelivers(t *testing.T) {
 	t.Parallel()
 	const poll = time.Second
 	b, signals := setupLatency(t, 3, relay.Config{PollInterval: poll, PollOnly: true})
 	for i := range 3 {
-		latency := b.startAndWait(t, i, 10*poll)
+		latency := b.startAndWait(t, i, hangAfter)
 		t.Logf("poll-only latency: %s", latency.Round(time.Millisecond))
-		// Within one poll interval, plus generous slack for a loaded machine.
-		require.Less(t, latency, poll+2*time.Second)
 	}
 	select {
 	case <-signals.Listening.C():
@@ -122,14 +121,13 @@ func settle() { time.Sleep(300 * time.Millisecond) }
 // row is due by the Start's statement clock (so a statement-time "is a
 // relay already busy" test skips the notify), the relay drains that row and
 // goes idle, and only then the caller commits: the commit itself must wake
-// the relay, long before the 5 s poll. Failed before migration 0007
-// (≈ 3.7 s).
+// the relay, whose poll is an hour. Failed before migration 0007 (with a
+// 5 s poll: ≈ 3.7 s, the poll's wake-up).
 func TestStartInCallerTxWakesIdleRelay(t *testing.T) {
 	const samples = 3
-	const poll = 5 * time.Second
-	b, signals := setupLatency(t, 2*samples+1, relay.Config{PollInterval: poll})
-	signals.Listening.WaitOrTimeout(t, 10*time.Second)
-	b.startAndWait(t, 0, 2*poll)
+	b, signals := setupLatency(t, 2*samples+1, relay.Config{PollInterval: noPoll})
+	signals.Listening.WaitOrTimeout(t, hangAfter)
+	b.startAndWait(t, 0, hangAfter)
 
 	var latencies []time.Duration
 	for i := range samples {
@@ -149,29 +147,28 @@ func TestStartInCallerTxWakesIdleRelay(t *testing.T) {
 		late, err := repo.New(&repo.Config{Clock: clock}).Start(b.ctx, tx, inTx.Scope.StartParams())
 		require.NoError(t, err)
 
-		b.awaitHandler(t, res.Attempt.ID, time.Now(), 2*poll)
+		b.awaitHandler(t, res.Attempt.ID, time.Now(), hangAfter)
 		time.Sleep(time.Until(dueAt))
 		settle()
 		t0 := time.Now()
 		require.NoError(t, tx.Commit(b.ctx))
-		latencies = append(latencies, b.awaitHandler(t, late.Attempt.ID, t0, 2*poll))
+		latencies = append(latencies, b.awaitHandler(t, late.Attempt.ID, t0, hangAfter))
 	}
 	med := median(latencies)
-	t.Logf("caller-tx Start: commit -> handler start median %s over %d, poll %s", med.Round(time.Microsecond), samples, poll)
-	require.Less(t, med, time.Second, "a committed Start must wake an idle relay")
+	t.Logf("caller-tx Start: commit -> handler start median %s over %d, poll %s", med.Round(time.Microsecond), samples, noPoll)
 }
 
 // TestLockedDueRowDoesNotStallRelay: a due row whose outbox row another
 // transaction holds locked (a control-plane call in a caller's
 // transaction does) is skipped by the relay's SKIP LOCKED claim. A Start
-// committed meanwhile must still wake the relay at once, and the locked
-// row must go out soon after its lock is released, not a poll later.
-// Failed before migration 0007 (the second Start waited ≈ 4.9 s).
+// committed meanwhile must still wake the relay, and the locked row must go
+// out after its lock is released (the relay's follow-up claims), not a poll
+// later: the poll is an hour. Failed before migration 0007 (with a 5 s
+// poll, the second Start waited ≈ 4.9 s).
 func TestLockedDueRowDoesNotStallRelay(t *testing.T) {
-	const poll = 5 * time.Second
-	b, signals := setupLatency(t, 3, relay.Config{PollInterval: poll})
-	signals.Listening.WaitOrTimeout(t, 10*time.Second)
-	b.startAndWait(t, 0, 2*poll)
+	b, signals := setupLatency(t, 3, relay.Config{PollInterval: noPoll})
+	signals.Listening.WaitOrTimeout(t, hangAfter)
+	b.startAndWait(t, 0, hangAfter)
 	settle()
 
 	// Due in 300 ms, and locked before then: the relay's timer claim finds
@@ -190,29 +187,27 @@ func TestLockedDueRowDoesNotStallRelay(t *testing.T) {
 	t0 := time.Now()
 	res, err := b.repo.Start(b.ctx, b.pool, b.docs[2].Scope.StartParams())
 	require.NoError(t, err)
-	second := b.awaitHandler(t, res.Attempt.ID, t0, 2*poll)
-	t.Logf("Start while a due row is locked: Start -> handler start %s (poll %s)", second.Round(time.Microsecond), poll)
-	require.Less(t, second, time.Second, "a Start committed while a due row was locked must wake the relay")
+	second := b.awaitHandler(t, res.Attempt.ID, t0, hangAfter)
+	t.Logf("Start while a due row is locked: Start -> handler start %s (poll %s)", second.Round(time.Microsecond), noPoll)
 
 	t0 = time.Now()
 	require.NoError(t, holder.Commit(b.ctx))
-	released := b.awaitHandler(t, locked.Attempt.ID, t0, 2*poll)
-	t.Logf("locked due row: unlock -> handler start %s (poll %s)", released.Round(time.Microsecond), poll)
-	require.Less(t, released, time.Second, "a due row must go out soon after its lock is released")
+	released := b.awaitHandler(t, locked.Attempt.ID, t0, hangAfter)
+	t.Logf("locked due row: unlock -> handler start %s (poll %s)", released.Round(time.Microsecond), noPoll)
 }
 
-// TestNoWakeupLostUnderChurn: with a 30 s poll, only wake-ups deliver
-// quickly. In each of many rounds four producers start attempts at once, on
-// the pool and in transactions held open for random times, racing the
-// relay as it drains, goes idle and registers; then they wait, so the
-// round's last commit has no later Start to rescue a lost wake-up. Every
-// round's rows must be claimed within 5 s; a lost wake-up costs the poll.
+// TestNoWakeupLostUnderChurn: with an hour's poll, only wake-ups deliver.
+// In each of many rounds four producers start attempts at once, on the
+// pool and in transactions held open for random times, racing the relay
+// as it drains, goes idle and registers; then they wait, so the round's
+// last commit has no later Start to rescue a lost wake-up. Every round's
+// rows must be claimed; a lost wake-up costs the hour (hangAfter fails it
+// long before).
 func TestNoWakeupLostUnderChurn(t *testing.T) {
 	t.Parallel()
 	const producers, rounds = 4, 30
-	const poll = 30 * time.Second
-	b, signals := setupLatency(t, producers*rounds, relay.Config{PollInterval: poll})
-	signals.Listening.WaitOrTimeout(t, 10*time.Second)
+	b, signals := setupLatency(t, producers*rounds, relay.Config{PollInterval: noPoll})
+	signals.Listening.WaitOrTimeout(t, hangAfter)
 	rng := rand.New(rand.NewPCG(1, 7))
 	var worst time.Duration
 	for r := range rounds {
@@ -253,12 +248,12 @@ func TestNoWakeupLostUnderChurn(t *testing.T) {
 			var pending int
 			require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM document_compilation_outbox WHERE attempt_id = ANY($1) AND status = 'pending'`, ids).Scan(&pending))
 			return pending == 0
-		}, 5*time.Second, time.Millisecond, "round %d: a committed row was not claimed: its wake-up was lost", r)
+		}, hangAfter, time.Millisecond, "round %d: a committed row was not claimed: its wake-up was lost", r)
 		worst = max(worst, time.Since(committed))
 		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // the relay goes idle at a different moment each round
 	}
 	for range producers * rounds {
 		<-b.started
 	}
-	t.Logf("%d rounds of %d Starts: worst last commit -> claimed %s (poll %s)", rounds, producers, worst.Round(time.Millisecond), poll)
+	t.Logf("%d rounds of %d Starts: worst last commit -> claimed %s (poll %s)", rounds, producers, worst.Round(time.Millisecond), noPoll)
 }
