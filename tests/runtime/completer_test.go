@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -85,6 +87,60 @@ type completerRun struct {
 	cfg      worker.Config
 	// signals are the test signals of the worker run started.
 	signals *worker.TestSignals
+	// gate, when set, holds the worker's first completion statement.
+	gate *completionGate
+	// started counts the handler calls of the worker run started.
+	started *atomic.Int32
+}
+
+// completionGate is a tracer that holds the first completion statement
+// (Complete, CompleteThrough or CompleteMany) sent through it until
+// release is closed; held receives how many completions it carries.
+type completionGate struct {
+	once    sync.Once
+	held    chan int
+	release chan struct{}
+}
+
+func newCompletionGate() *completionGate {
+	return &completionGate{held: make(chan int, 1), release: make(chan struct{})}
+}
+
+func (g *completionGate) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	switch statementName(d.SQL) {
+	case "Complete", "CompleteThrough":
+		g.once.Do(func() { g.held <- 1; <-g.release })
+	case "CompleteMany":
+		// Parallel arrays, one entry per completion: the first one's length.
+		n := -1
+		for _, a := range d.Args {
+			if ids, ok := a.([]uuid.UUID); ok {
+				n = len(ids)
+				break
+			}
+		}
+		g.once.Do(func() { g.held <- n; <-g.release })
+	}
+	return ctx
+}
+
+func (*completionGate) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// requireBatched makes the completer's second statement a batch,
+// whatever the scheduling: with the first completion statement held, it
+// waits until the handler has been called 10 more times than that
+// statement completes. A slot calls its handler only after handing over
+// its last completion, so of those calls at most 8 (one per slot) have
+// not handed theirs over: at least 2 wait in the completer's queue
+// (capacity 8, so the slots can get that far), and its next statement
+// takes every one waiting: a CompleteMany. Then it releases the held one.
+func (c *completerRun) requireBatched(t *testing.T) {
+	t.Helper()
+	first := recv(t, c.gate.held, "the first completion statement")
+	require.Positive(t, first, "a CompleteMany without a uuid array")
+	require.Eventually(t, func() bool { return int(c.started.Load()) >= first+10 }, hangAfter, time.Millisecond,
+		"the slots stopped short of %d handler calls with the completer held", first+10)
+	close(c.gate.release)
 }
 
 func setupCompleterRun(t *testing.T, n int, cfg worker.Config) *completerRun {
@@ -101,7 +157,17 @@ func setupCompleterRun(t *testing.T, n int, cfg worker.Config) *completerRun {
 func (c *completerRun) run(t *testing.T, h worker.HandlerFunc) (stop func()) {
 	t.Helper()
 	rl := c.relay(t, relay.Config{PollInterval: 50 * time.Millisecond})
-	w := newWorker(t, c.tracedPool(t, c.log), c.src, h, c.cfg)
+	var tracer pgx.QueryTracer = c.log
+	if c.gate != nil {
+		tracer = multitracer.New(c.log, c.gate)
+	}
+	started := new(atomic.Int32)
+	c.started = started
+	counted := func(ctx context.Context, job *worker.Job) error {
+		started.Add(1)
+		return h(ctx, job)
+	}
+	w := newWorker(t, c.tracedPool(t, tracer), c.src, worker.HandlerFunc(counted), c.cfg)
 	c.signals = w.TestSignals()
 	c.signals.Processed.Init()
 	return testfactory.RunAll(c.ctx, t, rl.Run, w.Run)
@@ -144,13 +210,15 @@ func TestCompleterBatches(t *testing.T) {
 	t.Run("AllSucceed", func(t *testing.T) {
 		t.Parallel()
 		c := setupCompleterRun(t, n, worker.Config{LeaseDuration: ctLease})
+		c.gate = newCompletionGate()
 		cands := testfactory.Candidates(c.docs)
 		stop := c.run(t, func(ctx context.Context, job *worker.Job) error {
 			cd := cands[job.Attempt.KnowledgeSpaceID]
 			job.CompleteThrough(cd.ID, cd.Fingerprint)
 			return nil
 		})
-		require.Eventually(t, func() bool { return liveCount(c.ctx, t, c.pool, c.ids) == 0 }, 60*time.Second, 20*time.Millisecond, "attempts still live")
+		c.requireBatched(t)
+		require.Eventually(t, func() bool { return liveCount(c.ctx, t, c.pool, c.ids) == 0 }, hangAfter, 20*time.Millisecond, "attempts still live")
 		stop()
 
 		for i, a := range c.attempts {
@@ -181,6 +249,8 @@ func TestCompleterBatches(t *testing.T) {
 			require.GreaterOrEqual(t, acked[id], 1, "attempt %s's delivery acknowledged", id)
 		}
 
+		// requireBatched made one CompleteMany of two or more: fewer
+		// statements than attempts, however the rest went.
 		many, single := c.completions()
 		t.Logf("%d attempts completed with %d CompleteMany and %d single statements", n, many, single)
 		require.Positive(t, many, "no CompleteMany statement sent")
@@ -195,6 +265,7 @@ func TestCompleterBatches(t *testing.T) {
 		for i, a := range c.attempts {
 			bogus[a.ID] = i%4 == 1
 		}
+		c.gate = newCompletionGate()
 		stop := c.run(t, func(ctx context.Context, job *worker.Job) error {
 			cd := cands[job.Attempt.KnowledgeSpaceID]
 			if bogus[job.Attempt.ID] {
@@ -203,7 +274,8 @@ func TestCompleterBatches(t *testing.T) {
 			job.CompleteThrough(cd.ID, cd.Fingerprint)
 			return nil
 		})
-		require.Eventually(t, func() bool { return liveCount(c.ctx, t, c.pool, c.ids) == 0 }, 60*time.Second, 20*time.Millisecond, "attempts still live")
+		c.requireBatched(t)
+		require.Eventually(t, func() bool { return liveCount(c.ctx, t, c.pool, c.ids) == 0 }, hangAfter, 20*time.Millisecond, "attempts still live")
 		stop()
 
 		for _, a := range c.attempts {
@@ -260,22 +332,24 @@ func TestCompleterBatches(t *testing.T) {
 		t.Parallel()
 		c := setupCompleterRun(t, n, worker.Config{LeaseDuration: 3 * time.Second})
 		cands := testfactory.Candidates(c.docs)
-		var started atomic.Int32
+		// The first 16 handler calls return at once; each later one waits
+		// for the stop, then returns its error or (every other one, deaf
+		// to it) nil, handing its completion over after the stop. The
+		// stop comes once all eight slots wait in such a call (24 calls:
+		// a waiting slot calls no other), so by construction some
+		// attempts succeeded before it, some hand their completion over
+		// after it, and most were never run.
+		const quick, slots = 16, 8
+		var calls atomic.Int32
 		var lateMu sync.Mutex
 		late := map[uuid.UUID]bool{} // returned nil after the stop
 		stop := c.run(t, func(ctx context.Context, job *worker.Job) error {
-			started.Add(1)
-			if job.Attempt.ID[15]%2 == 0 {
-				// Deaf to the stop: finishes and hands its completion over.
-				time.Sleep(50 * time.Millisecond)
-			} else {
-				select {
-				case <-ctx.Done():
+			k := calls.Add(1)
+			if k > quick {
+				<-ctx.Done()
+				if k%2 == 0 {
 					return ctx.Err()
-				case <-time.After(50 * time.Millisecond):
 				}
-			}
-			if ctx.Err() != nil {
 				lateMu.Lock()
 				late[job.Attempt.ID] = true
 				lateMu.Unlock()
@@ -284,9 +358,9 @@ func TestCompleterBatches(t *testing.T) {
 			job.CompleteThrough(cd.ID, cd.Fingerprint)
 			return nil
 		})
-		require.Eventually(t, func() bool { return started.Load() >= 20 }, 30*time.Second, time.Millisecond)
-		time.Sleep(25 * time.Millisecond) // mid-handler
+		require.Eventually(t, func() bool { return calls.Load() == quick+slots }, hangAfter, time.Millisecond)
 		stop()
+		require.EqualValues(t, quick+slots, calls.Load(), "a handler called while every slot waited")
 
 		acked := c.src.requireSettledOnce(t)
 		results := c.processed()
@@ -343,7 +417,7 @@ func TestCompleterBatches(t *testing.T) {
 			job.CompleteThrough(cd.ID, cd.Fingerprint)
 			return nil
 		})
-		require.Eventually(t, func() bool { return liveCount(c.ctx, t, c.pool, c.ids) == 0 }, 20*time.Second, 20*time.Millisecond, "attempts still live")
+		require.Eventually(t, func() bool { return liveCount(c.ctx, t, c.pool, c.ids) == 0 }, hangAfter, 20*time.Millisecond, "attempts still live")
 		stop2()
 		for _, id := range c.ids {
 			require.Equal(t, kfstype.RunStateSucceeded, testfactory.RequireInvariants(c.ctx, t, c.pool, id).Attempt.RunState)

@@ -26,14 +26,21 @@ type queryLog struct {
 }
 
 func (l *queryLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	name := "?"
-	if rest, ok := strings.CutPrefix(d.SQL, "-- name: "); ok {
-		name, _, _ = strings.Cut(rest, " ")
-	}
+	name := statementName(d.SQL)
 	l.mu.Lock()
 	l.names = append(l.names, name)
 	l.mu.Unlock()
 	return ctx
+}
+
+// statementName is the sqlc name a statement's text starts with ("?" for
+// none).
+func statementName(sql string) string {
+	if rest, ok := strings.CutPrefix(sql, "-- name: "); ok {
+		name, _, _ := strings.Cut(rest, " ")
+		return name
+	}
+	return "?"
 }
 
 func (l *queryLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
