@@ -116,10 +116,13 @@ func runHandlerResults(t *testing.T, cases []handlerResult) {
 		return byAttempt[job.Attempt.ID].err()
 	})
 	rl := e.relay(t, relay.Config{PollInterval: 50 * time.Millisecond})
-	// A short lease: an outcome that is not recorded is redelivered (and
-	// run again) within the test's wait. A retry waits an hour.
+	// A lease no run outlasts (a 2 s one lapsed whenever the machine
+	// stalled between the lease and the outcome's write, and the re-run
+	// failed the test): an outcome that is not recorded leaves its attempt
+	// running, which the wait below never sees settle. A retry waits an
+	// hour, so nothing runs twice.
 	w := e.worker(t, h, worker.Config{
-		LeaseDuration: 2 * time.Second, RetryBackoffBase: time.Hour, RetryBackoffCap: time.Hour,
+		LeaseDuration: ctLease, RetryBackoffBase: time.Hour, RetryBackoffCap: time.Hour,
 	})
 	stop := testfactory.RunAll(ctx, t, rl.Run, w.Run)
 
@@ -129,9 +132,7 @@ func runHandlerResults(t *testing.T, cases []handlerResult) {
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts
 			WHERE id = ANY($1) AND run_state IN ('failed', 'retry_wait')`, ids).Scan(&settled))
 		return settled == len(ids)
-	}, 20*time.Second, 20*time.Millisecond, "every handler result is recorded as failed or retry_wait")
-	// Long enough for a lease to lapse and a re-run to show.
-	time.Sleep(2500 * time.Millisecond)
+	}, hangAfter, 20*time.Millisecond, "every handler result is recorded as failed or retry_wait")
 	stop()
 
 	for _, a := range attempts {

@@ -36,7 +36,10 @@ func planCacheModes(ctx context.Context, t *testing.T, pool *pgxpool.Pool) []str
 // TestKeptConnGenericPlans: a Set with genericPlans plans a prepared
 // statement generically from its first run on the connections it has, and
 // every connection goes back to the pool with the session's own setting,
-// whichever way it goes back.
+// whichever way it goes back. Its counts do not depend on scheduling: one
+// goroutine, and pgxpool releases a connection synchronously (no
+// AfterRelease hook; none is closed here, so none is destroyed in the
+// background).
 func TestKeptConnGenericPlans(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 8)
