@@ -46,15 +46,25 @@ func compileHandler(cands map[uuid.UUID]testfactory.Candidate, runs *sync.Map) w
 	})
 }
 
-// waitAllEnded waits until none of ids is live and returns their rows.
-func waitAllEnded(ctx context.Context, t *testing.T, pool *pgxpool.Pool, ids []uuid.UUID, within time.Duration) {
+// waitAllEnded waits until every one of ids has ended. It fails on a
+// stall, when none ended for stall (a hang), never on the time the whole
+// takes: a loaded machine is slow, not wrong.
+func waitAllEnded(ctx context.Context, t *testing.T, pool *pgxpool.Pool, ids []uuid.UUID, stall time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	last, moved := -1, time.Now()
+	for {
 		var live int
 		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts
 			WHERE id = ANY($1) AND completed_at IS NULL`, ids).Scan(&live))
-		return live == 0
-	}, within, 10*time.Millisecond)
+		if live == 0 {
+			return
+		}
+		if live != last {
+			last, moved = live, time.Now()
+		}
+		require.Less(t, time.Since(moved), stall, "%d of %d attempts still live, none ended for %s", live, len(ids), stall)
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestDirectDelivery(t *testing.T) {

@@ -217,7 +217,7 @@ func TestEndToEndThousandAttempts(t *testing.T) {
 	pub.setOutage(true)
 	runStart := time.Now()
 	stop := testfactory.RunAll(context.Background(), t, r1.Run, r2.Run, w1.Run, w2.Run)
-	require.Eventually(t, func() bool { return pub.refused.Load() >= 100 }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return pub.refused.Load() >= 100 }, hangAfter, 5*time.Millisecond)
 	pub.setOutage(false)
 	t.Logf("outage lifted after %d refused publications", pub.refused.Load())
 

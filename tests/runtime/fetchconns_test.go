@@ -155,7 +155,7 @@ func TestSourceFetchConnections(t *testing.T) {
 			var left int
 			require.NoError(t, e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, killed).Scan(&left))
 			return left == 0
-		}, 10*time.Second, 10*time.Millisecond)
+		}, hangAfter, 10*time.Millisecond)
 
 		second := attemptIDs(testfactory.StartAll(ctx, t, e.repo, e.pool, docs[10:], 0))
 		waitAllEnded(ctx, t, e.pool, second, 30*time.Second)

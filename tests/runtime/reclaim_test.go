@@ -52,10 +52,10 @@ func TestReclaimedLeaseStopsHandler(t *testing.T) {
 	select {
 	case cause := <-stopped:
 		require.ErrorIs(t, cause, repo.ErrLeaseLost)
-	case <-time.After(10 * time.Second):
+	case <-time.After(hangAfter):
 		require.FailNow(t, "the handler kept running after the relay reclaimed its lease")
 	}
-	require.Eventually(t, func() bool { return metrics.Get(observe.LeasesLost) >= 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return metrics.Get(observe.LeasesLost) >= 1 }, hangAfter, 10*time.Millisecond)
 	rows := testfactory.RequireInvariants(ctx, t, pool, res.Attempt.ID)
 	require.NotEqual(t, kfstype.OutboxStatusLeased, rows.Outbox.Status, "the relay holds the row for redelivery")
 }

@@ -85,7 +85,7 @@ func TestRelay(t *testing.T) {
 				claimed, err := rl.RunOnce(ctx)
 				require.NoError(t, err)
 				return claimed == 1
-			}, 10*time.Second, 20*time.Millisecond, "dispatch attempt %d", n)
+			}, hangAfter, 20*time.Millisecond, "dispatch attempt %d", n)
 			rows := testfactory.RequireInvariants(ctx, t, pool, a.ID)
 			require.Equal(t, n, rows.Outbox.DispatchAttempts)
 			require.Contains(t, *rows.Outbox.LastError, "broker said no")
@@ -146,7 +146,7 @@ func TestRelay(t *testing.T) {
 			claimed, err := rl.RunOnce(ctx)
 			require.NoError(t, err)
 			return claimed == 1
-		}, 10*time.Second, 20*time.Millisecond)
+		}, hangAfter, 20*time.Millisecond)
 		require.Equal(t, 1, pub.published(dead[0].ID))
 		rows := testfactory.RequireInvariants(ctx, t, pool, a.ID)
 		require.Equal(t, kfstype.OutboxStatusDispatched, rows.Outbox.Status)

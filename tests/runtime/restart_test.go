@@ -59,7 +59,7 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	stop := testfactory.RunAll(context.Background(), t, rl.Run, w1.Run, w2.Run)
 
 	// All eight slots hold a blocked attempt: stop mid-run.
-	require.Eventually(t, func() bool { return blocked.Load() == 8 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return blocked.Load() == 8 }, hangAfter, 10*time.Millisecond)
 	stop()
 
 	// Each blocked handler's attempt was handed back for another run.
@@ -96,7 +96,7 @@ func TestStopAndRestartCompletesEverything(t *testing.T) {
 	w4 := e.worker(t, gen2, workerCfg)
 	rl2 := e.relay(t, relayCfg)
 	stop2 := testfactory.RunAll(context.Background(), t, rl2.Run, w3.Run, w4.Run)
-	require.Eventually(t, func() bool { return liveCount(ctx, t, pool, ids) == 0 }, 45*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return liveCount(ctx, t, pool, ids) == 0 }, hangAfter, 50*time.Millisecond)
 	stop2()
 
 	for _, id := range ids {

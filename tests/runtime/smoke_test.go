@@ -68,7 +68,7 @@ func TestRelayAndWorkerCompleteAttempts(t *testing.T) {
 			counts[rows.Attempt.RunState]++
 		}
 		return counts[kfstype.RunStateSucceeded] == n
-	}, 20*time.Second, 50*time.Millisecond)
+	}, hangAfter, 50*time.Millisecond)
 	cancel()
 	for range 2 {
 		require.True(t, errors.Is(<-done, context.Canceled))

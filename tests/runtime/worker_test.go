@@ -99,7 +99,7 @@ func TestWorker(t *testing.T) {
 			n, err := b.rl.RunOnce(b.ctx)
 			require.NoError(t, err)
 			return n == 1
-		}, 10*time.Second, 20*time.Millisecond)
+		}, hangAfter, 20*time.Millisecond)
 		res2 := w2.Process(b.ctx, b.receive(t))
 		require.Equal(t, worker.OutcomeCompleted, res2.Outcome, "%v", res2.Err)
 
@@ -251,7 +251,7 @@ func TestWorker(t *testing.T) {
 			n, err := b.rl.RunOnce(b.ctx)
 			require.NoError(t, err)
 			return n == 1
-		}, 10*time.Second, 20*time.Millisecond)
+		}, hangAfter, 20*time.Millisecond)
 		res = w.Process(b.ctx, b.receive(t))
 		require.Equal(t, worker.OutcomeCompleted, res.Outcome, "%v", res.Err)
 		rows = b.rows(t, a.ID)
@@ -287,7 +287,7 @@ func TestWorker(t *testing.T) {
 			n, err := b.rl.RunOnce(b.ctx)
 			require.NoError(t, err)
 			return n == 1
-		}, 10*time.Second, 20*time.Millisecond, "the relay redelivers after the lease expired")
+		}, hangAfter, 20*time.Millisecond, "the relay redelivers after the lease expired")
 		res := w.Process(b.ctx, b.receive(t))
 		require.Equal(t, worker.OutcomeExhausted, res.Outcome, "%v", res.Err)
 		require.Zero(t, b.calls.Load())

@@ -85,7 +85,7 @@ func (b *workerBundle) publish(t *testing.T, want int) {
 // receive takes the next visible message off the queue.
 func (b *workerBundle) receive(t *testing.T) worker.Message {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(b.ctx, hangAfter)
 	defer cancel()
 	msg, err := b.q.Receive(ctx)
 	require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestPendingDeliveryWaitsInSlot(t *testing.T) {
 		done := make(chan worker.Result, 1)
 		go func() { done <- w.Process(b.ctx, b.receive(t)) }()
 		require.Eventually(t, func() bool { return metrics.Get(observe.PendingWaits) >= 2 },
-			10*time.Second, time.Millisecond, "the slot keeps trying while the mark is uncommitted")
+			hangAfter, time.Millisecond, "the slot keeps trying while the mark is uncommitted")
 		require.NoError(t, tx.Commit(b.ctx))
 		res := <-done
 		require.Equal(t, worker.OutcomeCompleted, res.Outcome, "%v", res.Err)
