@@ -31,9 +31,13 @@ func TestWakeupKeepsEarliestDue(t *testing.T) {
 
 // A direct source skips the refresh of a young registration, never longer
 // than until the next due row it was told of, and never once the
-// registration is not known to be in place.
+// registration is not known to be in place. An hour's poll (a TTL of two
+// hours) and a row due in ten minutes: the checks that read the clock
+// hold unless the test stalls for minutes between two lines (with a 1 s
+// poll and a row due in 200 ms, a 200 ms stall failed "at most until the
+// next due row").
 func TestIdleTrustsOnlyAFreshRegistration(t *testing.T) {
-	p := &IdleParams{PollInterval: time.Second, TrustFresh: true}
+	p := &IdleParams{PollInterval: time.Hour, TrustFresh: true}
 	in := func(d time.Duration) *time.Duration { return &d }
 
 	var w Idle
@@ -41,14 +45,14 @@ func TestIdleTrustsOnlyAFreshRegistration(t *testing.T) {
 		t.Fatal("fresh with no registration")
 	}
 	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true})
-	if wait, ok := w.fresh(p); !ok || wait != time.Second {
+	if wait, ok := w.fresh(p); !ok || wait != time.Hour {
 		t.Fatalf("fresh = %v, %v; want the poll interval", wait, ok)
 	}
-	if _, ok := w.fresh(&IdleParams{PollInterval: time.Second}); ok {
+	if _, ok := w.fresh(&IdleParams{PollInterval: time.Hour}); ok {
 		t.Fatal("fresh without TrustFresh")
 	}
-	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(200 * time.Millisecond)})
-	if wait, ok := w.fresh(p); !ok || wait > 200*time.Millisecond || wait <= 0 {
+	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(10 * time.Minute)})
+	if wait, ok := w.fresh(p); !ok || wait > 10*time.Minute || wait <= 0 {
 		t.Fatalf("fresh = %v, %v; want at most until the next due row", wait, ok)
 	}
 	w.noteRegistration(&repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(-time.Millisecond)})
