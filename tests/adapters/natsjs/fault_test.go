@@ -43,18 +43,18 @@ func TestStreamLeaderLossMidRun(t *testing.T) {
 		b.worker(t, urls, h, worker.Config{Concurrency: 4}).Run,
 		b.worker(t, urls, h, worker.Config{Concurrency: 4}).Run,
 	)
-	start := func(docs []testfactory.Document) []uuid.UUID {
-		return attemptIDs(testfactory.StartAll(b.ctx, t, b.repo, b.pool, docs, 0))
-	}
-	ids := start(b.docs[:n/3])
+	ids := b.start(t, b.docs[:n/3])
 	b.waitEndedAtLeast(t, ids, n/6, 30*time.Second)
 
 	leader := b.streamLeader(t, cl)
 	ended := b.endedCount(t, ids)
 	leader.Shutdown()
-	ids = append(ids, start(b.docs[n/3:2*n/3])...)
+	ids = append(ids, b.start(t, b.docs[n/3:2*n/3])...)
+	// How far the first third got is logged, not required (whether it all
+	// ended before the shutdown is a race between the run and this
+	// test's look): the thirds started after each shutdown are what the
+	// relay publishes while the leader moves and while there is none.
 	t.Logf("stream leader %s shut down with %d of %d attempts ended; %d more started", leader.Name, ended, n/3, n/3)
-	require.Less(t, ended, n/3, "the first third ended before the leader was lost")
 
 	var second *natstest.Node
 	for _, node := range cl.Nodes {
@@ -64,7 +64,7 @@ func TestStreamLeaderLossMidRun(t *testing.T) {
 		}
 	}
 	second.Shutdown()
-	ids = append(ids, start(b.docs[2*n/3:])...)
+	ids = append(ids, b.start(t, b.docs[2*n/3:])...)
 	time.Sleep(2 * time.Second)
 	require.NoError(t, second.Start())
 	t.Logf("%s down for 2 s (no quorum); %d attempts ended when it came back", second.Name, b.endedCount(t, ids))
@@ -104,13 +104,17 @@ func attemptIDs(as []*kfstype.Attempt) []uuid.UUID {
 // three times the relay's visibility timeout in the middle of a run, and
 // starts it again on the same store: every attempt must still succeed
 // once, none dead-lettered, although publications failed meanwhile.
+// Mid-run and failed publications by construction, not by timing: half
+// the attempts start before the outage (a fifth of all ended first), the
+// other half during it, and the broker comes back only once the relay
+// counted a failed publication, after the outage's length at least.
 func TestBrokerOutageLongerThanVisibility(t *testing.T) {
 	t.Parallel()
 	const n, visibility, outage = 100, time.Second, 3 * time.Second
 	node := startNode(t)
 	b := setup(t, node.URL, natsjs.Config{Storage: jetstream.FileStorage, LeaseDuration: 3 * time.Second}, n)
 	testfactory.InstallStateAudit(b.ctx, t, b.pool)
-	ids := b.startAll(t)
+	ids := b.start(t, b.docs[:n/2])
 	h := newCompiler(b.docs)
 	var metrics observe.Counts
 	stop := testfactory.RunAll(b.ctx, t,
@@ -121,10 +125,13 @@ func TestBrokerOutageLongerThanVisibility(t *testing.T) {
 	b.waitEndedAtLeast(t, ids, n/5, 30*time.Second)
 	node.Shutdown()
 	ended := b.endedCount(t, ids)
+	down := time.Now()
+	ids = append(ids, b.start(t, b.docs[n/2:])...)
 	time.Sleep(outage)
+	require.Eventually(t, func() bool { return metrics.Get(observe.PublishFailed) > 0 }, 2*time.Minute, 10*time.Millisecond,
+		"no publication failed while the broker was down")
 	require.NoError(t, node.Start())
-	t.Logf("broker down for %s with %d of %d attempts ended", outage, ended, n)
-	require.Less(t, ended, n, "the run ended before the outage")
+	t.Logf("broker down for %s with %d of %d attempts ended, %d started meanwhile", time.Since(down).Round(time.Millisecond), ended, n/2, n-n/2)
 
 	b.waitEnded(t, ids, 60*time.Second)
 	stop()

@@ -101,7 +101,13 @@ func setup(t *testing.T, urls string, cfg natsjs.Config, docs int) *bundle {
 // startAll starts an attempt per document.
 func (b *bundle) startAll(t *testing.T) []uuid.UUID {
 	t.Helper()
-	return attemptIDs(testfactory.StartAll(b.ctx, t, b.repo, b.pool, b.docs, 0))
+	return b.start(t, b.docs)
+}
+
+// start starts an attempt for each of docs.
+func (b *bundle) start(t *testing.T, docs []testfactory.Document) []uuid.UUID {
+	t.Helper()
+	return attemptIDs(testfactory.StartAll(b.ctx, t, b.repo, b.pool, docs, 0))
 }
 
 // relay returns a relay publishing through a natsjs.Publisher.
