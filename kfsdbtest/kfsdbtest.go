@@ -7,12 +7,17 @@
 //	func TestMain(m *testing.M) { kfsdbtest.Main(m) }
 //
 //	func TestCompile(t *testing.T) {
-//		db := kfsdbtest.NewDB(t)                  // migrated, this test's own
-//		doc := db.Document(t, "acme")             // space, asset, candidate
-//		a := db.Start(t, doc.StartParams())       // dispatch_pending
-//		db.Work(t, myHandler, nil)                // lease, handler, outcome
+//		db := kfsdbtest.NewDB(t)                       // migrated, this test's own
+//		doc := db.Document(t, "acme")                  // space, asset, candidate
+//		a := db.Start(t, db.StartParams(t, doc.Asset)) // dispatch_pending
+//		db.Work(t, myHandler(doc.Candidate), nil)      // lease, handler, outcome
 //		db.RequireAttempt(t, a.ID, kfsdbtest.AttemptWant{RunState: kfstype.RunStateSucceeded})
 //	}
+//
+// myHandler is the application's handler; here it binds the candidate
+// publication and returns nil, so the worker completes the attempt
+// (internal/docexample, which go test compiles and runs, has this example
+// and the handler).
 //
 // The server is acquired once per test binary, at the first database a
 // test asks for:
