@@ -41,15 +41,17 @@ func run(ctx context.Context, databaseURL string) error {
 
 	// 2. The platform's rows: a tenant's space, a document version in it and
 	// the candidate publication your compiler produces. On the platform's
-	// database they exist already; a standalone database needs them here.
+	// database they exist already; a standalone database needs them here,
+	// new ones on each run (a space's slug is unique within its tenant).
 	tenant, space, asset, candidate := "acme", uuid.New(), uuid.New(), uuid.New()
+	slug := "handbook-" + space.String()
 	fingerprint := "projection-set-sha256:" + strings.Repeat("0", 64)
 	if _, err := pool.Exec(ctx, `
-		WITH s AS (INSERT INTO knowledge_spaces (id, tenant_id, slug, name) VALUES ($2, $1, 'handbook', 'Handbook')),
+		WITH s AS (INSERT INTO knowledge_spaces (id, tenant_id, slug, name) VALUES ($2, $1, $6, 'Handbook')),
 		     a AS (INSERT INTO document_assets (id, knowledge_space_id, filename, mime_type, object_key, sha256, size_bytes, version)
 		           VALUES ($3, $2, 'handbook.pdf', 'application/pdf', 'objects/handbook', repeat('0', 64), 1024, 1))
 		INSERT INTO projection_set_publications (id, tenant_id, knowledge_space_id, fingerprint, projection_version, status)
-		VALUES ($4, $1, $2, $5, 1, 'candidate')`, tenant, space, asset, candidate, fingerprint); err != nil {
+		VALUES ($4, $1, $2, $5, 1, 'candidate')`, tenant, space, asset, candidate, fingerprint, slug); err != nil {
 		return err
 	}
 

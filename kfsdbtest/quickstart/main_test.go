@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/knowledgefs/kfsdb/kfsdbtest"
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -14,19 +15,31 @@ import (
 
 func TestMain(m *testing.M) { kfsdbtest.Main(m) }
 
-// TestQuickStart runs the README's quick start on an empty database: it
-// migrates it, starts one attempt and its worker completes it.
+// TestQuickStart runs the README's quick start twice on one database,
+// empty at first: the first run migrates it, and each run starts one
+// attempt (on platform rows of its own) that its worker completes.
 func TestQuickStart(t *testing.T) {
 	db := kfsdbtest.NewEmptyDB(t)
-	if err := run(context.Background(), db.URL); err != nil {
+	for i := 1; i <= 2; i++ {
+		if err := run(context.Background(), db.URL); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	rows, err := db.Pool.Query(context.Background(), `SELECT id FROM document_compilation_attempts`)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var id uuid.UUID
-	if err := db.Pool.QueryRow(context.Background(), `SELECT id FROM document_compilation_attempts`).Scan(&id); err != nil {
-		t.Fatal(err) // also when there is not exactly one attempt
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
 	}
-	db.RequireAttempt(t, id, kfsdbtest.AttemptWant{RunState: kfstype.RunStateSucceeded, Checkpoint: kfstype.CheckpointPublished})
-	db.RequireOutbox(t, id, kfsdbtest.OutboxWant{Status: kfstype.OutboxStatusCompleted})
+	if len(ids) != 2 {
+		t.Fatalf("%d attempts after two runs, want 2", len(ids))
+	}
+	for _, id := range ids {
+		db.RequireAttempt(t, id, kfsdbtest.AttemptWant{RunState: kfstype.RunStateSucceeded, Checkpoint: kfstype.CheckpointPublished})
+		db.RequireOutbox(t, id, kfsdbtest.OutboxWant{Status: kfstype.OutboxStatusCompleted})
+	}
 }
 
 // TestReadmeShowsThisProgram: the README's quick start is this file, byte
