@@ -69,7 +69,7 @@ func newPlatformDB(ctx context.Context, t *testing.T, seeded bool, alter string)
 	)`)
 	exec(`INSERT INTO goose_db_version (version_id, is_applied) SELECT v, true FROM generate_series(0, $1::int) v`, appGooseVersions)
 	if seeded {
-		psqlFile(ctx, t, db.URL, seedPath(t))
+		psqlFile(ctx, t, db.URL, seedFile(t))
 		db.addAttempt(ctx, t)
 	}
 	return db

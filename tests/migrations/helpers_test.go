@@ -2,8 +2,10 @@ package migrations
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,13 +16,18 @@ import (
 	"github.com/pmezard/go-difflib/difflib"
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/db/migrations"
 	"github.com/knowledgefs/kfsdb/migrate"
 	"github.com/knowledgefs/kfsdb/tests/capability"
 )
 
-// seedRelPath is the user's 0006 seed, relative to the directory that holds
-// both the repository and shared/.
-const seedRelPath = "shared/seed/0006_document_compilation_attempts.postgres.sql"
+// seedRelPath is the user's copy of the seed, relative to the directory
+// that holds both the repository and shared/; seedMigration is the
+// repository's migration that applies it.
+const (
+	seedRelPath   = "shared/seed/0006_document_compilation_attempts.postgres.sql"
+	seedMigration = "00006_document_compilation_attempts.sql"
+)
 
 // catalogQuery lists, one line each, every relation, column (position, type,
 // collation, nullability, default), constraint (with pg_get_constraintdef and
@@ -160,10 +167,41 @@ func migrationVersions(t *testing.T, p *migrate.Provider) []int64 {
 	return vs
 }
 
-// seedPath locates the user's seed: in shared/ beside the repository (the
-// git top-level directory's parent), else in any parent directory of the
-// working directory. It skips the test when the seed is truly absent.
-func seedPath(t *testing.T) string {
+// seedSQL is the seed, the platform's migration 0006, as the platform
+// ships and applies it (psql, its own runner): the repository's
+// db/migrations/00006 is that file verbatim inside kfsdb's goose
+// annotations, its preflight check and its Down section, so the seed is
+// 00006's Up section after the preflight's StatementEnd.
+// TestSeedIsTheSharedSeed checks it against the user's copy when one is
+// beside the repository.
+func seedSQL(t *testing.T) string {
+	t.Helper()
+	b, err := fs.ReadFile(migrations.FS, seedMigration)
+	require.NoError(t, err)
+	_, up, ok := strings.Cut(string(b), "-- +goose Up\n")
+	require.True(t, ok, "%s has no Up section", seedMigration)
+	up, _, ok = strings.Cut(up, "\n-- +goose Down\n")
+	require.True(t, ok, "%s has no Down section", seedMigration)
+	_, seed, ok := strings.Cut(up, "-- +goose StatementEnd\n")
+	require.True(t, ok, "%s has no preflight check before the seed", seedMigration)
+	seed = strings.TrimSpace(seed)
+	require.NotContains(t, seed, "-- +goose", "the seed has no goose annotations: kfsdb's are around it")
+	return seed
+}
+
+// seedFile writes seedSQL to a file of the seed's name, for psql -f.
+func seedFile(t *testing.T) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), path.Base(seedRelPath))
+	require.NoError(t, os.WriteFile(file, []byte(seedSQL(t)), 0o600))
+	return file
+}
+
+// sharedSeedPath locates the user's copy of the seed: in shared/ beside
+// the repository (the git top-level directory's parent), else in any
+// parent directory of the working directory. It skips the test when there
+// is none.
+func sharedSeedPath(t *testing.T) string {
 	t.Helper()
 	var candidates []string
 	if out, err := exec.Command("git", "rev-parse", "--show-toplevel").Output(); err == nil {
@@ -183,6 +221,6 @@ func seedPath(t *testing.T) string {
 			return c
 		}
 	}
-	capability.Missing(t, capability.Seed, "seed %s not found beside the repository (looked at %s); put a copy of shared/ next to the clone", seedRelPath, strings.Join(candidates[:min(len(candidates), 3)], ", "))
+	capability.Missing(t, capability.Seed, "the user's seed %s is not beside the repository (looked at %s); only TestSeedIsTheSharedSeed needs it", seedRelPath, strings.Join(candidates[:min(len(candidates), 3)], ", "))
 	return ""
 }

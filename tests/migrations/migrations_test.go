@@ -1,6 +1,7 @@
 package migrations
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -77,11 +78,11 @@ func TestUpTwiceIsNoOp(t *testing.T) {
 
 // TestMatchesSeedSQL checks that goose's schema is exactly the seed's: a
 // database migrated to 6 by goose against one migrated to 4 by goose and
-// then given the seed file itself through psql.
+// then given the seed file, as the platform ships it, through psql.
 func TestMatchesSeedSQL(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	seed := seedPath(t)
+	seed := seedFile(t)
 	psql, err := exec.LookPath("psql")
 	require.NoError(t, err, "psql must be on PATH (apt-get install postgresql-client)")
 
@@ -97,6 +98,17 @@ func TestMatchesSeedSQL(t *testing.T) {
 	require.NoError(t, err, "psql -f %s:\n%s", seed, redact.Text(string(out)))
 
 	requireSameCatalog(t, "seed via psql", catalog(ctx, t, seeded.Pool), "goose up", catalog(ctx, t, migrated.Pool))
+}
+
+// TestSeedIsTheSharedSeed: the seed the other tests apply (00006 less
+// kfsdb's annotations, preflight and Down) is the user's seed, byte for
+// byte. It needs the user's copy in shared/ beside the repository and
+// skips without it; no other test does.
+func TestSeedIsTheSharedSeed(t *testing.T) {
+	t.Parallel()
+	shared, err := os.ReadFile(sharedSeedPath(t))
+	require.NoError(t, err)
+	require.Equal(t, string(shared), seedSQL(t), "db/migrations/%s is no longer the shared seed verbatim", seedMigration)
 }
 
 func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
