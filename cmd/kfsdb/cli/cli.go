@@ -22,10 +22,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/knowledgefs/kfsdb/migrate/redact"
+	"github.com/knowledgefs/kfsdb/repo"
 )
 
 // rootLong is `kfsdb --help`'s text above the commands.
@@ -55,15 +57,19 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 
 // ExitCode reports err, a command's result, on stderr as "name: message"
 // with passwords redacted (also $DATABASE_URL's, wherever it appears), and
-// returns the process exit code: 0 for nil and for -h (flag.ErrHelp, which
-// kfsdb-bench's flag parsing returns), 2 for usage errors (ErrUsage), 1 for
-// any other error.
+// name said once (repo's errors already start with "kfsdb: "). It returns
+// the process exit code: 0 for nil and for -h (flag.ErrHelp, which
+// kfsdb-bench's flag parsing returns), 2 for usage errors (ErrUsage, and
+// repo.ErrInvalidInput: a value from the command line that repo's
+// validation refused, such as a --tenant longer than 255 characters), 1
+// for any other error.
 func ExitCode(name string, err error, stderr io.Writer, getenv func(string) string) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", name, escapeControls(redact.Text(err.Error(), envDatabaseURL(getenv))))
-	if errors.Is(err, ErrUsage) {
+	msg := strings.TrimPrefix(err.Error(), name+": ")
+	fmt.Fprintf(stderr, "%s: %s\n", name, escapeControls(redact.Text(msg, envDatabaseURL(getenv))))
+	if errors.Is(err, ErrUsage) || errors.Is(err, repo.ErrInvalidInput) {
 		return 2
 	}
 	return 1

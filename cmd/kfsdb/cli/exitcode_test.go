@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// TestExitCodeSaysNameOnceAndUsageIsTwo: an error from repo's validation
+// (a --tenant of 300 characters, a zero --space) is bad usage, exit 2, and
+// its "kfsdb: " is not said twice. TestMainUsageErrorsExitTwo missed it:
+// its command lines are refused while parsing, and repo refuses such
+// values only after the command has connected to a database; this needs
+// none, and checks what stderr says, not only the code.
+func TestExitCodeSaysNameOnceAndUsageIsTwo(t *testing.T) {
+	t.Parallel()
+	input := &repo.InputError{Field: "TenantID", Reason: "must be at most 255 characters"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		code int
+		line string
+	}{
+		{"InputError", input, 2, "kfsdb: invalid input: TenantID must be at most 255 characters"},
+		{"WrappedInputError", fmt.Errorf("could not list attempts: %w", input), 2,
+			"kfsdb: could not list attempts: kfsdb: invalid input: TenantID must be at most 255 characters"},
+		{"Usage", fmt.Errorf("%w: --limit must be 1..1000", ErrUsage), 2, "kfsdb: usage error: --limit must be 1..1000"},
+		{"RepoSentinel", fmt.Errorf("attempt x: %w", repo.ErrNotFound), 1, "kfsdb: attempt x: kfsdb: not found"},
+		{"Bare", repo.ErrNotFound, 1, "kfsdb: not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			require.Equal(t, tc.code, ExitCode("kfsdb", tc.err, &stderr, emptyEnv))
+			require.Equal(t, tc.line+"\n", stderr.String())
+		})
+	}
+}
+
+// TestMainUsageErrorsSayKfsdbOnce: every usage error Main reports without
+// a database is one "kfsdb: usage error: …" line after the usage text,
+// with exit status 2.
+func TestMainUsageErrorsSayKfsdbOnce(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{nil, {"frobnicate"}, {"--bogus"}, {"migrate"}, {"migrate", "up"}, {"migrate", "sql"},
+		{"attempts", "list"}, {"attempts", "list", "--tenant", "a", "--limit", "0", "--database-url", "postgres://u@h/db"},
+		{"purge", "--database-url", "postgres://u@h/db", "--tenant", strings.Repeat("t", 300), "--older-than", "1h"},
+		{"stuck", "extra"}, {"outbox"}, {"relay"}, {"demo"}} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, emptyEnv), "args %q: %s", args, stderr.String())
+		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+		last := lines[len(lines)-1]
+		require.True(t, strings.HasPrefix(last, "kfsdb: usage error: "), "args %q: %s", args, last)
+		require.Equal(t, 1, strings.Count(stderr.String(), "kfsdb: "), "args %q: %s", args, stderr.String())
+	}
+}
+
+func emptyEnv(string) string { return "" }
