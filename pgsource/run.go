@@ -306,7 +306,7 @@ func (s *Source) release(ctx context.Context, m *message) {
 			ErrorMessage: "execution attempts exhausted; the last was handed back unstarted by a stopping worker"})
 	} else {
 		_, err = s.cfg.Repo.ScheduleRetry(wctx, s.pool, &repo.ScheduleRetryParams{Lease: m.lease, RetryDelay: time.Second,
-			ErrorCode: code, ErrorMessage: code + ": the worker stopped before running the attempt"})
+			ErrorCode: code, ErrorMessage: "the worker stopped before running the attempt"})
 	}
 	if err != nil {
 		// The lease expires and the attempt is fetched again then.

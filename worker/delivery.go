@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -109,7 +110,7 @@ func (w *Worker) handle(ctx context.Context, msg Message, c *completer, end func
 		// expiry.
 		res.Lease, res.TenantID = lease, attempt.TenantID
 		v := verdict{shutdown: true, retry: true, code: ErrorCodeWorkerShutdown,
-			message: ErrorCodeWorkerShutdown + ": the worker stopped before running the attempt", err: ctx.Err()}
+			message: "the worker stopped before running the attempt", err: ctx.Err()}
 		werr := w.retry(wctx, lease, attempt, v, time.Second, &res)
 		if res.Outcome == OutcomeRetried {
 			res.Outcome = OutcomeReleased
@@ -401,7 +402,7 @@ func (w *Worker) judge(herr error, stopping bool) (v verdict) {
 	switch {
 	case stopping && errors.Is(herr, context.Canceled):
 		v.shutdown, v.retry, v.code = true, true, ErrorCodeWorkerShutdown
-		v.message = repo.TruncateMessage(ErrorCodeWorkerShutdown + ": " + herr.Error())
+		v.message = repo.TruncateMessage("the worker stopped while the handler ran: " + herr.Error())
 		return v
 	case marked && e.Retryable, repo.IsRetryable(herr), !marked && w.cfg.RetryPlainErrors:
 		v.retry, v.code = true, kfstype.ErrorCodeCompilationRetryable
@@ -413,8 +414,28 @@ func (w *Worker) judge(herr error, stopping bool) (v verdict) {
 		// (which PostgreSQL's text refuses) become U+FFFD.
 		v.code = cmp.Or(repo.TruncateErrorCode(e.Code), v.code)
 	}
-	v.message = cmp.Or(repo.TruncateMessage(herr.Error()), fmt.Sprintf("the handler returned a %T with an empty message", herr))
+	text := herr.Error()
+	if marked {
+		text = withoutCode(text, e)
+	}
+	v.message = cmp.Or(repo.TruncateMessage(text), fmt.Sprintf("the handler returned a %T with an empty message", herr))
 	return v
+}
+
+// withoutCode is text, the Error of a handler's error that is or wraps e,
+// without the "code: " that e's Error puts before its cause: the code is
+// stored in its own column (last_error_code), so the stored message says
+// it once. An *Error without a cause keeps its code as the message.
+func withoutCode(text string, e *Error) string {
+	if e.Code == "" || e.Err == nil {
+		return text
+	}
+	own, cause := e.Error(), e.Err.Error()
+	i := strings.LastIndex(text, own)
+	if i < 0 {
+		return text // a wrapper that does not show e's text
+	}
+	return text[:i] + cause + text[i+len(own):]
 }
 
 // failedVerdict fails the attempt with code and message, which also make

@@ -67,7 +67,7 @@ func (w *Worker) retry(ctx context.Context, lease *repo.Lease, a *kfstype.Attemp
 		w.cfg.Metrics.Add(observe.Exhausted, 1)
 		_, err := w.cfg.Repo.Fail(ctx, w.pool, &repo.FailParams{
 			Lease: lease, ErrorCode: kfstype.ErrorCodeExecutionAttemptsExhausted,
-			ErrorMessage: fmt.Sprintf("execution attempts exhausted (%d of %d); last error: %s", a.ExecutionAttempts, a.MaxExecutionAttempts, v.message),
+			ErrorMessage: fmt.Sprintf("execution attempts exhausted (%d of %d); last error: %s: %s", a.ExecutionAttempts, a.MaxExecutionAttempts, v.code, v.message),
 		})
 		res.Outcome = OutcomeExhausted
 		return err

@@ -69,8 +69,11 @@ func Retryable(err error) error {
 	return &Error{Code: kfstype.ErrorCodeCompilationRetryable, Retryable: true, Err: err}
 }
 
-// Fatal fails the attempt with code (1..64 characters) and err's text. An
-// empty code means DOCUMENT_COMPILATION_FAILED; a longer one is cut to 64
+// Fatal fails the attempt with code (1..64 characters) and err's text:
+// the attempt's last_error_code is the code and its last_error_message
+// err's text (the text of the handler's error, with this Error's
+// "code: " left out, so the code is stored once). An empty code means
+// DOCUMENT_COMPILATION_FAILED; a longer one is cut to 64
 // characters, and invalid UTF-8 and NUL bytes in it are replaced with
 // U+FFFD (repo.TruncateErrorCode). err may be nil: the code is then the
 // message; an empty message is replaced with one naming the error's type.

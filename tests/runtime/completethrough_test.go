@@ -261,7 +261,7 @@ func TestWorkerCompleteThrough(t *testing.T) {
 			want.Attempt.LastErrorCode = &werr.Code
 			require.NotNil(t, after.Attempt.LastErrorMessage)
 			require.Contains(t, *after.Attempt.LastErrorMessage, repo.ErrCandidateRejected.Error())
-			require.Equal(t, res.Err.Error(), *after.Attempt.LastErrorMessage)
+			require.Equal(t, werr.Err.Error(), *after.Attempt.LastErrorMessage, "the cause, its code stored apart")
 			want.Attempt.LastErrorMessage = after.Attempt.LastErrorMessage
 			require.Equal(t, want, after, "failed at queued, no candidate bound")
 			_, acked, retried := b.q.Stats()
