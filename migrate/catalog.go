@@ -110,8 +110,14 @@ func (c catalog) has(table string) bool {
 // indexNamed finds an index by name in any table (index names are unique
 // in a schema).
 func (c catalog) indexNamed(name string) (objKey, objDef, bool) {
+	return c.named("index", name)
+}
+
+// named finds an object of kind by name in any table; for a table, its
+// own row.
+func (c catalog) named(kind, name string) (objKey, objDef, bool) {
 	for k, d := range c {
-		if k.kind == "index" && k.name == name {
+		if k.kind == kind && (k.name == name || (kind == "table" && k.table == name)) {
 			return k, d, true
 		}
 	}

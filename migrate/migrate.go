@@ -12,7 +12,10 @@
 //     skipped) or [ModePlatformSeeded] (the platform's runner applied the
 //     seed 0006 too: checked to be exactly the seed, recorded as a baseline,
 //     only later migrations run). Tables that fit no mode are refused with
-//     a *[SchemaError] naming what is missing or differs;
+//     a *[SchemaError] naming what is missing or differs, and kfsdb's own
+//     tables without kfsdb's version history (another tool applied the
+//     migrations, such as [SQL]'s output run with psql) with an
+//     *[UnrecordedError] naming what it found;
 //   - [SQL] prints the migrations' exact SQL for teams whose migrations are
 //     run by another tool;
 //   - no Down drops a table that holds rows: each DROP TABLE of a Down,

@@ -129,10 +129,12 @@ func (r *reference) seedTables() []string {
 func (r *reference) standInTables() []string { return r.before.tables() }
 
 // detect returns the mode the current schema's tables point to, after
-// checking that the tables fit it, or a *SchemaError. It changes nothing:
-// the reference schema is made of temporary tables in a transaction that
-// is rolled back.
-func detect(ctx context.Context, conn *sql.Conn) (Mode, error) {
+// checking that the tables fit it, or a *SchemaError; an *UnrecordedError
+// when kfsdb's own migrations' objects are there already (versionTable:
+// whether VersionTable exists, recording nothing). It changes nothing: the
+// reference schema is made of temporary tables in a transaction that is
+// rolled back.
+func detect(ctx context.Context, conn *sql.Conn, versionTable bool) (Mode, error) {
 	srcs, err := sources()
 	if err != nil {
 		return "", err
@@ -159,6 +161,9 @@ func detect(ctx context.Context, conn *sql.Conn) (Mode, error) {
 	}
 	if err := tx.Rollback(); err != nil {
 		return "", fmt.Errorf("could not roll back the mode detection: %w", err)
+	}
+	if err := unrecorded(target, srcs, ref.seedTables(), versionTable); err != nil {
+		return "", err
 	}
 	return classify(target, ref)
 }

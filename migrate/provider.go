@@ -219,7 +219,9 @@ ON CONFLICT (singleton) DO UPDATE SET mode = EXCLUDED.mode, recorded_at = now()`
 
 // Up applies every pending migration in the database's mode (detected and
 // recorded on the first run; see [Mode]). A database whose tables fit no
-// mode is refused with a *[SchemaError] before anything changes. On a
+// mode is refused with a *[SchemaError] before anything changes, one that
+// another tool migrated (kfsdb's tables, nothing in [VersionTable]) with
+// an *[UnrecordedError]. On a
 // failed migration goose's *goose.PartialError is wrapped, and
 // Result.Applied holds the migrations applied before it.
 func (p *Provider) Up(ctx context.Context) (*Result, error) {
@@ -434,7 +436,8 @@ type Status struct {
 
 // Status reports the mode and every migration's state. It changes nothing
 // and takes no lock; on a database kfsdb has not migrated it detects the
-// mode (a *[SchemaError] if the tables fit none).
+// mode (a *[SchemaError] if the tables fit none, an *[UnrecordedError] if
+// another tool applied kfsdb's migrations there).
 func (p *Provider) Status(ctx context.Context) (*Status, error) {
 	conn, err := p.db.Conn(ctx)
 	if err != nil {

@@ -81,6 +81,6 @@ func modeOf(ctx context.Context, conn *sql.Conn) (st state, mode Mode, recorded 
 	if st.applied {
 		return st, st.mode, true, nil
 	}
-	mode, err = detect(ctx, conn)
+	mode, err = detect(ctx, conn, st.versionTable)
 	return st, mode, false, err
 }

@@ -312,7 +312,7 @@ func printResults(out io.Writer, res []*goose.MigrationResult) {
 func printStatus(ctx context.Context, p *migrate.Provider, out io.Writer) error {
 	st, err := p.Status(ctx)
 	if err != nil {
-		return fmt.Errorf("could not read migration status: %w", err)
+		return statusError(out, err)
 	}
 	printMode(out, st.Mode, st.Recorded)
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
