@@ -33,6 +33,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -117,10 +118,14 @@ type Source struct {
 	listening atomic.Bool
 }
 
-// New returns a Source on pool. cfg may be nil.
+// New returns a Source on pool. cfg may be nil. Bad arguments and Config
+// fields are refused with a *repo.InputError naming them ("pool",
+// "Config.BatchSize", …; errors.Is repo.ErrInvalidInput), as are Bind,
+// Receive and Run on a Source not made by New, with a nil ctx, or bound to
+// a second worker.
 func New(pool *pgxpool.Pool, cfg *Config) (*Source, error) {
 	if pool == nil {
-		return nil, errors.New("pgsource: pool is nil")
+		return nil, runcfg.Invalid("pgsource", "pool", "must not be nil")
 	}
 	c := Config{}
 	if cfg != nil {
@@ -142,15 +147,18 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Source, error) {
 	}
 	switch {
 	case c.BatchSize < 0 || c.BatchSize > repo.MaxBatchSize:
-		return nil, fmt.Errorf("pgsource: BatchSize must be 0 (default) or 1..%d, got %d", repo.MaxBatchSize, c.BatchSize)
+		return nil, runcfg.Invalid("pgsource", "Config.BatchSize", fmt.Sprintf("must be 0 (default) or 1..%d, got %d", repo.MaxBatchSize, c.BatchSize))
 	case c.PerTenant < 0 || c.PerTenant > repo.MaxBatchSize:
-		return nil, fmt.Errorf("pgsource: PerTenant must be 0 (default) or 1..%d, got %d", repo.MaxBatchSize, c.PerTenant)
+		return nil, runcfg.Invalid("pgsource", "Config.PerTenant", fmt.Sprintf("must be 0 (default) or 1..%d, got %d", repo.MaxBatchSize, c.PerTenant))
 	case c.MaxTenants < 1 || c.MaxTenants > repo.MaxFetchTenants:
-		return nil, fmt.Errorf("pgsource: MaxTenants must be 0 (default) or 1..%d, got %d", repo.MaxFetchTenants, c.MaxTenants)
-	case c.FollowUpInterval < 0 || c.PollInterval < 0 || c.WriteTimeout < 0:
-		return nil, errors.New("pgsource: durations must not be negative")
+		return nil, runcfg.Invalid("pgsource", "Config.MaxTenants", fmt.Sprintf("must be 0 (default) or 1..%d, got %d", repo.MaxFetchTenants, c.MaxTenants))
 	case nilvalue.Is(c.Metrics):
-		return nil, fmt.Errorf("pgsource: Metrics is a nil %T", c.Metrics)
+		return nil, runcfg.Invalid("pgsource", "Config.Metrics", fmt.Sprintf("is a nil %T", c.Metrics))
+	}
+	if err := runcfg.NonNegative("pgsource", runcfg.Duration{Field: "Config.FollowUpInterval", Value: c.FollowUpInterval},
+		runcfg.Duration{Field: "Config.PollInterval", Value: c.PollInterval},
+		runcfg.Duration{Field: "Config.WriteTimeout", Value: c.WriteTimeout}); err != nil {
+		return nil, err
 	}
 	return &Source{pool: pool, cfg: c, log: c.Logger, wake: pglisten.NewWakeup()}, nil
 }
@@ -159,18 +167,21 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Source, error) {
 // worker's id, lease duration and concurrency.
 func (s *Source) Bind(workerID string, leaseDuration time.Duration, slots int) error {
 	if s == nil || s.pool == nil {
-		return errors.New("pgsource: the Source is nil or was not made by pgsource.New")
+		return runcfg.Invalid("pgsource", "Source", "must be made by pgsource.New (is nil or a zero Source)")
 	}
-	if err := repo.ValidateWorkerID(workerID); err != nil {
-		return fmt.Errorf("pgsource: worker id: %w", err)
+	if err := runcfg.ValidID("pgsource", "workerID", workerID); err != nil {
+		return err
 	}
-	if leaseDuration <= 0 || slots < 1 {
-		return fmt.Errorf("pgsource: lease duration %s and slots %d must be positive", leaseDuration, slots)
+	if leaseDuration <= 0 {
+		return runcfg.Invalid("pgsource", "leaseDuration", fmt.Sprintf("must be positive, got %s", leaseDuration))
+	}
+	if slots < 1 {
+		return runcfg.Invalid("pgsource", "slots", fmt.Sprintf("must be positive, got %d", slots))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.workerID != "" {
-		return fmt.Errorf("pgsource: source is bound to worker %q already", s.workerID)
+		return runcfg.Invalid("pgsource", "Source", fmt.Sprintf("is bound to worker %q already (one Source per worker)", s.workerID))
 	}
 	s.workerID, s.leaseDuration = workerID, leaseDuration
 	s.batchSize = cmp.Or(s.cfg.BatchSize, int32(min(slots, repo.MaxBatchSize)))
@@ -181,7 +192,7 @@ func (s *Source) Bind(workerID string, leaseDuration time.Duration, slots int) e
 
 func (s *Source) bound() (chan *request, error) {
 	if s == nil || s.pool == nil {
-		return nil, errors.New("pgsource: the Source is nil or was not made by pgsource.New")
+		return nil, runcfg.Invalid("pgsource", "Source", "must be made by pgsource.New (is nil or a zero Source)")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -204,7 +215,7 @@ type request struct {
 // call. The returned message is a worker.LeasedMessage.
 func (s *Source) Receive(ctx context.Context) (worker.Message, error) {
 	if nilvalue.Is(ctx) {
-		return nil, errors.New("pgsource: ctx is nil")
+		return nil, runcfg.Invalid("pgsource", "ctx", "must not be nil")
 	}
 	requests, err := s.bound()
 	if err != nil {

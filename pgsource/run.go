@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/knowledgefs/kfsdb/internal/keptconn"
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -21,8 +23,8 @@ import (
 // returns ctx.Err(). worker.Run calls it; call it yourself only when you
 // drive Receive without a worker.Worker.
 func (s *Source) Run(ctx context.Context) error {
-	if ctx == nil {
-		return errors.New("pgsource: ctx is nil")
+	if nilvalue.Is(ctx) {
+		return runcfg.Invalid("pgsource", "ctx", "must not be nil")
 	}
 	requests, err := s.bound()
 	if err != nil {

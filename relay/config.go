@@ -2,7 +2,6 @@ package relay
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -102,28 +101,34 @@ func (c *Config) withDefaults() *Config {
 	return &out
 }
 
+// validate returns a *repo.InputError (see [New]) naming the first field
+// that breaks a rule.
 func (c *Config) validate() error {
-	switch {
-	case c.BackoffBase < 0 || c.BackoffCap < 0:
-		return errors.New("relay: BackoffBase and BackoffCap must not be negative")
-	case c.BackoffCap < c.BackoffBase:
-		return fmt.Errorf("relay: BackoffCap %s is below BackoffBase %s", c.BackoffCap, c.BackoffBase)
-	case c.BatchSize < 1 || c.BatchSize > repo.MaxBatchSize:
-		return fmt.Errorf("relay: BatchSize must be 1..%d, got %d", repo.MaxBatchSize, c.BatchSize)
-	case c.Concurrency < 1:
-		return fmt.Errorf("relay: Concurrency must be > 0, got %d", c.Concurrency)
-	case repo.ValidateWorkerID(c.ID) != nil:
-		return fmt.Errorf("relay: ID: %w", repo.ValidateWorkerID(c.ID))
-	case nilvalue.Is(c.Metrics):
-		return fmt.Errorf("relay: Metrics is a nil %T", c.Metrics)
-	case c.FollowUpInterval > c.PollInterval:
-		return fmt.Errorf("relay: FollowUpInterval %s is longer than PollInterval %s", c.FollowUpInterval, c.PollInterval)
-	case c.LockDuration < 0 || c.PollInterval < 0 || c.FollowUpInterval < 0 || c.PublishTimeout < 0 || c.VisibilityTimeout < 0 || c.WriteTimeout < 0:
-		return errors.New("relay: durations must not be negative")
-	case c.MaxDispatchAttempts < 1:
-		return fmt.Errorf("relay: MaxDispatchAttempts must be > 0, got %d", c.MaxDispatchAttempts)
-	case c.PublishTimeout >= c.LockDuration:
-		return fmt.Errorf("relay: PublishTimeout %s must be shorter than LockDuration %s", c.PublishTimeout, c.LockDuration)
+	if err := runcfg.NonNegative("relay", runcfg.Duration{Field: "Config.BackoffBase", Value: c.BackoffBase},
+		runcfg.Duration{Field: "Config.BackoffCap", Value: c.BackoffCap},
+		runcfg.Duration{Field: "Config.FollowUpInterval", Value: c.FollowUpInterval},
+		runcfg.Duration{Field: "Config.LockDuration", Value: c.LockDuration},
+		runcfg.Duration{Field: "Config.PollInterval", Value: c.PollInterval},
+		runcfg.Duration{Field: "Config.PublishTimeout", Value: c.PublishTimeout},
+		runcfg.Duration{Field: "Config.VisibilityTimeout", Value: c.VisibilityTimeout},
+		runcfg.Duration{Field: "Config.WriteTimeout", Value: c.WriteTimeout}); err != nil {
+		return err
 	}
-	return nil
+	switch {
+	case c.BackoffCap < c.BackoffBase:
+		return runcfg.Invalid("relay", "Config.BackoffCap", fmt.Sprintf("%s is below BackoffBase %s", c.BackoffCap, c.BackoffBase))
+	case c.BatchSize < 1 || c.BatchSize > repo.MaxBatchSize:
+		return runcfg.Invalid("relay", "Config.BatchSize", fmt.Sprintf("must be 1..%d, got %d", repo.MaxBatchSize, c.BatchSize))
+	case c.Concurrency < 1:
+		return runcfg.Invalid("relay", "Config.Concurrency", fmt.Sprintf("must be > 0, got %d", c.Concurrency))
+	case nilvalue.Is(c.Metrics):
+		return runcfg.Invalid("relay", "Config.Metrics", fmt.Sprintf("is a nil %T", c.Metrics))
+	case c.FollowUpInterval > c.PollInterval:
+		return runcfg.Invalid("relay", "Config.FollowUpInterval", fmt.Sprintf("%s is longer than PollInterval %s", c.FollowUpInterval, c.PollInterval))
+	case c.MaxDispatchAttempts < 1:
+		return runcfg.Invalid("relay", "Config.MaxDispatchAttempts", fmt.Sprintf("must be > 0, got %d", c.MaxDispatchAttempts))
+	case c.PublishTimeout >= c.LockDuration:
+		return runcfg.Invalid("relay", "Config.PublishTimeout", fmt.Sprintf("%s must be shorter than LockDuration %s", c.PublishTimeout, c.LockDuration))
+	}
+	return runcfg.ValidID("relay", "Config.ID", c.ID)
 }

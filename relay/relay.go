@@ -13,7 +13,6 @@ package relay
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"sync/atomic"
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
@@ -90,13 +90,17 @@ type Relay struct {
 	testSignals TestSignals
 }
 
-// New returns a relay publishing through pub. cfg may be nil.
+// New returns a relay publishing through pub. cfg may be nil. Bad
+// arguments and Config fields are refused with a *repo.InputError naming
+// them ("pool", "pub", "Config.BatchSize", …; errors.Is
+// repo.ErrInvalidInput), as are Run and RunOnce on a Relay not made by New
+// or with a nil ctx.
 func New(pool *pgxpool.Pool, pub Publisher, cfg *Config) (*Relay, error) {
 	if pool == nil {
-		return nil, errors.New("relay: pool is nil")
+		return nil, runcfg.Invalid("relay", "pool", "must not be nil")
 	}
 	if nilvalue.Is(pub) {
-		return nil, errors.New("relay: publisher is nil")
+		return nil, runcfg.Invalid("relay", "pub", "must not be nil")
 	}
 	if cfg == nil {
 		cfg = &Config{}
@@ -120,9 +124,9 @@ func (r *Relay) ID() string {
 func (r *Relay) usable(ctx context.Context) error {
 	switch {
 	case r == nil || r.cfg == nil:
-		return errors.New("relay: the Relay is nil or was not made by relay.New")
+		return runcfg.Invalid("relay", "Relay", "must be made by relay.New (is nil or a zero Relay)")
 	case nilvalue.Is(ctx):
-		return errors.New("relay: ctx is nil")
+		return runcfg.Invalid("relay", "ctx", "must not be nil")
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -103,22 +102,27 @@ func (c *Config) withDefaults() *Config {
 	return &out
 }
 
+// validate returns a *repo.InputError (see [New]) naming the first field
+// that breaks a rule.
 func (c *Config) validate() error {
+	if err := runcfg.NonNegative("worker", runcfg.Duration{Field: "Config.LeaseDuration", Value: c.LeaseDuration},
+		runcfg.Duration{Field: "Config.HeartbeatInterval", Value: c.HeartbeatInterval},
+		runcfg.Duration{Field: "Config.RetryBackoffBase", Value: c.RetryBackoffBase},
+		runcfg.Duration{Field: "Config.RetryBackoffCap", Value: c.RetryBackoffCap},
+		runcfg.Duration{Field: "Config.WriteTimeout", Value: c.WriteTimeout}); err != nil {
+		return err
+	}
 	switch {
 	case c.Concurrency < 1:
-		return fmt.Errorf("worker: Concurrency must be > 0, got %d", c.Concurrency)
-	case c.LeaseDuration < 0 || c.HeartbeatInterval < 0 || c.RetryBackoffBase < 0 || c.RetryBackoffCap < 0 || c.WriteTimeout < 0:
-		return errors.New("worker: durations must not be negative")
+		return runcfg.Invalid("worker", "Config.Concurrency", fmt.Sprintf("must be > 0, got %d", c.Concurrency))
 	case c.HeartbeatInterval >= c.LeaseDuration:
-		return fmt.Errorf("worker: HeartbeatInterval %s must be shorter than LeaseDuration %s", c.HeartbeatInterval, c.LeaseDuration)
+		return runcfg.Invalid("worker", "Config.HeartbeatInterval", fmt.Sprintf("%s must be shorter than LeaseDuration %s", c.HeartbeatInterval, c.LeaseDuration))
 	case c.RetryBackoffCap < c.RetryBackoffBase:
-		return fmt.Errorf("worker: RetryBackoffCap %s is below RetryBackoffBase %s", c.RetryBackoffCap, c.RetryBackoffBase)
-	case repo.ValidateWorkerID(c.ID) != nil:
-		return fmt.Errorf("worker: ID: %w", repo.ValidateWorkerID(c.ID))
+		return runcfg.Invalid("worker", "Config.RetryBackoffCap", fmt.Sprintf("%s is below RetryBackoffBase %s", c.RetryBackoffCap, c.RetryBackoffBase))
 	case nilvalue.Is(c.Metrics):
-		return fmt.Errorf("worker: Metrics is a nil %T", c.Metrics)
+		return runcfg.Invalid("worker", "Config.Metrics", fmt.Sprintf("is a nil %T", c.Metrics))
 	case c.Tracer != nil && nilvalue.Is(c.Tracer):
-		return fmt.Errorf("worker: Tracer is a nil %T", c.Tracer)
+		return runcfg.Invalid("worker", "Config.Tracer", fmt.Sprintf("is a nil %T", c.Tracer))
 	}
-	return nil
+	return runcfg.ValidID("worker", "Config.ID", c.ID)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/internal/backoff"
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -65,7 +66,7 @@ func (w *Worker) Process(ctx context.Context, msg Message) Result {
 		return Result{Outcome: OutcomeRejected, Err: err}
 	}
 	if nilvalue.Is(msg) {
-		return Result{Outcome: OutcomeRejected, Err: errors.New("worker: msg is nil")}
+		return Result{Outcome: OutcomeRejected, Err: runcfg.Invalid("worker", "msg", "must not be nil")}
 	}
 	res := w.process(ctx, msg, nil)
 	w.testSignals.Processed.Signal(res)

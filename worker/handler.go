@@ -3,8 +3,8 @@ package worker
 import (
 	"cmp"
 	"context"
-	"errors"
 
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
@@ -25,7 +25,7 @@ type HandlerFunc func(ctx context.Context, job *Job) error
 // Work implements Handler. A nil HandlerFunc returns an error.
 func (f HandlerFunc) Work(ctx context.Context, job *Job) error {
 	if f == nil {
-		return errors.New("worker: nil HandlerFunc")
+		return runcfg.Invalid("worker", "HandlerFunc", "must not be nil")
 	}
 	return f(ctx, job)
 }

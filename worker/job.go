@@ -2,12 +2,12 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -29,7 +29,7 @@ type Job struct {
 }
 
 // errNilJob is what a nil Job's writes return.
-var errNilJob = errors.New("worker: nil Job")
+var errNilJob = runcfg.Invalid("worker", "Job", "must not be nil (the worker makes it)")
 
 // Lease returns the current lease (nil for a nil Job).
 func (j *Job) Lease() *repo.Lease {

@@ -18,7 +18,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -134,15 +134,19 @@ type Worker struct {
 	testSignals TestSignals
 }
 
-// New returns a worker. cfg may be nil.
+// New returns a worker. cfg may be nil. Bad arguments and Config fields
+// are refused with a *repo.InputError naming them ("pool", "src", "h",
+// "Config.Concurrency", …; errors.Is repo.ErrInvalidInput), as is a
+// LeasingSource that refuses to bind (a pgsource.Source bound to another
+// worker already).
 func New(pool *pgxpool.Pool, src Source, h Handler, cfg *Config) (*Worker, error) {
 	switch {
 	case pool == nil:
-		return nil, errors.New("worker: pool is nil")
+		return nil, runcfg.Invalid("worker", "pool", "must not be nil")
 	case nilvalue.Is(src):
-		return nil, errors.New("worker: source is nil")
+		return nil, runcfg.Invalid("worker", "src", "must not be nil")
 	case nilvalue.Is(h):
-		return nil, errors.New("worker: handler is nil")
+		return nil, runcfg.Invalid("worker", "h", "must not be nil")
 	}
 	if cfg == nil {
 		cfg = &Config{}
@@ -173,9 +177,9 @@ func (w *Worker) ID() string {
 func (w *Worker) usable(ctx context.Context) error {
 	switch {
 	case w == nil || w.cfg == nil:
-		return errors.New("worker: the Worker is nil or was not made by worker.New")
+		return runcfg.Invalid("worker", "Worker", "must be made by worker.New (is nil or a zero Worker)")
 	case nilvalue.Is(ctx):
-		return errors.New("worker: ctx is nil")
+		return runcfg.Invalid("worker", "ctx", "must not be nil")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,6 +15,7 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/apiwalk"
@@ -24,11 +26,24 @@ import (
 // runtimeRules: every Config field has a default.
 var runtimeRules = apiwalk.Rules{Defaults: map[string]bool{"Config": true}}
 
-// refused: any non-nil error will do; constructors and Run return plain
-// errors.
+// refused: any non-nil error will do (memqueue, a test double, and
+// observe return plain errors).
 func refused(call func()) func(*testing.T, string, error) {
 	call()
 	return func(*testing.T, string, error) {}
+}
+
+// inputRefused: relay, worker and pgsource refuse bad input as repo does,
+// with a *repo.InputError (errors.Is repo.ErrInvalidInput).
+func inputRefused(call func()) func(*testing.T, string, error) {
+	call()
+	return func(t *testing.T, variant string, err error) {
+		t.Helper()
+		var ie *repo.InputError
+		require.ErrorAs(t, err, &ie, variant)
+		require.ErrorIs(t, err, repo.ErrInvalidInput, variant)
+		require.NotEmpty(t, ie.Field, variant)
+	}
 }
 
 func notRefused(t *testing.T, err error) {
@@ -37,10 +52,11 @@ func notRefused(t *testing.T, err error) {
 }
 
 // TestRuntimeAPIRefusesBadInput walks every exported function and method
-// of packages relay, worker, memqueue and observe (each list is checked
-// against the package's source) with each argument nil or zero, typed nil
-// interfaces, and malformed Config fields: none may panic, and each call
-// with an error result must return one. The pool points at no server:
+// of packages relay, worker, pgsource, memqueue and observe (each list is
+// checked against the package's source) with each argument nil or zero,
+// typed nil interfaces, and malformed Config fields: none may panic, and
+// each call with an error result must return one; relay, worker and
+// pgsource a *repo.InputError, as repo does. The pool points at no server:
 // nothing here may need one.
 func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 	ctx := context.Background()
@@ -78,7 +94,7 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 			"Relay.Run":         {Fn: (*relay.Relay).Run, Args: []any{rl, canceled}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}, canceled}}},
 			"Relay.RunOnce":     {Fn: (*relay.Relay).RunOnce, Args: []any{rl, canceled}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}, canceled}}},
 			"Relay.TestSignals": {Fn: (*relay.Relay).TestSignals, Args: []any{rl}, Extra: map[string][]any{"zero Relay": {&relay.Relay{}}}},
-		}, runtimeRules, refused, notRefused)
+		}, runtimeRules, inputRefused, notRefused)
 	})
 
 	t.Run("worker", func(t *testing.T) {
@@ -94,8 +110,9 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 				Valid: []string{"arg1=zero(context.Context)", "arg2=zero(*worker.Job)"}},
 			"Error.Error":  {Fn: (*worker.Error).Error, Args: []any{worker.Fatal("E", errors.New("x"))}, Deep: []int{0}},
 			"Error.Unwrap": {Fn: (*worker.Error).Unwrap, Args: []any{worker.Fatal("E", errors.New("x"))}, Deep: []int{0}, Unwrap: true},
-			"Retryable":    {Fn: worker.Retryable, Args: []any{errors.New("x")}},
-			"Fatal":        {Fn: worker.Fatal, Args: []any{"E", errors.New("x")}, Deep: []int{0}},
+			// Their error is what they make, not a refusal.
+			"Retryable": {Fn: worker.Retryable, Args: []any{errors.New("x")}, Unwrap: true},
+			"Fatal":     {Fn: worker.Fatal, Args: []any{"E", errors.New("x")}, Deep: []int{0}, Unwrap: true},
 			// A Job is made by the worker; a zero one and a nil one refuse
 			// every write.
 			"Job.Lease":   {Fn: (*worker.Job).Lease, Args: []any{job}},
@@ -105,7 +122,25 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 			"Job.CompleteThrough": {Fn: (*worker.Job).CompleteThrough, Args: []any{job, id, fp}},
 			"Job.BindCandidate": {Fn: (*worker.Job).BindCandidate, Args: []any{job, ctx, kfstype.CheckpointProjectionBuilt, id, fp},
 				SkipValidCall: true},
-		}, runtimeRules, refused, notRefused)
+		}, runtimeRules, inputRefused, notRefused)
+	})
+
+	t.Run("pgsource", func(t *testing.T) {
+		src, err := pgsource.New(pool, &pgsource.Config{Logger: quiet})
+		require.NoError(t, err)
+		bound, err := pgsource.New(pool, &pgsource.Config{Logger: quiet})
+		require.NoError(t, err)
+		require.NoError(t, bound.Bind("walker", time.Minute, 4))
+		apiwalk.Walk(t, "../../pgsource", map[string]apiwalk.Case{
+			"New": {Fn: pgsource.New, Args: []any{pool, &pgsource.Config{Logger: quiet}}, Deep: []int{1},
+				Valid: []string{"arg1=zero(*pgsource.Config)", "arg1=nil", "arg1.GatherWindow=-1ns"}, SkipValidCall: true},
+			"Source.Bind": {Fn: (*pgsource.Source).Bind, Args: []any{src, "walker", time.Minute, 4}, SkipValidCall: true,
+				Extra: map[string][]any{"zero Source": {&pgsource.Source{}, "walker", time.Minute, 4}, "bound twice": {bound, "other", time.Minute, 4}}},
+			"Source.Receive": {Fn: (*pgsource.Source).Receive, Args: []any{bound, canceled}, SkipValidCall: true,
+				Extra: map[string][]any{"zero Source": {&pgsource.Source{}, canceled}}},
+			"Source.Run": {Fn: (*pgsource.Source).Run, Args: []any{bound, canceled}, SkipValidCall: true,
+				Extra: map[string][]any{"zero Source": {&pgsource.Source{}, canceled}}},
+		}, runtimeRules, inputRefused, notRefused)
 	})
 
 	t.Run("memqueue", func(t *testing.T) {
