@@ -65,13 +65,13 @@ func OpenSQL(ctx context.Context, url string) (*sql.DB, error) {
 // connection's startup packet, so it also holds on the one connection goose
 // runs the migrations on. Zero leaves the server's setting (no limit by
 // default); lockTimeout must otherwise be at least a millisecond, the
-// setting's unit.
+// setting's unit (else a *repo.InputError naming it).
 func OpenSQLWithLockTimeout(ctx context.Context, url string, lockTimeout time.Duration) (*sql.DB, error) {
 	if lockTimeout == 0 {
 		return OpenSQL(ctx, url)
 	}
 	if lockTimeout < time.Millisecond {
-		return nil, fmt.Errorf("lock timeout must be zero or at least 1ms, got %s", lockTimeout)
+		return nil, invalid("lockTimeout", fmt.Sprintf("must be zero or at least 1ms, got %s", lockTimeout))
 	}
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {

@@ -72,6 +72,9 @@ type SchemaError struct {
 }
 
 func (e *SchemaError) Error() string {
+	if e == nil {
+		return "kfsdb refuses to migrate, nothing was changed: the database's tables fit no mode"
+	}
 	var what string
 	switch e.Mode {
 	case ModePlatform:

@@ -16,6 +16,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/knowledgefs/kfsdb/db/migrations"
+	"github.com/knowledgefs/kfsdb/repo"
 )
 
 const (
@@ -44,7 +45,10 @@ const (
 // connection of its own (polled every second for up to five minutes):
 // concurrent runs against one database serialize, the mode is detected and
 // recorded once, and each migration is applied once. Runs therefore need
-// two connections of db. Methods are safe for concurrent use.
+// two connections of db. Methods are safe for concurrent use. On a nil
+// Provider, one not made by [NewProvider], or with a nil context, every
+// method that returns an error returns a *repo.InputError (errors.Is
+// repo.ErrInvalidInput) and changes nothing.
 type Provider struct {
 	// AllowDataLoss lets [Provider.Down] and [Provider.DownTo] run each
 	// migration's Down as written, dropping a table with its rows. Without
@@ -80,10 +84,17 @@ type Result struct {
 // NewProvider returns a Provider on db. Options extra are passed to
 // goose's provider (for example goose.WithVerbose); they must not set the
 // version table, a store, a locker or excluded versions, which the
-// Provider sets. Closing the Provider closes db.
+// Provider sets. Closing the Provider closes db. A nil db or option is
+// refused with a *repo.InputError naming it (errors.Is
+// repo.ErrInvalidInput).
 func NewProvider(db *sql.DB, extra ...goose.ProviderOption) (*Provider, error) {
 	if db == nil {
-		return nil, errors.New("could not create migration provider: db is nil")
+		return nil, invalid("db", "must not be nil")
+	}
+	for i, o := range extra {
+		if o == nil {
+			return nil, invalid(fmt.Sprintf("extra[%d]", i), "must not be nil")
+		}
 	}
 	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(LockID), lock.WithLockTimeout(1, 300))
 	if err != nil {
@@ -111,14 +122,43 @@ func guardedFS(srcs []source) fs.FS {
 	return fsys
 }
 
+// invalid is bad input to the migrate package: a *repo.InputError naming
+// field and the rule it breaks.
+func invalid(field, reason string) error {
+	return fmt.Errorf("migrate: %w", &repo.InputError{Field: field, Reason: reason})
+}
+
+// usable refuses a Provider not made by NewProvider (nil or zero) and a
+// nil ctx, with a *repo.InputError. Every method that can fail asks it
+// first.
+func (p *Provider) usable(ctx context.Context) error {
+	switch {
+	case p == nil || p.db == nil || p.locker == nil:
+		return invalid("Provider", "must be made by migrate.NewProvider (is nil or a zero Provider)")
+	case ctx == nil:
+		return invalid("ctx", "must not be nil")
+	}
+	return nil
+}
+
 // Close closes the database handle given to [NewProvider].
-func (p *Provider) Close() error { return p.db.Close() }
+func (p *Provider) Close() error {
+	if err := p.usable(context.Background()); err != nil {
+		return err
+	}
+	return p.db.Close()
+}
 
 // Sources lists every migration's version and file name, the stand-ins
-// included, in version order.
+// included, in version order. They are the embedded migrations, the same
+// for every Provider, so a nil Provider lists them too.
 func (p *Provider) Sources() []*goose.Source {
-	out := make([]*goose.Source, 0, len(p.srcs))
-	for _, s := range p.srcs {
+	srcs, _ := sources() // checked by NewProvider
+	if p != nil && p.srcs != nil {
+		srcs = p.srcs
+	}
+	out := make([]*goose.Source, 0, len(srcs))
+	for _, s := range srcs {
 		out = append(out, &goose.Source{Type: goose.TypeSQL, Path: s.name, Version: s.version})
 	}
 	return out
@@ -231,6 +271,9 @@ func (p *Provider) Up(ctx context.Context) (*Result, error) {
 // UpTo is [Provider.Up] up to, and including, version.
 func (p *Provider) UpTo(ctx context.Context, version int64) (*Result, error) {
 	res := &Result{}
+	if err := p.usable(ctx); err != nil {
+		return res, err
+	}
 	err := p.locked(ctx, func(conn *sql.Conn) error {
 		mode, baseline, err := p.prepareUp(ctx, conn)
 		res.Mode, res.Baseline = mode, baseline
@@ -264,6 +307,9 @@ type FloorError struct {
 }
 
 func (e *FloorError) Error() string {
+	if e == nil {
+		return "kfsdb does not roll back below the seed in the platform modes"
+	}
 	return fmt.Sprintf("kfsdb does not roll back below version %d in %s mode: the seed (0006) is the platform's migration and stays; the database stays at version %d",
 		SeedVersion, e.Mode, e.Version)
 }
@@ -312,6 +358,9 @@ func (p *Provider) DownTo(ctx context.Context, version int64) (*Result, error) {
 
 func (p *Provider) down(ctx context.Context, byOne bool, version int64) (*Result, error) {
 	res := &Result{}
+	if err := p.usable(ctx); err != nil {
+		return res, err
+	}
 	err := p.locked(ctx, func(conn *sql.Conn) error {
 		st, err := readState(ctx, conn)
 		if err != nil {
@@ -393,6 +442,9 @@ func (p *Provider) version(ctx context.Context, q queryer) int64 {
 // [VersionTable], 0 when it recorded none (or the table does not exist).
 // It changes nothing and takes no lock.
 func (p *Provider) GetDBVersion(ctx context.Context) (int64, error) {
+	if err := p.usable(ctx); err != nil {
+		return 0, err
+	}
 	st, err := readState(ctx, p.db)
 	return st.version, err
 }
@@ -439,6 +491,9 @@ type Status struct {
 // mode (a *[SchemaError] if the tables fit none, an *[UnrecordedError] if
 // another tool applied kfsdb's migrations there).
 func (p *Provider) Status(ctx context.Context) (*Status, error) {
+	if err := p.usable(ctx); err != nil {
+		return nil, err
+	}
 	conn, err := p.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("could not connect: %w", err)
