@@ -35,7 +35,7 @@ func TestExitCodeSaysNameOnceAndUsageIsTwo(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			require.Equal(t, tc.code, ExitCode("kfsdb", tc.err, &stderr, emptyEnv))
+			require.Equal(t, tc.code, ExitCode("kfsdb", tc.err, &stderr, noEnv))
 			require.Equal(t, tc.line+"\n", stderr.String())
 		})
 	}
@@ -51,12 +51,10 @@ func TestMainUsageErrorsSayKfsdbOnce(t *testing.T) {
 		{"purge", "--database-url", "postgres://u@h/db", "--tenant", strings.Repeat("t", 300), "--older-than", "1h"},
 		{"stuck", "extra"}, {"outbox"}, {"relay"}, {"demo"}} {
 		var stdout, stderr bytes.Buffer
-		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, emptyEnv), "args %q: %s", args, stderr.String())
+		require.Equal(t, 2, Main(t.Context(), args, &stdout, &stderr, noEnv), "args %q: %s", args, stderr.String())
 		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
 		last := lines[len(lines)-1]
 		require.True(t, strings.HasPrefix(last, "kfsdb: usage error: "), "args %q: %s", args, last)
 		require.Equal(t, 1, strings.Count(stderr.String(), "kfsdb: "), "args %q: %s", args, stderr.String())
 	}
 }
-
-func emptyEnv(string) string { return "" }
