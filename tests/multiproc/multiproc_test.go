@@ -176,20 +176,22 @@ func TestProcessesRaceOnTheSameRows(t *testing.T) {
 	})
 	racers.Go(func() { // manual retries of failed attempts
 		for pace(100 * time.Millisecond) {
-			rows, err := pool.Query(ctx, `SELECT id FROM document_compilation_attempts WHERE run_state = 'failed' ORDER BY random() LIMIT 5`)
+			// Each row's scope is read with it: a replacement the supersede
+			// racer started can be run to failure before that racer adds
+			// it to the tracker (seen on a loaded machine, where the
+			// tracker's zero scope made RetryFailed refuse an empty
+			// TenantID).
+			rows, err := pool.Query(ctx, `SELECT tenant_id, knowledge_space_id, id FROM document_compilation_attempts WHERE run_state = 'failed' ORDER BY random() LIMIT 5`)
 			require.NoError(t, err)
-			var failed []uuid.UUID
+			var failed []repo.AttemptRef
 			for rows.Next() {
-				var id uuid.UUID
-				require.NoError(t, rows.Scan(&id))
-				failed = append(failed, id)
+				var ref repo.AttemptRef
+				require.NoError(t, rows.Scan(&ref.TenantID, &ref.KnowledgeSpaceID, &ref.AttemptID))
+				failed = append(failed, ref)
 			}
 			require.NoError(t, rows.Err())
-			for _, id := range failed {
-				tr.mu.Lock()
-				s := tr.scope[id]
-				tr.mu.Unlock()
-				_, err := r.RetryFailed(ctx, pool, &repo.RetryFailedParams{AttemptRef: repo.AttemptRef{TenantID: s.TenantID, KnowledgeSpaceID: s.KnowledgeSpaceID, AttemptID: id}})
+			for _, ref := range failed {
+				_, err := r.RetryFailed(ctx, pool, &repo.RetryFailedParams{AttemptRef: ref})
 				if err == nil {
 					retries.Add(1)
 				}
