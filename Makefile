@@ -32,7 +32,10 @@ export KFS_TEST_POSTGRES_IMAGE
 TESTCONTAINERS_RYUK_DISABLED ?= true
 export TESTCONTAINERS_RYUK_DISABLED
 
-GO_TEST_FLAGS ?= -race -count=1
+# -timeout: a package's whole run, not a hang detector (the tests bound their
+# own waits); the default 10 minutes killed tests/runtime on PostgreSQL 15
+# at 605 s on a machine loaded with two other test runs and CPU hogs.
+GO_TEST_FLAGS ?= -race -count=1 -timeout 30m
 
 .PHONY: help
 help: ## Show this list.
