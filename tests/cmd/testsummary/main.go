@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -95,11 +96,32 @@ func runEcho(in io.Reader, out io.Writer, logPath string) error {
 		case ev.Action == "fail" && ev.Test != "":
 			fmt.Fprint(out, strings.Join(held[key], ""))
 			delete(held, key)
+		case ev.Action == "fail":
+			// The package failed with tests still running (go test's
+			// -timeout panic is their output): print what they said.
+			printUnended(out, held, ev.Package)
 		case ev.Test != "" && (ev.Action == "pass" || ev.Action == "skip"):
 			delete(held, key)
 		}
 	}
 	return sc.Err()
+}
+
+// printUnended prints, and forgets, the held output of pkg's tests that
+// never ended, each under a line naming it, in name order.
+func printUnended(out io.Writer, held map[string][]string, pkg string) {
+	var keys []string
+	for key := range held {
+		if strings.HasPrefix(key, pkg+"\x00") {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		_, test, _ := strings.Cut(key, "\x00")
+		fmt.Fprintf(out, "--- %s: still running when the package failed:\n%s", test, strings.Join(held[key], ""))
+		delete(held, key)
+	}
 }
 
 // result is what became of one package in the run.
