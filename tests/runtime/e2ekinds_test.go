@@ -83,7 +83,11 @@ type e2ePublisher struct {
 	diverted map[uuid.UUID]bool
 }
 
+// setOutage holds mu, so that a dying-worker publication, decided under
+// mu, never sees the flag and the queue disagree.
 func (p *e2ePublisher) setOutage(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.outage.Store(down)
 	p.q.SetOutage(down)
 }
@@ -93,12 +97,22 @@ func (p *e2ePublisher) Publish(ctx context.Context, msg *relay.Message) (*relay.
 	if kind == kindPublishFail {
 		return nil, errors.New("injected publish failure")
 	}
-	if kind == kindDying && !p.outage.Load() {
+	if kind == kindDying {
 		p.mu.Lock()
-		first := !p.diverted[msg.AttemptID]
-		p.diverted[msg.AttemptID] = true
+		down, first := p.outage.Load(), !p.diverted[msg.AttemptID]
+		if !down {
+			p.diverted[msg.AttemptID] = true
+		}
 		p.mu.Unlock()
-		if first {
+		switch {
+		case down:
+			// Refused here, not by the queue: the outage could end between
+			// this read and the queue's, and the first publication would
+			// then reach the queue instead of the dying worker (seen once
+			// on a loaded machine: the attempt ran once, never abandoned).
+			p.refused.Add(1)
+			return nil, memqueue.ErrOutage
+		case first:
 			id := "diverted-" + uuid.NewString()
 			p.divert <- repo.Delivery{AttemptID: msg.AttemptID, QueueJobID: id}
 			return &relay.Publication{QueueJobID: id}, nil
