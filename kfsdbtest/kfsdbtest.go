@@ -71,6 +71,12 @@ const (
 	// EnvImage names the variable holding the Docker image to run when
 	// EnvDatabaseURL is unset.
 	EnvImage = "KFS_TEST_POSTGRES_IMAGE"
+	// EnvTestRun names the variable whose value, when set, labels the
+	// container as LabelTestRun: a CI job that sets it can tell its own
+	// leftover containers from those of other jobs on the same engine.
+	EnvTestRun = "KFS_TEST_RUN"
+	// LabelTestRun is the container label carrying EnvTestRun's value.
+	LabelTestRun = "kfsdb.test-run"
 )
 
 // ErrNoMain is returned (or fails the test) when a database is asked for

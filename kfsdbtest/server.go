@@ -91,6 +91,7 @@ func (s *server) startContainer(ctx context.Context, image string) error {
 		// Test data need not survive a crash: no fsync, data in memory
 		// (CREATE DATABASE ... TEMPLATE, once per test, is then fast).
 		testcontainers.WithCmd("postgres", "-c", "fsync=off", "-c", "max_connections=200"),
+		testcontainers.WithLabels(runLabels()),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 			hc.Tmpfs = map[string]string{"/var/lib/postgresql/data": "rw"}
 			if local {
@@ -217,3 +218,11 @@ func withDatabase(dsn, name string) (string, error) {
 
 // connectTimeout bounds connecting a test database's pool.
 const connectTimeout = 30 * time.Second
+
+// runLabels is the container's LabelTestRun label, when EnvTestRun is set.
+func runLabels() map[string]string {
+	if run := os.Getenv(EnvTestRun); run != "" {
+		return map[string]string{LabelTestRun: run}
+	}
+	return nil
+}

@@ -79,6 +79,7 @@ func containerOptions(sopts Options, local bool, hostPort string) []testcontaine
 		tcpostgres.WithPassword(containerPassword),
 		tcpostgres.BasicWaitStrategies(),
 		testcontainers.WithCmd(cmd...),
+		RunLabels(),
 	}
 	// One modifier: a second WithHostConfigModifier would replace the first.
 	return append(opts, testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
@@ -192,4 +193,23 @@ func noServerError(cause error) error {
 		"  - set %s to an existing server's URL (pgtest creates and drops its own kfstest_* databases there), or\n"+
 		"  - make Docker reachable and set %s to a local image (default %s); without registry access run `make postgres-image` and use kfsdb-postgres:17",
 		cause, EnvDatabaseURL, EnvImage, DefaultImage)
+}
+
+// EnvTestRun names the run a container belongs to (.ci/run sets it): every
+// container the tests create carries it as the label LabelTestRun, so a run's
+// leftover check counts its own containers, not those of another run on the
+// same engine.
+const (
+	EnvTestRun   = "KFS_TEST_RUN"
+	LabelTestRun = "kfsdb.test-run"
+)
+
+// RunLabels labels a container with the run in KFS_TEST_RUN (no label when
+// it is unset). Every container a test package creates takes it.
+func RunLabels() testcontainers.CustomizeRequestOption {
+	run := os.Getenv(EnvTestRun)
+	if run == "" {
+		return func(*testcontainers.GenericContainerRequest) error { return nil }
+	}
+	return testcontainers.WithLabels(map[string]string{LabelTestRun: run})
 }
