@@ -1,0 +1,13 @@
+package partition_test
+
+import (
+	"testing"
+
+	"github.com/knowledgefs/kfsdb/tests/pgtest"
+)
+
+// pgAlias is PostgreSQL's name on the package's Docker network, where the
+// cut-off programs reach it.
+const pgAlias = "postgres"
+
+func TestMain(m *testing.M) { pgtest.MainWithOptions(m, pgtest.Options{NetworkAlias: pgAlias}) }
