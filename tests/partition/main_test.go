@@ -1,6 +1,7 @@
 package partition_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
@@ -10,4 +11,8 @@ import (
 // cut-off programs reach it.
 const pgAlias = "postgres"
 
-func TestMain(m *testing.M) { pgtest.MainWithOptions(m, pgtest.Options{NetworkAlias: pgAlias}) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m, pgtest.Options{NetworkAlias: pgAlias})
+	removeProgram()
+	os.Exit(code)
+}

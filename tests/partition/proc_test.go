@@ -52,8 +52,14 @@ func buildProgram(t *testing.T) string {
 		build.out, build.err = cmd.CombinedOutput()
 	})
 	require.NoError(t, build.err, "go build tests/cmd/kfsdb-partition:\n%s", build.out)
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(build.bin)) })
 	return build.bin
+}
+
+// removeProgram removes what buildProgram built, after the tests.
+func removeProgram() {
+	if build.bin != "" {
+		_ = os.RemoveAll(filepath.Dir(build.bin))
+	}
 }
 
 // program is kfsdb-partition running in its own container on the
