@@ -35,7 +35,8 @@ const (
 	EventPublishing = "publishing"
 	// EventPublished: the held publication returned QueueJobID.
 	EventPublished = "published"
-	// EventReport: the program's last line, with its Counts.
+	// EventReport: the program's counters after its late writes (it works
+	// on).
 	EventReport = "report"
 )
 

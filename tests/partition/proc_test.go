@@ -69,6 +69,7 @@ type program struct {
 	name    string
 	ctr     *testcontainers.DockerContainer
 	network string
+	address string // on network, before the cut
 }
 
 // startProgram runs kfsdb-partition args in a container from the server's
@@ -102,7 +103,9 @@ func startProgram(t *testing.T, name string, args ...string) *program {
 	nets, err := ctr.Networks(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{srv.Network()}, nets, "%s must be on the test's network only", name)
-	return &program{t: t, name: name, ctr: ctr, network: srv.Network()}
+	p := &program{t: t, name: name, ctr: ctr, network: srv.Network()}
+	p.address = p.addressOn()
+	return p
 }
 
 func (p *program) docker(do func(ctx context.Context, c client.APIClient) error) {
@@ -125,15 +128,52 @@ func (p *program) cut() {
 	})
 }
 
-// reconnect gives the program its route back.
-func (p *program) reconnect() {
+// reconnect gives the program its route back. With newAddress, another
+// container takes the address the program had first, so the program comes
+// back with another one and the connections it had are dead for good (as
+// when a NAT or a firewall forgot them): every packet on them is lost
+// until the pool gives them up. Without, Docker hands the old address
+// back (the lowest free one; later Docker versions may allocate another),
+// and the connections live on. It returns the program's addresses before
+// and after.
+func (p *program) reconnect(newAddress bool) (before, after string) {
 	p.t.Helper()
+	before = p.address
+	if newAddress {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		sq, err := testcontainers.Run(ctx, pgtest.CurrentServer(p.t).Image(), testcontainers.WithEntrypoint("sleep"), testcontainers.WithCmd("600"),
+			tcnetwork.WithNetworkName([]string{p.name + "-squatter"}, p.network))
+		p.t.Cleanup(func() {
+			if sq != nil {
+				_ = testcontainers.TerminateContainer(sq)
+			}
+		})
+		require.NoError(p.t, err, "start the container that takes %s's address", p.name)
+	}
 	p.docker(func(ctx context.Context, c client.APIClient) error {
 		_, err := c.NetworkConnect(ctx, p.network, client.NetworkConnectOptions{
 			Container: p.ctr.GetContainerID(), EndpointConfig: &network.EndpointSettings{Aliases: []string{p.name}},
 		})
 		return err
 	})
+	p.address = p.addressOn()
+	if newAddress {
+		require.NotEqual(p.t, before, p.address, "%s came back with its old address", p.name)
+	}
+	return before, p.address
+}
+
+// addressOn returns the program's address on the network.
+func (p *program) addressOn() string {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ins, err := p.ctr.Inspect(ctx)
+	require.NoError(p.t, err)
+	ep := ins.NetworkSettings.Networks[p.network]
+	require.NotNil(p.t, ep, "%s is not on %s", p.name, p.network)
+	return ep.IPAddress.String()
 }
 
 // openGate sends the program partition.Gate (no network needed).

@@ -31,8 +31,9 @@ const (
 // it marks them: its publisher holds the publications at a gate, so the
 // relay stands between the two steps for as long as the test wants. A
 // relay in the test process claims the rows once the claim expired,
-// publishes them to a queue and marks them. The route comes back, the
-// gate opens: the cut-off relay publishes (late) and marks, and every mark
+// publishes them to a queue and marks them. The route comes back, with
+// another address (the connections the relay had are dead), the gate
+// opens: the cut-off relay publishes (late) and marks, and every mark
 // must be refused, its rows being another relay's. Its publications reach
 // the queue too (at least once), and the worker refuses them as stale:
 // every attempt succeeds exactly once, under the second relay's
@@ -43,13 +44,13 @@ func TestRelayCutOffBetweenClaimAndMark(t *testing.T) {
 	r := repo.New(nil)
 	testfactory.InstallLeaseAudit(ctx, t, db.Pool)
 	testfactory.InstallStateAudit(ctx, t, db.Pool)
-	docs := testfactory.SeedDocuments(ctx, t, db.Pool, 1, relayRows)
+	docs := testfactory.SeedDocuments(ctx, t, db.Pool, 1, relayRows+1)
 	ids := map[uuid.UUID]bool{}
-	for _, a := range testfactory.StartAll(ctx, t, r, db.Pool, docs, 10) {
+	for _, a := range testfactory.StartAll(ctx, t, r, db.Pool, docs[:relayRows], 10) {
 		ids[a.ID] = true
 	}
 
-	cut := startProgram(t, cutRelayID, "relay", "--database-url", pgtest.CurrentServer(t).NetworkURL(db.URL),
+	cut := startProgram(t, cutRelayID, "relay", "--database-url", programURL(t, db),
 		"--id", cutRelayID, "--lock", cutLock.String())
 	for _, ev := range cut.waitEvents(partition.EventPublishing, relayRows, "the relay claims every row and holds its publication") {
 		require.True(t, ids[ev.Attempt], "the relay claimed a row of attempt %s, not one of the test's", ev.Attempt)
@@ -75,10 +76,10 @@ func TestRelayCutOffBetweenClaimAndMark(t *testing.T) {
 
 	// The route comes back; the held publications return and the cut-off
 	// relay marks them, late: its claim is no longer the rows'.
-	cut.reconnect()
+	before, after := cut.reconnect(true)
+	t.Logf("%s: back on the network, address %s (was %s)", cutRelayID, after, before)
 	cut.openGate()
-	cut.waitExit()
-	report := cut.waitEvents(partition.EventReport, 1, "the report")[0]
+	report := cut.waitEvents(partition.EventReport, 1, "the late marks, once the route is back")[0]
 	require.EqualValues(t, relayRows, report.Counts["relay_mark_refused"], "late marks refused; counts: %v", report.Counts)
 	require.Zero(t, report.Counts["relay_published"], "late marks accepted; counts: %v", report.Counts)
 	// What it published reaches the queue all the same (at least once).
@@ -87,19 +88,47 @@ func TestRelayCutOffBetweenClaimAndMark(t *testing.T) {
 		q.Inject(repo.Delivery{AttemptID: ev.Attempt, QueueJobID: ev.JobID})
 	}
 
-	outcomes := runQueue(t, db, q, docs, 2*relayRows)
-	require.Equal(t, map[worker.Outcome]int{worker.OutcomeCompleted: relayRows, worker.OutcomeStale: relayRows}, outcomes,
-		"one completion per attempt, the cut-off relay's deliveries stale")
+	// With its route back the cut-off relay relays again: a new attempt's
+	// row is published and marked by it, so no connection of its pool is
+	// left hanging on the dead route.
+	next := testfactory.StartAll(ctx, t, r, db.Pool, docs[relayRows:], 10)[0]
+	ids[next.ID] = true
+	pub := cut.waitEvents(partition.EventPublished, relayRows+1, "the cut-off relay, its route back, publishes a new attempt")[relayRows]
+	require.Equal(t, next.ID, pub.Attempt)
+	requireMarked(ctx, t, db, next.ID, pub.JobID)
+	q.Inject(repo.Delivery{AttemptID: next.ID, QueueJobID: pub.JobID})
+
+	outcomes := runQueue(t, db, q, docs, 2*relayRows+1)
+	require.Equal(t, map[worker.Outcome]int{worker.OutcomeCompleted: relayRows + 1, worker.OutcomeStale: relayRows}, outcomes,
+		"one completion per attempt, the cut-off relay's late deliveries stale")
 	for id := range ids {
 		rows := testfactory.RequireInvariants(ctx, t, db.Pool, id)
 		require.Equal(t, kfstype.RunStateSucceeded, rows.Attempt.RunState)
 		require.EqualValues(t, 1, rows.Attempt.ExecutionAttempts, "attempt %s ran more than once", id)
 		require.NotNil(t, rows.Outbox.QueueJobID)
-		require.NotContains(t, *rows.Outbox.QueueJobID, cutRelayID, "attempt %s's outbox row holds the cut-off relay's job id", id)
+		if id != next.ID {
+			require.NotContains(t, *rows.Outbox.QueueJobID, cutRelayID, "attempt %s's outbox row holds the cut-off relay's late job id", id)
+		}
 	}
 	testfactory.RequireTerminalOnce(ctx, t, db.Pool, keys(ids))
-	require.Equal(t, relayRows, testfactory.RequireNoLeaseOverlap(ctx, t, db.Pool))
-	require.Equal(t, relayRows, testfactory.RequireFencedWrites(ctx, t, db.Pool).Outcomes)
+	require.Equal(t, relayRows+1, testfactory.RequireNoLeaseOverlap(ctx, t, db.Pool))
+	require.Equal(t, relayRows+1, testfactory.RequireFencedWrites(ctx, t, db.Pool).Outcomes)
+}
+
+// requireMarked waits until the attempt's outbox row is dispatched with
+// jobID: the relay that published it marked it.
+func requireMarked(ctx context.Context, t *testing.T, db *pgtest.DB, id uuid.UUID, jobID string) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		rows := testfactory.ReadRows(ctx, t, db.Pool, id)
+		if rows.Outbox.Status == kfstype.OutboxStatusDispatched && rows.Outbox.QueueJobID != nil && *rows.Outbox.QueueJobID == jobID {
+			return
+		}
+		require.False(t, time.Now().After(deadline), "attempt %s's outbox row is %s with job id %v after %s, not marked dispatched with %s",
+			id, rows.Outbox.Status, rows.Outbox.QueueJobID, waitFor, jobID)
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // runQueue runs a worker on q until it has settled n deliveries, and

@@ -37,27 +37,34 @@ const clockSlack = 100 * time.Millisecond
 // leases the attempt and holds it at smoke_eval_passed; the route comes
 // back, and every late write of the cut-off worker (heartbeat, progress,
 // outcome; and the progress its handler writes when it ignored its
-// context) must be refused by fencing; then the second worker completes,
-// the attempt's one terminal state. Two handlers: one that returns when
-// its context ends, one that runs on regardless.
+// context) must be refused by fencing; the cut-off worker then takes and
+// completes a new attempt (it recovered); then the second worker
+// completes, the first attempt's one terminal state. Two handlers: one
+// that returns when its context ends, whose worker comes back with its
+// address (its connections live on), and one that runs on regardless,
+// whose worker comes back with another (its connections are dead).
 func TestWorkerCutOffPastItsLease(t *testing.T) {
-	for _, handler := range []string{"honour", "ignore"} {
-		t.Run(handler, func(t *testing.T) { testWorkerCutOff(t, handler) })
+	for _, c := range []struct {
+		handler    string
+		newAddress bool
+	}{{"honour", false}, {"ignore", true}} {
+		t.Run(c.handler, func(t *testing.T) { testWorkerCutOff(t, c.handler, c.newAddress) })
 	}
 }
 
-func testWorkerCutOff(t *testing.T, handler string) {
+func testWorkerCutOff(t *testing.T, handler string, newAddress bool) {
 	ctx := context.Background()
 	db := pgtest.NewDB(t)
 	r := repo.New(nil)
 	testfactory.InstallLeaseAudit(ctx, t, db.Pool)
 	testfactory.InstallStateAudit(ctx, t, db.Pool)
-	docs := testfactory.SeedDocuments(ctx, t, db.Pool, 1, 1)
-	attempt := testfactory.StartAll(ctx, t, r, db.Pool, docs, 10)[0]
+	docs := testfactory.SeedDocuments(ctx, t, db.Pool, 1, 2)
+	attempt := testfactory.StartAll(ctx, t, r, db.Pool, docs[:1], 10)[0]
 
 	cutID := "cut-" + handler
-	cut := startProgram(t, cutID, "worker", "--database-url", pgtest.CurrentServer(t).NetworkURL(db.URL),
-		"--id", cutID, "--lease", cutLease.String(), "--handler", handler)
+	cand := docs[0].Candidate
+	cut := startProgram(t, cutID, "worker", "--database-url", programURL(t, db),
+		"--id", cutID, "--lease", cutLease.String(), "--handler", handler, "--candidate", cand.ID.String()+","+cand.Fingerprint)
 	running := cut.waitEvents(partition.EventRunning, 1, "the handler starts")[0]
 	require.Equal(t, attempt.ID, running.Attempt)
 
@@ -82,9 +89,10 @@ func testWorkerCutOff(t *testing.T, handler string) {
 	// The route comes back while the second worker holds a valid lease at
 	// smoke_eval_passed: only fencing stands between the late writes and
 	// the attempt.
-	cut.reconnect()
+	before, after := cut.reconnect(newAddress)
+	t.Logf("%s: back on the network, address %s (was %s)", cutID, after, before)
 	cut.openGate()
-	cut.waitExit()
+	report := cut.waitEvents(partition.EventReport, 1, "the late writes, once the route is back")[0]
 	evs := cut.events()
 	var processed *partition.Event
 	late := map[string]int{}
@@ -105,9 +113,16 @@ func testWorkerCutOff(t *testing.T, handler string) {
 	}
 	require.Equal(t, map[string]int{partition.WriteHeartbeat: 1, partition.WriteProgress: wantProgress, partition.WriteOutcome: 1}, late,
 		"late writes refused, by kind")
-	report := cut.waitEvents(partition.EventReport, 1, "the report")[0]
 	require.Zero(t, report.Counts["late_heartbeat_accepted"]+report.Counts["late_progress_accepted"]+report.Counts["late_outcome_accepted"], "counts: %v", report.Counts)
 	require.EqualValues(t, 1, report.Counts["worker_leases_lost"], "counts: %v", report.Counts)
+
+	// With its route back the cut-off worker works again: it takes and
+	// completes a new attempt (the second worker's one slot is busy),
+	// so no connection of its pool is left hanging on the dead route.
+	second := testfactory.StartAll(ctx, t, r, db.Pool, docs[1:], 10)[0]
+	recovered := cut.waitEvents(partition.EventProcessed, 2, "the cut-off worker, its route back, completes a new attempt")[1]
+	require.Equal(t, second.ID, recovered.Attempt)
+	require.Equal(t, string(worker.OutcomeCompleted), recovered.Outcome, "the new attempt's outcome: %s", recovered.Err)
 
 	close(release)
 	var res worker.Result
@@ -119,9 +134,10 @@ func testWorkerCutOff(t *testing.T, handler string) {
 	require.Equal(t, worker.OutcomeCompleted, res.Outcome, "the second worker's outcome: %v", res.Err)
 
 	requireOneOutcome(ctx, t, db, attempt.ID, kfstype.RunStateSucceeded, takeoverID)
-	require.Equal(t, 2, testfactory.RequireNoLeaseOverlap(ctx, t, db.Pool), "leases granted: the cut-off worker's and the second worker's")
+	requireOneOutcome(ctx, t, db, second.ID, kfstype.RunStateSucceeded, cutID)
+	require.Equal(t, 3, testfactory.RequireNoLeaseOverlap(ctx, t, db.Pool), "leases granted: the cut-off worker's two and the second worker's")
 	fw := testfactory.RequireFencedWrites(ctx, t, db.Pool)
-	require.Equal(t, 1, fw.Outcomes, "outcomes written under a lease")
+	require.Equal(t, 2, fw.Outcomes, "outcomes written under a lease")
 }
 
 // startTakeover runs a worker in the test process, on pgsource, whose

@@ -5,21 +5,24 @@
 // test opens its gate with SIGUSR1 (partition.Gate) once the route to the
 // database is back.
 //
-//	kfsdb-partition worker --database-url URL --id ID --lease 3s --handler honour|ignore
+//	kfsdb-partition worker --database-url URL --id ID --lease 3s --handler honour|ignore --candidate ID,FINGERPRINT
 //
-// runs one worker (pgsource, one slot) whose handler reports its lease,
-// then waits: "honour" until its context ends, "ignore" until the gate,
-// past its context's end, and then writes progress under the lease it
-// held. Once the gate is open and the delivery settled, the program makes
-// every late write a cut-off worker could (heartbeat, progress, outcome)
-// under that lease, reports whether each was refused, and exits.
+// runs one worker (pgsource, one slot) whose handler reports its first
+// lease, then waits: "honour" until its context ends, "ignore" until the
+// gate, past its context's end, and then writes progress under the lease
+// it held. Once the gate is open and the delivery settled, the program
+// makes every late write a cut-off worker could (heartbeat, progress,
+// outcome) under that lease, reports whether each was refused, and works
+// on: every later attempt it compiles and completes (binding the
+// candidate), so that the test sees it recover, until SIGTERM.
 //
 //	kfsdb-partition relay --database-url URL --id ID --lock 3s
 //
 // runs one relay whose publisher holds every claimed row's publication
 // until the gate, so that the test can cut it off between its claim and
 // its mark; after the gate it marks them (late), reports its counters and
-// exits.
+// relays on (publications pass the open gate), so that the test sees it
+// recover, until SIGTERM.
 package main
 
 import (
@@ -32,10 +35,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -44,6 +49,7 @@ import (
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/partition"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 	"github.com/knowledgefs/kfsdb/worker"
 )
 
@@ -71,6 +77,7 @@ func run(ctx context.Context, args []string) error {
 	lease := fs.Duration("lease", 3*time.Second, "worker: lease duration")
 	honour := fs.String("handler", "honour", "worker: honour (return when the context ends) or ignore (run on until the gate)")
 	lock := fs.Duration("lock", 3*time.Second, "relay: claim lock duration")
+	candidate := fs.String("candidate", "", "worker: the candidate publication later attempts bind, as id,fingerprint")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -91,14 +98,26 @@ func run(ctx context.Context, args []string) error {
 		if *honour != "honour" && *honour != "ignore" {
 			return fmt.Errorf("--handler must be honour or ignore, not %q", *honour)
 		}
-		err = runWorker(ctx, pool, out, log, counts, gate, *id, *lease, *honour == "honour")
+		cand, err := parseCandidate(*candidate)
+		if err != nil {
+			return err
+		}
+		h := &handler{out: out, counts: counts, gate: gate, honour: *honour == "honour", candidate: cand}
+		return runWorker(ctx, pool, out, log, counts, gate, h, *id, *lease)
 	case "relay":
-		err = runRelay(ctx, pool, out, log, counts, gate, *id, *lock)
+		return runRelay(ctx, pool, out, log, counts, gate, *id, *lock)
 	default:
 		return fmt.Errorf("unknown command %q", args[0])
 	}
-	out.emit(partition.Event{Event: partition.EventReport, Counts: counts.snapshot()})
-	return err
+}
+
+func parseCandidate(s string) (testfactory.Candidate, error) {
+	id, fp, ok := strings.Cut(s, ",")
+	u, err := uuid.Parse(id)
+	if !ok || err != nil {
+		return testfactory.Candidate{}, fmt.Errorf("--candidate must be id,fingerprint, not %q", s)
+	}
+	return testfactory.Candidate{ID: u, Fingerprint: fp}, nil
 }
 
 // openGate returns a channel closed at the first partition.Gate signal.
@@ -163,23 +182,32 @@ func (c *counters) snapshot() map[string]int64 {
 	return out
 }
 
-// handler holds its attempt past the partition. It records the lease it
-// held when its context ended: the lease the late writes use.
+// handler holds its first attempt past the partition. It records the
+// lease it held when its context ended: the lease the late writes use.
+// Later attempts it compiles and completes.
 type handler struct {
-	out    *emitter
-	counts *counters
-	gate   <-chan struct{}
-	honour bool
-	mu     sync.Mutex
-	job    *worker.Job
-	lease  *repo.Lease
+	out       *emitter
+	counts    *counters
+	gate      <-chan struct{}
+	honour    bool
+	candidate testfactory.Candidate
+	mu        sync.Mutex
+	job       *worker.Job
+	lease     *repo.Lease
 }
 
 func (h *handler) Work(ctx context.Context, job *worker.Job) error {
 	l := job.Lease()
 	h.mu.Lock()
-	h.job, h.lease = job, l
+	first := h.job == nil
+	if first {
+		h.job, h.lease = job, l
+	}
 	h.mu.Unlock()
+	if !first {
+		h.out.emit(partition.Event{Event: partition.EventRunning, Attempt: l.AttemptID, Token: l.Token, ExpiresAt: l.ExpiresAt})
+		return testfactory.CompileJob(ctx, job, h.candidate, nil)
+	}
 	ended := make(chan struct{})
 	context.AfterFunc(ctx, func() {
 		cur := job.Lease()
@@ -228,12 +256,11 @@ func lateWrite(out *emitter, counts *counters, write string, lease *repo.Lease, 
 }
 
 func runWorker(ctx context.Context, pool *pgxpool.Pool, out *emitter, log *slog.Logger, counts *counters, gate <-chan struct{},
-	id string, lease time.Duration, honour bool) error {
+	h *handler, id string, lease time.Duration) error {
 	src, err := pgsource.New(pool, &pgsource.Config{Logger: log, Metrics: counts})
 	if err != nil {
 		return err
 	}
-	h := &handler{out: out, counts: counts, gate: gate, honour: honour}
 	w, err := worker.New(pool, src, h, &worker.Config{ID: id, LeaseDuration: lease, Concurrency: 1, Logger: log, Metrics: counts})
 	if err != nil {
 		return err
@@ -244,13 +271,25 @@ func runWorker(ctx context.Context, pool *pgxpool.Pool, out *emitter, log *slog.
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
 
-	var res worker.Result
-	select {
-	case res = <-w.TestSignals().Processed.C():
-	case <-ctx.Done():
-		return ctx.Err()
+	// Every delivery's result is an event; the first one is the held
+	// attempt's.
+	first := make(chan struct{})
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case res := <-w.TestSignals().Processed.C():
+				out.emit(partition.Event{Event: partition.EventProcessed, Attempt: res.AttemptID, Outcome: string(res.Outcome), Err: fmt.Sprint(res.Err)})
+				if i == 0 {
+					close(first)
+				}
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	if err := wait(ctx, first); err != nil {
+		return err
 	}
-	out.emit(partition.Event{Event: partition.EventProcessed, Attempt: res.AttemptID, Outcome: string(res.Outcome), Err: fmt.Sprint(res.Err)})
 	if err := wait(ctx, gate); err != nil {
 		return err
 	}
@@ -268,6 +307,9 @@ func runWorker(ctx context.Context, pool *pgxpool.Pool, out *emitter, log *slog.
 	lateWrite(out, counts, partition.WriteProgress, held, err)
 	_, err = r.Complete(wctx2, pool, &repo.CompleteParams{Lease: held})
 	lateWrite(out, counts, partition.WriteOutcome, held, err)
+	out.emit(partition.Event{Event: partition.EventReport, Counts: counts.snapshot()})
+	// Work on until stopped: the test checks that the worker recovered.
+	<-ctx.Done()
 	stopWorker()
 	<-done
 	return nil
@@ -295,6 +337,9 @@ func runRelay(ctx context.Context, pool *pgxpool.Pool, out *emitter, log *slog.L
 	id string, lock time.Duration) error {
 	r, err := relay.New(pool, &gatePublisher{out: out, gate: gate, id: id}, &relay.Config{
 		ID: id, LockDuration: lock, PublishTimeout: lock / 2, Logger: log, Metrics: counts,
+		// Room for the pool to drop the dead connections it may hand out
+		// first (one ping timeout each) before the late mark goes through.
+		WriteTimeout: writeTimeout,
 	})
 	if err != nil {
 		return err
@@ -311,6 +356,9 @@ func runRelay(ctx context.Context, pool *pgxpool.Pool, out *emitter, log *slog.L
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	out.emit(partition.Event{Event: partition.EventReport, Counts: counts.snapshot()})
+	// Relay on until stopped: the test checks that the relay recovered.
+	<-ctx.Done()
 	stopRelay()
 	<-done
 	return nil
