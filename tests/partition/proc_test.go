@@ -237,23 +237,3 @@ func (p *program) waitEvents(kind string, n int, why string) []partition.Event {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
-// waitExit waits for the program to exit by itself and requires status 0.
-func (p *program) waitExit() {
-	p.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor+10*time.Second)
-	defer cancel()
-	for {
-		st, err := p.ctr.State(ctx)
-		require.NoError(p.t, err)
-		if !st.Running {
-			require.Equal(p.t, 0, st.ExitCode, "%s exited with %d:\n%s", p.name, st.ExitCode, p.logs())
-			return
-		}
-		if time.Now().After(deadline) {
-			require.FailNow(p.t, "timed out", "%s did not exit within %s:\n%s", p.name, waitFor, p.logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
