@@ -110,7 +110,7 @@ test: test-deps ## Run every test of every module (-race), building kfsdb-postgr
 
 # Packages whose tests run goroutines, clocks, sleeps, subprocesses or
 # brokers, as module:package-pattern.
-FLAKE_PACKAGES ?= tests:./runtime/ tests:./multiproc/ tests:./faults/ tests:./repo/ tests:./migrations/ \
+FLAKE_PACKAGES ?= tests:./runtime/ tests:./multiproc/ tests:./partition/ tests:./faults/ tests:./repo/ tests:./migrations/ \
 	tests:./pgbouncer/ tests:./console/ tests:./consolehttp/ tests:./cli/ tests:./adapters/... tests:./model/ tests:./cmd/... \
 	.:./internal/... .:./worker/... .:./relay/... .:./pgsource/... cmd/kfsdb:./... bench/kfsdb-bench:./... kfsdbtest:./...
 FLAKE_COUNT ?= 5

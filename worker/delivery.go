@@ -310,14 +310,23 @@ func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, msg Message, lo
 // heartbeat extends the lease every HeartbeatInterval until ctx ends. A
 // refusal means the lease is lost; other errors are retried until the
 // lease would have expired. Each call is bounded by the lease's expiry, so
-// a call stuck on an unresponsive server ends the lease on time. After a
-// renewal it extends ext (may be nil), the message's redelivery deadline.
+// a call stuck on an unresponsive server ends the lease on time, and so
+// does a timer between calls: calls that fail at once (no route to the
+// database) would otherwise leave the handler running until the first
+// tick after the expiry, up to a HeartbeatInterval into another worker's
+// lease. After a renewal it extends ext (may be nil), the message's
+// redelivery deadline.
 func (w *Worker) heartbeat(ctx context.Context, job *Job, ext Extender, log *slog.Logger, lose func(error)) {
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
+	expiry := time.NewTimer(time.Until(job.Lease().ExpiresAt))
+	defer expiry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-expiry.C:
+			lose(fmt.Errorf("%w: not renewed before it expired at %s", repo.ErrLeaseLost, job.Lease().ExpiresAt))
 			return
 		case <-t.C:
 		}
@@ -331,6 +340,7 @@ func (w *Worker) heartbeat(ctx context.Context, job *Job, ext Extender, log *slo
 		switch {
 		case err == nil:
 			job.lease.Store(renewed)
+			expiry.Reset(time.Until(renewed.ExpiresAt))
 			if ext != nil {
 				if err := ext.Extend(ctx); err != nil {
 					log.WarnContext(ctx, "extending the delivery's deadline failed; the queue may redeliver it (the lease still fences the attempt)", "err", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/api/types/network"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 
 	"github.com/knowledgefs/kfsdb/tests/scratch"
 )
@@ -41,11 +42,25 @@ func startContainer(ctx context.Context, image string, sopts Options) (*Server, 
 		// the default gateway), where the loopback-only port is not reachable.
 		os.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
 	}
-	ctr, err := tcpostgres.Run(ctx, image, containerOptions(sopts, local, hostPort)...)
+	opts := containerOptions(sopts, local, hostPort)
+	var nw *testcontainers.DockerNetwork
+	if sopts.NetworkAlias != "" {
+		if nw, err = tcnetwork.New(ctx); err != nil {
+			return nil, fmt.Errorf("could not create a Docker network for the PostgreSQL container: %w", err)
+		}
+		opts = append(opts, tcnetwork.WithNetwork([]string{sopts.NetworkAlias}, nw))
+	}
+	removeNetwork := func() {
+		if nw != nil {
+			_ = nw.Remove(context.WithoutCancel(ctx))
+		}
+	}
+	ctr, err := tcpostgres.Run(ctx, image, opts...)
 	if err != nil {
 		if ctr != nil {
 			_ = testcontainers.TerminateContainer(ctr)
 		}
+		removeNetwork()
 		err = fmt.Errorf("could not start PostgreSQL container from image %q: %w", image, err)
 		if strings.Contains(strings.ToLower(err.Error()), "ryuk") {
 			return nil, fmt.Errorf("%w\n(the Ryuk reaper could not start: set TESTCONTAINERS_RYUK_DISABLED=true)", err)
@@ -58,8 +73,10 @@ func startContainer(ctx context.Context, image string, sopts Options) (*Server, 
 	s, err := connectContainer(ctx, ctr, image, sopts, local)
 	if err != nil {
 		_ = testcontainers.TerminateContainer(ctr)
+		removeNetwork()
 		return nil, err
 	}
+	s.network, s.alias = nw, sopts.NetworkAlias
 	return s, nil
 }
 

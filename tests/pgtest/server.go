@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 
@@ -87,6 +88,8 @@ type Server struct {
 	closeErr   error
 	closeOnce  sync.Once
 	container  *tcpostgres.PostgresContainer
+	network    *testcontainers.DockerNetwork // with Options.NetworkAlias
+	alias      string
 	desc       string
 	hostPort   string // the fixed host port of a PersistentData container
 	image      string
@@ -121,6 +124,13 @@ type Options struct {
 	// removed with the container) instead of tmpfs. It has no effect on a
 	// KFS_TEST_DATABASE_URL server. Defaults to false: fsync off, tmpfs.
 	Durable bool
+	// NetworkAlias, when set, starts a container on a Docker network of its
+	// own, created for it, where other containers reach PostgreSQL as
+	// NetworkAlias:5432 ([Server.Network], [Server.NetworkURL]); the test
+	// still reaches it through 127.0.0.1. Close removes the network after
+	// the container. It has no effect on a KFS_TEST_DATABASE_URL server.
+	// Defaults to "": the default bridge only.
+	NetworkAlias string
 }
 
 // StartServer acquires a server as the package documentation describes:
@@ -169,6 +179,11 @@ func (s *Server) Close() error {
 				s.closeErr = fmt.Errorf("could not terminate PostgreSQL container: %w", s.closeErr)
 			}
 		}
+		if s.network != nil && !s.kept {
+			if err := s.network.Remove(context.Background()); err != nil {
+				s.closeErr = errors.Join(s.closeErr, fmt.Errorf("could not remove the server's network: %w", err))
+			}
+		}
 	})
 	return s.closeErr
 }
@@ -207,6 +222,30 @@ func (s *Server) CreateTemplate(ctx context.Context, name string) error {
 // and by Restart for a container whose data is on tmpfs (see
 // [Options.PersistentData]).
 var ErrNotControllable = errors.New("pgtest: server cannot be restarted or paused")
+
+// Network returns the name of the Docker network of a server started with
+// [Options.NetworkAlias], or "".
+func (s *Server) Network() string {
+	if s.network == nil {
+		return ""
+	}
+	return s.network.Name
+}
+
+// NetworkURL returns dbURL (one of this server's database URLs) as a
+// container on [Server.Network] reaches it: at NetworkAlias:5432. It
+// returns "" for a server without a network.
+func (s *Server) NetworkURL(dbURL string) string {
+	if s.network == nil {
+		return ""
+	}
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return ""
+	}
+	u.Host = s.alias + ":5432"
+	return u.String()
+}
 
 // IsContainer reports whether the server is a container pgtest started, so
 // that [Server.Pause] works, and [Server.Restart] too when it was started

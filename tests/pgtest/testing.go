@@ -50,6 +50,12 @@ func MainWithOptions(m *testing.M, opts Options) {
 	os.Exit(runMain(m, opts))
 }
 
+// Run is [MainWithOptions] returning the exit code instead of exiting, for
+// a TestMain with its own cleanup to do after the tests.
+func Run(m *testing.M, opts Options) int {
+	return runMain(m, opts)
+}
+
 func runMain(m *testing.M, opts Options) int {
 	if !flag.Parsed() {
 		flag.Parse() // testing's flags are registered by now

@@ -1,0 +1,75 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/repo"
+)
+
+// TestHandlerStopsAtLeaseExpiry: a handler's context ends when its lease
+// expires by the worker's clock, without a heartbeat answering, whatever
+// the heartbeat's schedule. Here the next heartbeat is due long after the
+// lease's end (as when one fails at once with no route to the database and
+// the next tick is most of an interval away) and the database is
+// unreachable: the context must still end at the expiry, with cause
+// repo.ErrLeaseLost. tests/partition checks the same on a worker process
+// cut off from its database.
+func TestHandlerStopsAtLeaseExpiry(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there: every connection is refused
+	pool, err := pgxpool.New(context.Background(), "postgres://kfsdb@"+addr+"/kfsdb?connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	type ended struct {
+		at    time.Time
+		cause error
+	}
+	endedCh := make(chan ended, 1)
+	h := HandlerFunc(func(ctx context.Context, _ *Job) error {
+		<-ctx.Done()
+		endedCh <- ended{time.Now(), context.Cause(ctx)}
+		return ctx.Err()
+	})
+	cfg := (&Config{LeaseDuration: time.Hour, HeartbeatInterval: 50 * time.Minute, Logger: slog.New(slog.DiscardHandler)}).withDefaults()
+	w := &Worker{cfg: cfg, pool: pool, handler: h, log: cfg.Logger}
+	id := uuid.New()
+	expires := time.Now().Add(200 * time.Millisecond)
+	job := &Job{Attempt: &kfstype.Attempt{ID: id}, repo: cfg.Repo, pool: pool}
+	job.lease.Store(&repo.Lease{AttemptID: id, WorkerID: cfg.ID, Token: uuid.New(), ExpiresAt: expires})
+
+	lostCh := make(chan bool, 1)
+	go func() {
+		_, lost := w.runWithHeartbeat(context.Background(), job, nil, w.log)
+		lostCh <- lost
+	}()
+	select {
+	case e := <-endedCh:
+		if e.at.Before(expires) {
+			t.Fatalf("the handler's context ended at %s, before its lease expired at %s", e.at, expires)
+		}
+		if !errors.Is(e.cause, repo.ErrLeaseLost) {
+			t.Fatalf("the handler's context ended with cause %v, want repo.ErrLeaseLost", e.cause)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler's context was still live 30 s after its lease expired (the next heartbeat is 50 minutes away)")
+	}
+	if !<-lostCh {
+		t.Fatal("runWithHeartbeat did not report the lease lost")
+	}
+}
