@@ -90,6 +90,7 @@ func startProgram(t *testing.T, name string, args ...string) *program {
 		testcontainers.WithCmd(args...),
 		testcontainers.WithFiles(testcontainers.ContainerFile{HostFilePath: bin, ContainerFilePath: "/kfsdb-partition", FileMode: 0o755}),
 		tcnetwork.WithNetworkName([]string{name}, srv.Network()),
+		pgtest.RunLabels(),
 	)
 	t.Cleanup(func() {
 		if ctr != nil {
@@ -143,7 +144,7 @@ func (p *program) reconnect(newAddress bool) (before, after string) {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
 		sq, err := testcontainers.Run(ctx, pgtest.CurrentServer(p.t).Image(), testcontainers.WithEntrypoint("sleep"), testcontainers.WithCmd("600"),
-			tcnetwork.WithNetworkName([]string{p.name + "-squatter"}, p.network))
+			tcnetwork.WithNetworkName([]string{p.name + "-squatter"}, p.network), pgtest.RunLabels())
 		p.t.Cleanup(func() {
 			if sq != nil {
 				_ = testcontainers.TerminateContainer(sq)
