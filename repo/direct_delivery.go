@@ -125,6 +125,7 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 	if err != nil {
 		return nil, fmt.Errorf("fetch leases for worker %q: read the tables' size: %w", p.WorkerID, mapError(err))
 	}
+	sent := time.Now()
 	rows, err := r.q.FetchLeases(ctx, classed{db, class}, &gen.FetchLeasesParams{
 		AsyncCommit: r.asyncProgress, Now: r.now(), WorkerID: p.WorkerID, LeaseDuration: lease,
 		BatchSize: p.BatchSize, AfterTenant: p.AfterTenant,
@@ -150,7 +151,8 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 	last := ""
 	for i, row := range leased {
 		a := attemptFromRow(fetchedRow(row))
-		la := &LeasedAttempt{Attempt: a, Lease: &Lease{AttemptID: a.ID, WorkerID: *a.WorkerID, Token: *a.LeaseToken, ExpiresAt: *a.LeaseExpiresAt}}
+		la := &LeasedAttempt{Attempt: a, Lease: &Lease{AttemptID: a.ID, WorkerID: *a.WorkerID, Token: *a.LeaseToken,
+			ExpiresAt: *a.LeaseExpiresAt, LocalDeadline: r.localDeadline(sent, lease)}}
 		if p.TraceContexts && row.TraceParent != nil && row.TraceState != nil {
 			// Both set together: the table's columns are NOT NULL.
 			la.TraceContext = kfstype.TraceContext{TraceParent: *row.TraceParent, TraceState: *row.TraceState}

@@ -35,8 +35,35 @@ type Lease struct {
 	// Token is the lease's random token (the attempt's lease_token); a
 	// new AcquireLease of the attempt draws another.
 	Token uuid.UUID
-	// ExpiresAt is when the lease lapses unless a Heartbeat extends it.
+	// ExpiresAt is when the lease lapses unless a Heartbeat extends it, on
+	// the database's clock.
 	ExpiresAt time.Time
+	// LocalDeadline is the same end on this process's clock: the instant
+	// the statement that granted or last renewed the lease was sent, plus
+	// its duration. The database read its clock later than that, so
+	// LocalDeadline never comes after the true expiry, however far this
+	// host's clock is from the database's. The Repo sets it (zero under a
+	// test clock override, whose ExpiresAt is on no real clock).
+	LocalDeadline time.Time
+}
+
+// StopBy is when the lease's holder must treat it as lapsed, on this
+// process's clock: LocalDeadline, or ExpiresAt for a Lease built without
+// one.
+func (l *Lease) StopBy() time.Time {
+	if l.LocalDeadline.IsZero() {
+		return l.ExpiresAt
+	}
+	return l.LocalDeadline
+}
+
+// localDeadline is a lease's LocalDeadline for a statement sent at sent
+// granting d: none under a clock override.
+func (r *Repo) localDeadline(sent time.Time, d time.Duration) time.Time {
+	if r.now() != nil {
+		return time.Time{}
+	}
+	return sent.Add(d)
 }
 
 func (l *Lease) validate(v *validator) {
@@ -110,6 +137,7 @@ func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams)
 	if d == 0 {
 		d = LeaseDurationDefault
 	}
+	sent := time.Now()
 	row, err := r.q.AcquireLease(ctx, db, &gen.AcquireLeaseParams{AsyncCommit: r.asyncProgress,
 		WorkerID: p.WorkerID, Now: r.now(), LeaseDuration: d, AttemptID: p.AttemptID,
 		QueueJobID: p.QueueJobID, ExternalJobID: p.ExternalJobID,
@@ -118,7 +146,8 @@ func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams)
 		return nil, nil, r.explainDelivery(ctx, db, "acquire lease", &p.Delivery, err, false)
 	}
 	a := attemptFromRow(row)
-	return a, &Lease{AttemptID: a.ID, WorkerID: *a.WorkerID, Token: *a.LeaseToken, ExpiresAt: *a.LeaseExpiresAt}, nil
+	return a, &Lease{AttemptID: a.ID, WorkerID: *a.WorkerID, Token: *a.LeaseToken, ExpiresAt: *a.LeaseExpiresAt,
+		LocalDeadline: r.localDeadline(sent, d)}, nil
 }
 
 // FailExhaustedParams is the delivery of an attempt with no execution
@@ -230,6 +259,7 @@ func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lea
 	if d == 0 {
 		d = LeaseDurationDefault
 	}
+	sent := time.Now()
 	row, err := r.q.Heartbeat(ctx, db, &gen.HeartbeatParams{AsyncCommit: r.asyncProgress,
 		Now: r.now(), LeaseDuration: d, AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
 	})
@@ -242,5 +272,6 @@ func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lea
 	}
 	renewed := *p.Lease
 	renewed.ExpiresAt = row.LeaseExpiresAt.UTC()
+	renewed.LocalDeadline = r.localDeadline(sent, d)
 	return &renewed, nil
 }

@@ -309,7 +309,9 @@ func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, msg Message, lo
 
 // heartbeat extends the lease every HeartbeatInterval until ctx ends. A
 // refusal means the lease is lost; other errors are retried until the
-// lease would have expired. Each call is bounded by the lease's expiry, so
+// lease would have expired. Expiry is read on this process's clock
+// (Lease.StopBy), so a host whose clock runs behind the database's still
+// stops in time. Each call is bounded by the lease's expiry, so
 // a call stuck on an unresponsive server ends the lease on time, and so
 // does a timer between calls: calls that fail at once (no route to the
 // database) would otherwise leave the handler running until the first
@@ -319,7 +321,7 @@ func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, msg Message, lo
 func (w *Worker) heartbeat(ctx context.Context, job *Job, ext Extender, log *slog.Logger, lose func(error)) {
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
-	expiry := time.NewTimer(time.Until(job.Lease().ExpiresAt))
+	expiry := time.NewTimer(time.Until(job.Lease().StopBy()))
 	defer expiry.Stop()
 	for {
 		select {
@@ -334,13 +336,13 @@ func (w *Worker) heartbeat(ctx context.Context, job *Job, ext Extender, log *slo
 		// A heartbeat that has not returned by the lease's expiry is too
 		// late (a frozen server or a hung connection): giving up then stops
 		// the handler when the lease ends instead of whenever the call does.
-		callCtx, cancelCall := context.WithDeadline(ctx, cur.ExpiresAt)
+		callCtx, cancelCall := context.WithDeadline(ctx, cur.StopBy())
 		renewed, err := w.cfg.Repo.Heartbeat(callCtx, w.pool, &repo.HeartbeatParams{Lease: cur, LeaseDuration: w.cfg.LeaseDuration})
 		cancelCall()
 		switch {
 		case err == nil:
 			job.lease.Store(renewed)
-			expiry.Reset(time.Until(renewed.ExpiresAt))
+			expiry.Reset(time.Until(renewed.StopBy()))
 			if ext != nil {
 				if err := ext.Extend(ctx); err != nil {
 					log.WarnContext(ctx, "extending the delivery's deadline failed; the queue may redeliver it (the lease still fences the attempt)", "err", err)
@@ -351,7 +353,7 @@ func (w *Worker) heartbeat(ctx context.Context, job *Job, ext Extender, log *slo
 		case errors.Is(err, repo.ErrLeaseLost), errors.Is(err, repo.ErrNotFound):
 			lose(fmt.Errorf("%w: %w", repo.ErrLeaseLost, err))
 			return
-		case !time.Now().Before(cur.ExpiresAt):
+		case !time.Now().Before(cur.StopBy()):
 			lose(fmt.Errorf("%w: could not heartbeat before expiry: %w", repo.ErrLeaseLost, err))
 			return
 		default:

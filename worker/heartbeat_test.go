@@ -36,6 +36,27 @@ func TestHandlerStopsAtLeaseExpiry(t *testing.T) {
 	}
 	defer pool.Close()
 
+	// As read on this host's clock, the database's ExpiresAt is an hour
+	// away when this host's clock runs an hour behind the database's: the
+	// lease's LocalDeadline (the Repo's send time plus the duration) must
+	// stop the handler all the same.
+	for _, tc := range []struct {
+		name  string
+		lease func(expires time.Time) (expiresAt, localDeadline time.Time)
+	}{
+		{"ExpiresAt", func(expires time.Time) (time.Time, time.Time) { return expires, time.Time{} }},
+		{"LocalDeadlineWithTheDatabaseClockAnHourAhead", func(expires time.Time) (time.Time, time.Time) {
+			return expires.Add(time.Hour), expires
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { stopsAtExpiry(t, pool, tc.lease) })
+	}
+}
+
+// stopsAtExpiry runs a handler that waits for its context under a lease
+// that ends 200 ms from now by this host's clock, with the database
+// unreachable and the next heartbeat 50 minutes away.
+func stopsAtExpiry(t *testing.T, pool *pgxpool.Pool, lease func(expires time.Time) (expiresAt, localDeadline time.Time)) {
 	type ended struct {
 		at    time.Time
 		cause error
@@ -51,7 +72,8 @@ func TestHandlerStopsAtLeaseExpiry(t *testing.T) {
 	id := uuid.New()
 	expires := time.Now().Add(200 * time.Millisecond)
 	job := &Job{Attempt: &kfstype.Attempt{ID: id}, repo: cfg.Repo, pool: pool}
-	job.lease.Store(&repo.Lease{AttemptID: id, WorkerID: cfg.ID, Token: uuid.New(), ExpiresAt: expires})
+	expiresAt, localDeadline := lease(expires)
+	job.lease.Store(&repo.Lease{AttemptID: id, WorkerID: cfg.ID, Token: uuid.New(), ExpiresAt: expiresAt, LocalDeadline: localDeadline})
 
 	lostCh := make(chan bool, 1)
 	go func() {
