@@ -92,8 +92,10 @@ type Config struct {
 	// round trip) and carry them in its messages (worker.TracedMessage),
 	// for a worker with a Tracer. Defaults to false.
 	TraceContexts bool
-	// WriteTimeout bounds the hand-back of leases no slot took when the
-	// source stops. Defaults to 10 s.
+	// WriteTimeout bounds each of the source's calls to the database: a
+	// fetch (with its connection's acquisition), an idle registration, and
+	// the hand-back of leases no slot took when the source stops. A call on
+	// a connection that died without a word ends by it. Defaults to 10 s.
 	WriteTimeout time.Duration
 }
 

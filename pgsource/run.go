@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/knowledgefs/kfsdb/internal/backoff"
 	"github.com/knowledgefs/kfsdb/internal/keptconn"
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
@@ -40,7 +41,7 @@ func (s *Source) Run(ctx context.Context) error {
 		go func() {
 			defer close(listenDone)
 			l := &pglisten.Listener{Pool: s.pool, Wake: s.wake, Log: s.log, Name: "source",
-				Listening: s.listening.Store, Lost: s.awake}
+				Listening: s.listening.Store, Lost: s.awake, CallTimeout: s.cfg.WriteTimeout}
 			l.Listen(lctx)
 		}()
 		defer func() { cancel(); <-listenDone }()
@@ -136,6 +137,9 @@ type fetchLoop struct {
 	// short: a fetch found fewer due rows than asked for (or failed), so
 	// no new fetch starts until the source has idled.
 	short, failed bool
+	// failures counts the fetches that failed in a row: the wait before
+	// the next grows with it (backoff.Retry).
+	failures int32
 	// full: the last fetch filled its batch (Run gathers requests
 	// before the next one).
 	full  bool
@@ -163,12 +167,19 @@ func (l *fetchLoop) start(ctx context.Context, pending int) {
 	after := l.after
 	go func() {
 		s.cfg.Metrics.Add(observe.Fetches, 1)
-		conn, err := l.conns.Acquire(ctx)
+		// A connection whose server vanished without a word (a primary lost
+		// in a failover, a route withdrawn) answers nothing: the fetch ends
+		// by WriteTimeout, not by the kernel's TCP timeout (~15 minutes).
+		// Leases a fetch took but never heard of expire and are fetched
+		// again.
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+		defer cancel()
+		conn, err := l.conns.Acquire(fctx)
 		if err != nil {
 			l.results <- fetched{n: n, err: err}
 			return
 		}
-		res, err := s.cfg.Repo.FetchLeases(ctx, conn, &repo.FetchLeasesParams{
+		res, err := s.cfg.Repo.FetchLeases(fctx, conn, &repo.FetchLeasesParams{
 			WorkerID: s.workerID, BatchSize: n, LeaseDuration: s.leaseDuration,
 			AfterTenant: after, MaxTenants: s.cfg.MaxTenants, PerTenant: s.cfg.PerTenant,
 			TraceContexts: s.cfg.TraceContexts,
@@ -189,10 +200,12 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 			s.log.ErrorContext(ctx, "fetch failed", "err", f.err)
 		}
 		l.short, l.failed, l.full = true, true, false
+		l.failures++
 		l.idle.Reset()
 		return pending
 	}
 	res := f.res
+	l.failures = 0
 	l.after = res.NextAfterTenant
 	s.cfg.Metrics.Add(observe.FetchedLeases, int64(len(res.Leased)))
 	s.cfg.Metrics.Add(observe.FetchExhausted, int64(len(res.Exhausted)))
@@ -229,10 +242,13 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 func (l *fetchLoop) idleWait(ctx context.Context) (time.Duration, bool) {
 	s := l.s
 	if l.failed {
-		return s.cfg.PollInterval, false
+		// Not a whole PollInterval (an hour, for an idle fleet): a server
+		// back from a failover, or a dead connection replaced, is tried
+		// again within seconds.
+		return backoff.Retry(l.failures, s.cfg.PollInterval), false
 	}
 	wait, again := l.idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
-		PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval,
+		PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval, CallTimeout: s.cfg.WriteTimeout,
 		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true})
 	if again {
 		l.short = false

@@ -28,9 +28,11 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err := r.usable(ctx); err != nil {
 		return 0, err
 	}
-	msgs, err := r.cfg.Repo.ClaimOutbox(ctx, r.pool, &repo.ClaimOutboxParams{
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	msgs, err := r.cfg.Repo.ClaimOutbox(cctx, r.pool, &repo.ClaimOutboxParams{
 		RelayID: r.cfg.ID, BatchSize: r.cfg.BatchSize, LockDuration: r.cfg.LockDuration,
 	})
+	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("relay %s: claim: %w", r.cfg.ID, err)
 	}
@@ -124,7 +126,9 @@ func (r *Relay) traceContexts(ctx context.Context, msgs []*kfstype.OutboxMessage
 	for i, m := range msgs {
 		ids[i] = m.AttemptID
 	}
-	tcs, err := r.cfg.Repo.TraceContexts(ctx, r.pool, &repo.TraceContextsParams{AttemptIDs: ids})
+	tctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
+	defer cancel()
+	tcs, err := r.cfg.Repo.TraceContexts(tctx, r.pool, &repo.TraceContextsParams{AttemptIDs: ids})
 	if err != nil {
 		r.log.WarnContext(ctx, "read trace contexts; publishing without them", "rows", len(msgs), "err", err)
 	}

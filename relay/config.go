@@ -76,8 +76,12 @@ type Config struct {
 	// worker before it is republished. Defaults to
 	// repo.VisibilityTimeoutDefault (60 s).
 	VisibilityTimeout time.Duration
-	// WriteTimeout bounds recording a batch's results (MarkDispatched,
-	// ReleaseOutbox), which runs even while the relay stops. Defaults to 10 s.
+	// WriteTimeout bounds each of the relay's calls to the database: a
+	// claim, reading its trace contexts, an idle registration, and
+	// recording a batch's results (MarkDispatched, ReleaseOutbox), which
+	// runs even while the relay stops. A call on a connection that died
+	// without a word (a primary lost in a failover) ends by it instead of
+	// the kernel's TCP timeout (~15 minutes). Defaults to 10 s.
 	WriteTimeout time.Duration
 }
 

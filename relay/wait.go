@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/internal/backoff"
 	"github.com/knowledgefs/kfsdb/internal/pglisten"
 )
 
@@ -34,13 +35,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	var w pglisten.Idle
+	var failures int32 // batches failed in a row
 	for {
 		n, err := r.RunOnce(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err != nil {
+			failures++
 			r.log.ErrorContext(ctx, "relay batch failed", "err", err)
+		} else {
+			failures = 0
 		}
 		var wait time.Duration
 		switch {
@@ -52,7 +57,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			wait = r.cfg.FollowUpInterval
 		case err != nil:
 			w.Reset()
-			wait = r.cfg.PollInterval
+			wait = backoff.Retry(failures, r.cfg.PollInterval)
 		default:
 			var again bool
 			wait, again = r.idle(ctx, &w)
@@ -70,7 +75,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // asks for one more claim first (after a new registration).
 func (r *Relay) idle(ctx context.Context, w *pglisten.Idle) (wait time.Duration, again bool) {
 	return w.Next(ctx, &pglisten.IdleParams{Repo: r.cfg.Repo, Pool: r.pool, Log: r.log, ID: r.cfg.ID,
-		PollInterval: r.cfg.PollInterval, FollowUp: r.cfg.FollowUpInterval,
+		PollInterval: r.cfg.PollInterval, FollowUp: r.cfg.FollowUpInterval, CallTimeout: r.cfg.WriteTimeout,
 		Listening: !r.cfg.PollOnly && r.listening.Load()})
 }
 
@@ -87,7 +92,7 @@ func (r *Relay) sleep(ctx context.Context, timer *time.Timer, deadline time.Time
 // listen holds one pooled connection in LISTEN and notes notifications in
 // wake, reconnecting with backoff until ctx ends.
 func (r *Relay) listen(ctx context.Context) {
-	l := &pglisten.Listener{Pool: r.pool, Wake: r.wake, Log: r.log, Name: "relay",
+	l := &pglisten.Listener{Pool: r.pool, Wake: r.wake, Log: r.log, Name: "relay", CallTimeout: r.cfg.WriteTimeout,
 		Listening: func(on bool) {
 			r.listening.Store(on)
 			if on {

@@ -30,3 +30,16 @@ func Jitter(d time.Duration, frac float64) time.Duration {
 	}
 	return d + time.Duration(rand.Float64()*frac*float64(d))
 }
+
+// RetryCeiling caps the wait before the runtime tries the database again
+// after a failure (a fetch, a claim, a LISTEN).
+const RetryCeiling = 5 * time.Second
+
+// Retry is the wait before trying the database again after the n-th
+// failure in a row: 100 ms doubling to RetryCeiling, jittered, and never
+// over poll (the owner's PollInterval). Waiting a whole PollInterval
+// instead (an hour, for an idle fleet) would leave a server back from a
+// failover, or a dead connection replaced, unused that long.
+func Retry(n int32, poll time.Duration) time.Duration {
+	return min(poll, Jitter(Exponential(100*time.Millisecond, RetryCeiling, n), 0.2))
+}

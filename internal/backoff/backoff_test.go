@@ -28,3 +28,15 @@ func TestJitterStaysInRange(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryGrowsToItsCeilingNeverPastPoll(t *testing.T) {
+	if d := Retry(1, time.Hour); d < 100*time.Millisecond || d > 120*time.Millisecond {
+		t.Fatalf("Retry(1) = %s, want 100 ms + up to 20%%", d)
+	}
+	if d := Retry(30, time.Hour); d < RetryCeiling || d > RetryCeiling*6/5 {
+		t.Fatalf("Retry(30) = %s, want RetryCeiling + up to 20%%", d)
+	}
+	if d := Retry(30, time.Second); d != time.Second {
+		t.Fatalf("Retry(30) under a 1 s poll = %s, want the poll", d)
+	}
+}

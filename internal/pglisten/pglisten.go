@@ -104,6 +104,24 @@ type Listener struct {
 	// Lost runs after the connection was lost, before the retry: nobody
 	// hears notifications now (the owner ends its idle registration).
 	Lost func(ctx context.Context)
+	// CallTimeout bounds taking the connection, LISTEN and each check of a
+	// silent connection (none when zero).
+	CallTimeout time.Duration
+}
+
+// SilenceCheck is how long the LISTEN connection may stay silent before
+// the listener pings it: a connection whose server vanished without a
+// word (a primary lost in a failover) would otherwise wait for
+// notifications that never come, and the owner would only poll, until the
+// kernel gave up on it (~15 minutes, or never on an idle socket).
+const SilenceCheck = 30 * time.Second
+
+// bounded is ctx bounded by d, or ctx itself when d is zero.
+func bounded(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // Listen holds one pooled connection in LISTEN and notes notifications'
@@ -116,7 +134,7 @@ func (l *Listener) Listen(ctx context.Context) {
 			return
 		}
 		l.Lost(ctx)
-		delay := backoff.Jitter(backoff.Exponential(100*time.Millisecond, 5*time.Second, attempt), 0.2)
+		delay := backoff.Jitter(backoff.Exponential(100*time.Millisecond, backoff.RetryCeiling, attempt), 0.2)
 		l.Log.WarnContext(ctx, l.Name+" listener lost; polling until it is back", "err", err, "retry_in", delay)
 		select {
 		case <-ctx.Done():
@@ -127,20 +145,36 @@ func (l *Listener) Listen(ctx context.Context) {
 }
 
 func (l *Listener) listenOnce(ctx context.Context) error {
-	conn, err := l.Pool.Acquire(ctx)
+	cctx, cancel := bounded(ctx, l.CallTimeout)
+	defer cancel()
+	conn, err := l.Pool.Acquire(cctx)
 	if err != nil {
 		return err
 	}
-	// A connection that was LISTENing goes back to nobody: destroy it.
+	// A connection that was LISTENing goes back to nobody: destroy it
+	// (Close on a dead one waits for nothing: it sends Terminate and
+	// closes the socket).
 	defer func() { _ = conn.Hijack().Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+	if _, err := conn.Exec(cctx, "LISTEN "+Channel); err != nil {
 		return err
 	}
 	l.Listening(true)
 	// Notifications sent while nobody listened are gone: look now.
 	l.Wake.Note(time.Now())
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		wctx, cancel := context.WithTimeout(ctx, SilenceCheck)
+		n, err := conn.Conn().WaitForNotification(wctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			// Silent for SilenceCheck: is anybody there?
+			pctx, cancel := bounded(ctx, l.CallTimeout)
+			err = conn.Ping(pctx)
+			cancel()
+			if err == nil {
+				continue
+			}
+			return fmt.Errorf("a silent LISTEN connection did not answer a ping: %w", err)
+		}
 		if err != nil {
 			return err
 		}
@@ -191,6 +225,9 @@ type IdleParams struct {
 	PollInterval, FollowUp time.Duration
 	// Listening: LISTEN is in place (false in poll-only mode).
 	Listening bool
+	// CallTimeout bounds the registration's statement (none when zero):
+	// one on a connection that died without a word ends by it.
+	CallTimeout time.Duration
 	// TrustFresh skips the registration's refresh while it is young (a
 	// quarter of its TTL) and no row comes due before the poll: a commit
 	// notifies the owner anyway, and rows that come due by time alone are
@@ -219,7 +256,12 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 			return wait, false
 		}
 		var err error
-		res, err = p.Repo.OutboxListenerIdle(ctx, p.Pool, &repo.OutboxListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if p.CallTimeout > 0 {
+			cctx, cancel = context.WithTimeout(ctx, p.CallTimeout)
+		}
+		res, err = p.Repo.OutboxListenerIdle(cctx, p.Pool, &repo.OutboxListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				p.Log.WarnContext(ctx, "could not register idle; polling", "err", err)
