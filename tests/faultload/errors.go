@@ -44,10 +44,8 @@ func (l *errorLog) add(ctx context.Context, err error) {
 		return
 	}
 	l.transient.Add(1)
-	for _, s := range stateSentinels {
-		if errors.Is(err, s) {
-			l.readAsState.add(fmt.Sprintf("%v (matches %v)", err, s))
-		}
+	if s := ReadsAsState(err); s != nil {
+		l.readAsState.add(fmt.Sprintf("%v (matches %v)", err, s))
 	}
 }
 
@@ -65,3 +63,14 @@ func (e *examples) add(s string) {
 }
 
 func (e *examples) addf(format string, args ...any) { e.add(fmt.Sprintf(format, args...)) }
+
+// ReadsAsState returns the state sentinel err matches (repo.ErrNotFound,
+// repo.ErrLeaseLost, …), or nil: a connection error must match none.
+func ReadsAsState(err error) error {
+	for _, s := range stateSentinels {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return nil
+}

@@ -2,6 +2,8 @@ package faultload_test
 
 import (
 	"context"
+	"net"
+	"net/url"
 	"testing"
 	"time"
 
@@ -38,4 +40,29 @@ func TestEveryPathClean(t *testing.T) {
 			require.Positive(t, rep.FencedWrites.Outcomes)
 		})
 	}
+}
+
+// TestMultiHostURL runs direct delivery through a multi-host URL whose
+// first host refuses connections, as a failed primary's address does:
+// pgx tries the next host (target_session_attrs=read-write), for the
+// pool's connections and the source's LISTEN alike.
+func TestMultiHostURL(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	u, err := url.Parse(db.URL)
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+	u.Host = dead + "," + u.Host
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+
+	run := faultload.Start(ctx, t, &faultload.Config{Path: faultload.DirectListen, URL: u.String(), Upfront: 10, Documents: 20, InTxFraction: 0.5})
+	rep := run.Finish(ctx)
+	t.Log(rep)
+	rep.Require(t)
+	require.Equal(t, 30, rep.Attempts)
 }

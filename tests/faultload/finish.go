@@ -153,6 +153,7 @@ func (r *Run) verify(ctx context.Context, rep *Report) {
 			}
 		}
 	}
+	rep.Lost = rep.Missing + rep.NotTerminal
 	for key, ids := range byVersion {
 		if len(ids) > 1 {
 			rep.Duplicated++
@@ -177,6 +178,9 @@ func (r *Run) verify(ctx context.Context, rep *Report) {
 	r.errs.mu.Unlock()
 	rep.LeasesLost, rep.Retried, rep.Stale = r.metrics.Get(observe.LeasesLost), r.metrics.Get(observe.Retried), r.metrics.Get(observe.StaleDeliveries)
 	rep.HandlersStopped = r.stopped.Load()
+	r.logs.state.mu.Lock()
+	rep.RuntimeTransient, rep.RuntimeNonRetryable = r.logs.state.transient, r.logs.state.other
+	r.logs.state.mu.Unlock()
 	if r.probe != nil {
 		rep.ProbeCalls = r.probe.calls.Load()
 		r.probe.mu.Lock()
@@ -217,10 +221,12 @@ func (r *Run) checkRows(ctx context.Context, rep *Report, byID map[uuid.UUID]row
 // faultsReport measures each fault's RTO and what became of what was in
 // flight at it. Under r.mu.
 func (r *Run) faultsReport(rep *Report, byID map[uuid.UUID]row, byVersion map[versionKey][]uuid.UUID) {
-	first := func(ts []time.Time, after time.Time) time.Duration {
+	// The first success of a call made after the fault: one made before
+	// may have committed before it and returned just after.
+	first := func(spans []span, after time.Time) time.Duration {
 		best := time.Duration(-1)
-		for _, t := range ts {
-			if d := t.Sub(after); d >= 0 && (best < 0 || d < best) {
+		for _, s := range spans {
+			if d := s.ended.Sub(after); !s.began.Before(after) && (best < 0 || d < best) {
 				best = d
 			}
 		}

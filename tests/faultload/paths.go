@@ -141,16 +141,17 @@ func (r *Run) handler() worker.Handler {
 type tracer struct{ r *Run }
 
 func (tr tracer) StartProcess(ctx context.Context, _ worker.Message) (context.Context, func(worker.Result)) {
-	return ctx, tr.r.outcome
+	began := time.Now()
+	return ctx, func(res worker.Result) { tr.r.outcome(res, began) }
 }
 
-func (r *Run) outcome(res worker.Result) {
+func (r *Run) outcome(res worker.Result, began time.Time) {
 	if res.Outcome != worker.OutcomeCompleted {
 		return
 	}
 	r.mu.Lock()
 	r.completed[res.AttemptID]++
-	r.completions = append(r.completions, time.Now())
+	r.completions = append(r.completions, span{began, time.Now()})
 	r.mu.Unlock()
 	r.completedN.Add(1)
 }

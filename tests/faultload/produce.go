@@ -94,6 +94,7 @@ func (r *Run) startDoc(ctx context.Context, d *docState) {
 	}()
 	deadline := time.Now().Add(r.cfg.StartRetryFor)
 	for retry := false; ; retry = true {
+		began := time.Now()
 		id, called, err := r.tryStart(ctx, d, retry)
 		now := time.Now()
 		r.mu.Lock()
@@ -101,7 +102,7 @@ func (r *Run) startDoc(ctx context.Context, d *docState) {
 		case err == nil:
 			d.id = id
 			if called {
-				r.startOKs = append(r.startOKs, now)
+				r.startOKs = append(r.startOKs, span{began, now})
 			}
 		case ctx.Err() != nil || now.After(deadline):
 			d.gaveUp = true

@@ -72,6 +72,12 @@ type Report struct {
 	// repo.IsRetryable rejects; ReadAsState, retryable ones matching a
 	// state sentinel. A connection error must be neither.
 	NonRetryable, ReadAsState examples
+	// RuntimeTransient counts the retryable errors the runtime (workers,
+	// sources, relay) logged; RuntimeNonRetryable, the logged errors that
+	// repo.IsRetryable rejects and that report no state (lease lost,
+	// stale delivery, …) nor the run's own stop.
+	RuntimeTransient    int64
+	RuntimeNonRetryable examples
 	// LeasesLost, Retried, Stale are the runtime's counts; HandlersStopped
 	// counts handlers stopped by the loss of their lease.
 	LeasesLost, Retried, Stale, HandlersStopped int64
@@ -90,9 +96,11 @@ type Report struct {
 type Fault struct {
 	Name string
 	At   time.Time
-	// RTOStart is the time from the fault to the first Start that returned
-	// success after it; RTOComplete, to the first completion acknowledged
-	// to a worker after it. -1: none.
+	// RTOStart is the time from the fault to the first success of a
+	// Start called after it; RTOComplete, to the first completion
+	// acknowledged to a worker of a delivery taken after it (a call made
+	// before the fault may have committed before it and returned just
+	// after, which says nothing of recovery). -1: none.
 	RTOStart, RTOComplete time.Duration
 	// InFlight says what became of what was in flight at the fault:
 	// "start/exists_once", "start/absent", "start/duplicated" for the
@@ -164,11 +172,16 @@ func (r *Report) String() string {
 	fmt.Fprintf(&b, "path=%s attempts=%d (in tx %d) duration=%s terminal=%s lost=%d (missing %d, not terminal %d); "+
 		"starts that errored=%d %s, given up %d, never made %d; duplicated=%d completed_twice=%d; "+
 		"leases=%d overlapping=%d; fenced writes=%d heartbeats/advances + %d outcomes, %d after expiry; invariant violations=%d; app write mismatches=%d; "+
-		"leases lost=%d handlers stopped by lease loss=%d retries=%d stale deliveries=%d; transient errors=%d, not retryable %d, read as a state %d; probe calls=%d wrong %d",
+		"leases lost=%d handlers stopped by lease loss=%d retries=%d stale deliveries=%d; transient errors=%d, not retryable %d, read as a state %d; "+
+		"runtime logged transient errors=%d, not retryable %d; probe calls=%d wrong %d",
 		r.Path, r.Attempts, r.InTx, r.Duration.Round(100*time.Millisecond), states(r.Terminal), r.Lost, r.Missing, r.NotTerminal,
 		r.StartErrors, counts(r.StartErrorOutcome), r.StartsGaveUp, r.NotProduced, r.Duplicated, r.CompletedTwice,
 		r.Leases, r.OverlappingLeases, r.FencedWrites.KeptToken, r.FencedWrites.Outcomes, r.UnfencedWrites, r.InvariantViolations, r.AppWriteMismatches,
-		r.LeasesLost, r.HandlersStopped, r.Retried, r.Stale, r.Transient, r.NonRetryable.N, r.ReadAsState.N, r.ProbeCalls, r.ProbeWrong.N)
+		r.LeasesLost, r.HandlersStopped, r.Retried, r.Stale, r.Transient, r.NonRetryable.N, r.ReadAsState.N,
+		r.RuntimeTransient, r.RuntimeNonRetryable.N, r.ProbeCalls, r.ProbeWrong.N)
+	if r.RuntimeNonRetryable.N > 0 {
+		fmt.Fprintf(&b, "; runtime errors not retryable: %s", strings.Join(r.RuntimeNonRetryable.First, "; "))
+	}
 	for _, f := range r.Faults {
 		fmt.Fprintf(&b, "; fault %q: rto_start_ms=%d rto_complete_ms=%d in flight %s", f.Name, ms(f.RTOStart), ms(f.RTOComplete), counts(f.InFlight))
 	}

@@ -3,6 +3,7 @@ package faultload
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,11 +33,12 @@ type Run struct {
 	stopSide context.CancelFunc
 	stopRun  func() []string // stops the workers and relay; their unexpected errors
 	probe    *probe
+	logs     *logCheck
 
 	mu          sync.Mutex
 	faults      []*faultMark
-	startOKs    []time.Time // when each successful Start call returned
-	completions []time.Time // when each completion was acknowledged to a worker
+	startOKs    []span // each successful Start call
+	completions []span // each completion acknowledged to a worker, from the delivery's take
 	completed   map[uuid.UUID]int
 	errs        errorLog
 
@@ -60,6 +62,9 @@ type docState struct {
 	gaveUp   bool
 }
 
+// span is when a call began and when it returned.
+type span struct{ began, ended time.Time }
+
 // faultMark is a MarkFault and what was in flight at that instant.
 type faultMark struct {
 	name     string
@@ -78,6 +83,8 @@ func Start(ctx context.Context, t testing.TB, cfg *Config) *Run {
 	c, err := cfg.withDefaults()
 	require.NoError(t, err)
 	r := &Run{cfg: c, metrics: &observe.Counts{}, completed: map[uuid.UUID]int{}, produced: make(chan struct{})}
+	r.logs = newLogCheck(c.Logger.Handler())
+	c.Logger = slog.New(r.logs)
 	// Every worker slot and its heartbeat, the sources' kept connections,
 	// the relay's listener and claims, the producers and the probe.
 	r.pool = newPool(t, c.URL, int32(2*c.Workers*c.Concurrency+2*c.Producers+12))
