@@ -154,6 +154,7 @@ func (r *Report) Failures() []string {
 	add(r.InvariantViolations > 0, "%d attempts break the invariants", r.InvariantViolations)
 	add(r.AppWriteMismatches > 0, "%d app writes and attempts not committed together", r.AppWriteMismatches)
 	add(r.NonRetryable.N > 0, "%d errors not repo.IsRetryable: %v", r.NonRetryable.N, r.NonRetryable.First)
+	add(r.RuntimeNonRetryable.N > 0, "the runtime logged %d errors not repo.IsRetryable: %v", r.RuntimeNonRetryable.N, r.RuntimeNonRetryable.First)
 	add(r.ReadAsState.N > 0, "%d transient errors read as a state: %v", r.ReadAsState.N, r.ReadAsState.First)
 	add(r.ProbeWrong.N > 0, "%d wrong probe answers: %v", r.ProbeWrong.N, r.ProbeWrong.First)
 	add(r.Problems.N > 0, "%d problems: %s", r.Problems.N, strings.Join(r.Problems.First, "; "))

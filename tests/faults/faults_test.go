@@ -188,6 +188,31 @@ func TestServerCrashDuringLoad(t *testing.T) {
 	}
 }
 
+// TestServerOutageDuringLoad kills the server and keeps it down for 6 s
+// (30 s with KFS_SOAK=1), three leases and longer than any call's
+// timeout, before starting it again, on every delivery path: the single
+// server's form of a primary that dies before a standby is promoted, with
+// every connection refused meanwhile. Nothing may hang, no error may be
+// anything but retryable, and once the server is back every attempt
+// succeeds exactly once.
+func TestServerOutageDuringLoad(t *testing.T) {
+	srv := requireContainer(t)
+	down := 6 * time.Second
+	if soak() {
+		down = 30 * time.Second
+	}
+	eachPath(t, func(t *testing.T, path faultload.Path) {
+		var outage time.Duration
+		rep := runLoad(t, path, nil, "outage", func(ctx context.Context, _ *pgtest.DB, _ *faultload.Run) {
+			start := time.Now()
+			require.NoError(t, srv.Outage(ctx, down))
+			outage = time.Since(start).Round(100 * time.Millisecond)
+		})
+		require.Positive(t, rep.Transient, "the outage never reached a caller")
+		t.Logf("FIGURES server outage, %s: down %s (kill to accepting connections %s); %s", path, down, outage, rep)
+	})
+}
+
 // TestCrashForgetsAsyncLease shows what AsyncProgressCommits trades: a
 // lease committed asynchronously and killed with the server before the
 // WAL writer flushed it (wal_writer_delay raised to 10 s for the test) is
