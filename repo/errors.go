@@ -235,7 +235,11 @@ func mapError(err error) error {
 // network errors, EOF, pgconn.ErrConnClosed, SQLSTATE class 08), a server
 // shutting down or starting up (57P01 admin_shutdown, e.g.
 // pg_terminate_backend; 57P02 crash_shutdown; 57P03 cannot_connect_now),
-// too many connections (53300), a timeout (context.DeadlineExceeded,
+// too many connections (53300), a server that is no longer the primary
+// (25006 read_only_sql_transaction: a standby, or a primary demoted in a
+// failover whose connections live on; the write was not applied, and a
+// new connection through a read-write URL reaches the new primary), a
+// timeout (context.DeadlineExceeded,
 // pgconn.Timeout) and anything pgconn.SafeToRetry accepts. It is false for
 // nil, context.Canceled (the caller gave up) and every state sentinel
 // (ErrNotFound, ErrLeaseLost, ErrInvalidTransition, …): those are answers,
@@ -261,7 +265,7 @@ func IsRetryable(err error) bool {
 		switch code := pgErr.Code; {
 		case len(code) == 5 && (code[:2] == "08" || code[:2] == "40"):
 			return true
-		case code == "57P01", code == "57P02", code == "57P03", code == "53300":
+		case code == "57P01", code == "57P02", code == "57P03", code == "53300", code == "25006":
 			return true
 		}
 		return false

@@ -31,6 +31,7 @@ func TestIsRetryable(t *testing.T) {
 		{"CrashShutdown", &pgconn.PgError{Code: "57P02"}, true},
 		{"CannotConnectNow", &pgconn.PgError{Code: "57P03"}, true},
 		{"TooManyConnections", &pgconn.PgError{Code: "53300"}, true},
+		{"ReadOnlyTransaction", wrap(&pgconn.PgError{Code: "25006"}), true},
 		{"ConnectionFailure", &pgconn.PgError{Code: "08006"}, true},
 		{"ConnClosed", wrap(pgconn.ErrConnClosed), true},
 		{"UnexpectedEOF", wrap(io.ErrUnexpectedEOF), true},

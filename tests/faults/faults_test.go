@@ -25,7 +25,8 @@ func requireTransient(t testing.TB, err error, call string) {
 }
 
 // TestConnectionErrorsSurfaceAsRetryable calls transitions on a connection
-// whose backend was just killed with pg_terminate_backend: each returns an
+// whose backend was just killed with pg_terminate_backend, and each write
+// on a read-only connection (25006, a demoted primary): each returns an
 // error that repo.IsRetryable accepts and that matches no state sentinel,
 // and the same call on a healthy pool then succeeds.
 func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
@@ -44,6 +45,19 @@ func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
 		var ok bool
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_terminate_backend($1, 5000)`, pid).Scan(&ok))
 		require.True(t, ok)
+		return conn
+	}
+
+	// readOnly returns a connection on which every write is refused with
+	// 25006 read_only_sql_transaction, as on a primary demoted in a
+	// failover whose connections live on.
+	readOnly := func(t *testing.T) *pgx.Conn {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, db.URL)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close(context.Background()) })
+		_, err = conn.Exec(ctx, `SET default_transaction_read_only = on`)
+		require.NoError(t, err)
 		return conn
 	}
 
@@ -96,6 +110,9 @@ func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
 			requireTransient(t, s.call(ctx, killed(t)), s.name)
+			if s.name != "GetAttempt" { // a read: a read-only server answers it
+				requireTransient(t, s.call(ctx, readOnly(t)), s.name+" on a read-only server")
+			}
 			require.NoError(t, s.call(ctx, db.Pool), "%s retried on a healthy pool", s.name)
 		})
 	}
