@@ -60,6 +60,10 @@ check-generate: ## Fail if db/gen differs from what sqlc generates (hand edits, 
 postgres-image: ## Build the local image kfsdb-postgres:$(PG_MAJOR) from Debian packages (PG_MAJOR=17|15; needs root).
 	scripts/postgres-image/build.sh $(PG_MAJOR)
 
+.PHONY: pgaf-image
+pgaf-image: ## Build kfsdb-pgaf:$(PG_MAJOR): kfsdb-postgres plus pg_auto_failover, for the HA cluster of tests/hacluster (PG_MAJOR=17|15; needs root).
+	scripts/postgres-image/build.sh pgaf $(PG_MAJOR)
+
 # Builds the image named by $(1) if it is a missing kfsdb-postgres:N image,
 # unless KFS_TEST_DATABASE_URL points the tests at an existing server.
 define ensure-image
