@@ -2,8 +2,6 @@ package faults_test
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/faultload"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
@@ -22,9 +21,7 @@ func requireTransient(t testing.TB, err error, call string) {
 	t.Helper()
 	require.Error(t, err, "%s on a killed connection", call)
 	require.True(t, repo.IsRetryable(err), "%s: %v is not retryable", call, err)
-	for _, s := range stateSentinels {
-		require.False(t, errors.Is(err, s), "%s: connection error %v reads as %v", call, err, s)
-	}
+	require.NoError(t, faultload.ReadsAsState(err), "%s: connection error %v reads as a state", call, err)
 }
 
 // TestConnectionErrorsSurfaceAsRetryable calls transitions on a connection
@@ -109,77 +106,111 @@ func TestConnectionErrorsSurfaceAsRetryable(t *testing.T) {
 
 // TestBackendKillsDuringLoad kills random backends of the test database
 // (each with probability 1/2) every 200 ms for 3 s (30 s with KFS_SOAK=1)
-// during a load run.
+// during a load run, on every delivery path.
 func TestBackendKillsDuringLoad(t *testing.T) {
 	window := 3 * time.Second
 	if soak() {
 		window = 30 * time.Second
 	}
-	var rounds, killed int
-	rep := runLoad(t, func(ctx context.Context, lr *loadRun) {
-		killer := newPool(t, lr.db.URL, 1)
-		end := time.Now().Add(window)
-		for time.Now().Before(end) {
-			var n int
-			err := killer.QueryRow(ctx, `
-				SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
-				  FROM pg_stat_activity
-				 WHERE datname = $1 AND pid <> pg_backend_pid() AND random() < 0.5`, lr.db.Name).Scan(&n)
-			require.NoError(t, err)
-			rounds++
-			killed += n
-			time.Sleep(200 * time.Millisecond)
-		}
+	eachPath(t, func(t *testing.T, path faultload.Path) {
+		var rounds, killed int
+		rep := runLoad(t, path, nil, "backend kills", func(ctx context.Context, db *pgtest.DB, _ *faultload.Run) {
+			killer := newPool(t, db.URL, 1)
+			end := time.Now().Add(window)
+			for time.Now().Before(end) {
+				var n int
+				err := killer.QueryRow(ctx, `
+					SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+					  FROM pg_stat_activity
+					 WHERE datname = $1 AND pid <> pg_backend_pid() AND random() < 0.5`, db.Name).Scan(&n)
+				require.NoError(t, err)
+				rounds++
+				killed += n
+				time.Sleep(200 * time.Millisecond)
+			}
+		})
+		require.Positive(t, killed)
+		require.Positive(t, rep.Transient, "the kills never reached a caller")
+		t.Logf("FIGURES backend kills, %s: %d rounds over %s, %d backends killed; %s", path, rounds, window, killed, rep)
 	})
-	require.Positive(t, killed)
-	require.Positive(t, rep.Transient, "the kills never reached a caller")
-	t.Logf("FIGURES backend kills: %d rounds over %s, %d backends killed; %s", rounds, window, killed, rep)
 }
 
 // TestServerRestartDuringLoad restarts the PostgreSQL server in the middle
-// of a load run (three times, 5 s apart, with KFS_SOAK=1).
+// of a load run (three times, 5 s apart, with KFS_SOAK=1), on every
+// delivery path.
 func TestServerRestartDuringLoad(t *testing.T) {
 	srv := requireContainer(t)
 	restarts := 1
 	if soak() {
 		restarts = 3
 	}
-	var downtimes []time.Duration
-	rep := runLoad(t, func(ctx context.Context, lr *loadRun) {
-		for i := range restarts {
-			if i > 0 {
-				time.Sleep(5 * time.Second)
+	eachPath(t, func(t *testing.T, path faultload.Path) {
+		var downtimes []time.Duration
+		rep := runLoad(t, path, nil, "restart", func(ctx context.Context, _ *pgtest.DB, run *faultload.Run) {
+			for i := range restarts {
+				if i > 0 {
+					time.Sleep(5 * time.Second)
+					run.MarkFault("restart")
+				}
+				start := time.Now()
+				require.NoError(t, srv.Restart(ctx))
+				downtimes = append(downtimes, time.Since(start).Round(100*time.Millisecond))
 			}
-			start := time.Now()
-			require.NoError(t, srv.Restart(ctx))
-			downtimes = append(downtimes, time.Since(start).Round(100*time.Millisecond))
-		}
+		})
+		require.Positive(t, rep.Transient, "the restart never reached a caller")
+		t.Logf("FIGURES server restarts, %s: %d (stop to accepting connections: %v); %s", path, restarts, downtimes, rep)
 	})
-	require.Positive(t, rep.Transient, "the restart never reached a caller")
-	t.Logf("FIGURES server restarts: %d (stop to accepting connections: %v); %s", restarts, downtimes, rep)
 }
 
 // TestServerCrashDuringLoad kills the PostgreSQL server outright (SIGKILL:
 // no shutdown checkpoint, the WAL buffers lost) in the middle of a load
 // run, with synchronous commits and with AsyncProgressCommits, whose
 // claims, marks, leases, heartbeats and checkpoints not yet flushed are
-// forgotten by the crash. Either way every attempt succeeds exactly once
-// and the rows, leases and fences check out: a forgotten progress write is
-// redone like the work of a lost relay or worker.
+// forgotten by the crash, on every delivery path. Either way every attempt
+// succeeds exactly once and the rows, leases and fences check out: a
+// forgotten progress write is redone like the work of a lost relay or
+// worker.
 func TestServerCrashDuringLoad(t *testing.T) {
 	srv := requireContainer(t)
 	for _, async := range []bool{false, true} {
 		t.Run(map[bool]string{false: "SyncCommits", true: "AsyncProgressCommits"}[async], func(t *testing.T) {
-			var downtime time.Duration
-			rep := runLoadWith(t, &repo.Config{AsyncProgressCommits: async}, func(ctx context.Context, lr *loadRun) {
-				start := time.Now()
-				require.NoError(t, srv.Crash(ctx))
-				downtime = time.Since(start).Round(100 * time.Millisecond)
+			eachPath(t, func(t *testing.T, path faultload.Path) {
+				var downtime time.Duration
+				rep := runLoad(t, path, &repo.Config{AsyncProgressCommits: async}, "crash", func(ctx context.Context, _ *pgtest.DB, _ *faultload.Run) {
+					start := time.Now()
+					require.NoError(t, srv.Crash(ctx))
+					downtime = time.Since(start).Round(100 * time.Millisecond)
+				})
+				require.Positive(t, rep.Transient, "the crash never reached a caller")
+				t.Logf("FIGURES server crash (SIGKILL), %s, async progress commits %v: kill to accepting connections %v; %s", path, async, downtime, rep)
 			})
-			require.Positive(t, rep.Transient, "the crash never reached a caller")
-			t.Logf("FIGURES server crash (SIGKILL), async progress commits %v: kill to accepting connections %v; %s", async, downtime, rep)
 		})
 	}
+}
+
+// TestServerOutageDuringLoad kills the server and keeps it down for 6 s
+// (30 s with KFS_SOAK=1), three leases and longer than any call's
+// timeout, before starting it again, on every delivery path: the single
+// server's form of a primary that dies before a standby is promoted, with
+// every connection refused meanwhile. Nothing may hang, no error may be
+// anything but retryable, and once the server is back every attempt
+// succeeds exactly once.
+func TestServerOutageDuringLoad(t *testing.T) {
+	srv := requireContainer(t)
+	down := 6 * time.Second
+	if soak() {
+		down = 30 * time.Second
+	}
+	eachPath(t, func(t *testing.T, path faultload.Path) {
+		var outage time.Duration
+		rep := runLoad(t, path, nil, "outage", func(ctx context.Context, _ *pgtest.DB, _ *faultload.Run) {
+			start := time.Now()
+			require.NoError(t, srv.Outage(ctx, down))
+			outage = time.Since(start).Round(100 * time.Millisecond)
+		})
+		require.Positive(t, rep.Transient, "the outage never reached a caller")
+		t.Logf("FIGURES server outage, %s: down %s (kill to accepting connections %s); %s", path, down, outage, rep)
+	})
 }
 
 // TestCrashForgetsAsyncLease shows what AsyncProgressCommits trades: a
@@ -246,10 +277,11 @@ func TestCrashForgetsAsyncLease(t *testing.T) {
 
 // TestServerPauseDuringLoad freezes the server (docker pause) for 3.5 s,
 // longer than the 2 s lease, in the middle of a load run (three times with
-// KFS_SOAK=1). While it is frozen every handler is stopped at its lease's
-// expiry (the heartbeat gives up then), a call with a deadline returns a
-// retryable error, and after it the relay redelivers the attempts whose
-// leases expired.
+// KFS_SOAK=1), on every delivery path. While it is frozen every handler is
+// stopped at its lease's expiry (the heartbeat gives up then), a call with
+// a deadline returns a retryable error, and after it the attempts whose
+// leases expired are delivered again (by the relay, or fetched again by
+// pgsource).
 func TestServerPauseDuringLoad(t *testing.T) {
 	srv := requireContainer(t)
 	const pause = 3500 * time.Millisecond
@@ -257,35 +289,36 @@ func TestServerPauseDuringLoad(t *testing.T) {
 	if soak() {
 		pauses = 3
 	}
-	var stoppedWhilePaused []int64
-	var mu sync.Mutex
-	rep := runLoad(t, func(ctx context.Context, lr *loadRun) {
-		for i := range pauses {
-			if i > 0 {
-				time.Sleep(5 * time.Second)
+	eachPath(t, func(t *testing.T, path faultload.Path) {
+		var stoppedWhilePaused []int64
+		rep := runLoad(t, path, nil, "pause", func(ctx context.Context, _ *pgtest.DB, run *faultload.Run) {
+			for i := range pauses {
+				if i > 0 {
+					time.Sleep(5 * time.Second)
+					run.MarkFault("pause")
+				}
+				before := run.HandlersStopped()
+				require.NoError(t, srv.Pause(ctx))
+				t.Cleanup(func() { _ = srv.Unpause(context.Background()) })
+				start := time.Now()
+
+				tenant, id := run.FirstAttempt()
+				cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				_, err := run.Repo().GetAttempt(cctx, run.Pool(), &repo.GetAttemptParams{TenantID: tenant, AttemptID: id})
+				cancel()
+				requireTransient(t, err, "GetAttempt on a frozen server")
+
+				time.Sleep(pause - time.Since(start))
+				stoppedWhilePaused = append(stoppedWhilePaused, run.HandlersStopped()-before)
+				require.NoError(t, srv.Unpause(ctx))
+				require.NoError(t, srv.WaitReady(ctx, 30*time.Second))
 			}
-			before := lr.stopped.Load()
-			require.NoError(t, srv.Pause(ctx))
-			t.Cleanup(func() { _ = srv.Unpause(context.Background()) })
-			start := time.Now()
-
-			cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			_, err := lr.repo.GetAttempt(cctx, lr.pool, &repo.GetAttemptParams{TenantID: "tenant", AttemptID: lr.firstID()})
-			cancel()
-			requireTransient(t, err, "GetAttempt on a frozen server")
-
-			time.Sleep(pause - time.Since(start))
-			mu.Lock()
-			stoppedWhilePaused = append(stoppedWhilePaused, lr.stopped.Load()-before)
-			mu.Unlock()
-			require.NoError(t, srv.Unpause(ctx))
-			require.NoError(t, srv.WaitReady(ctx, 30*time.Second))
+		})
+		for _, n := range stoppedWhilePaused {
+			require.Positive(t, n, "no handler was stopped while the server was frozen past the lease")
 		}
+		require.Positive(t, rep.LeasesLost)
+		t.Logf("FIGURES server pauses, %s: %d x %s (lease %s); handlers stopped at lease expiry while frozen: %v; %s",
+			path, pauses, pause, leaseDuration, stoppedWhilePaused, rep)
 	})
-	for _, n := range stoppedWhilePaused {
-		require.Positive(t, n, "no handler was stopped while the server was frozen past the lease")
-	}
-	require.Positive(t, rep.LeasesLost)
-	t.Logf("FIGURES server pauses: %d x %s (lease %s); handlers stopped at lease expiry while frozen: %v; %s",
-		pauses, pause, leaseDuration, stoppedWhilePaused, rep)
 }

@@ -2,12 +2,7 @@ package faults_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
 	"os"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,28 +11,26 @@ import (
 
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/capability"
+	"github.com/knowledgefs/kfsdb/tests/faultload"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
 
 // soak reports whether the long form runs (KFS_SOAK=1).
 func soak() bool { return os.Getenv("KFS_SOAK") == "1" }
 
-// Load shape: CI-sized unless KFS_SOAK=1.
+// Load shape: CI-sized unless KFS_SOAK=1. The CI size is smaller than
+// the soak's by far: every fault runs on four paths.
 const (
 	leaseDuration = 2 * time.Second
 	workers       = 8
-	stepDelay     = 25 * time.Millisecond
-	maxAttempts   = 50 // faults cost execution attempts; none may run out
 )
 
 func loadSize() (upfront, during int) {
 	if soak() {
 		return 1500, 500
 	}
-	return 200, 100
+	return 120, 60
 }
-
-var discardLog = slog.New(slog.DiscardHandler)
 
 // requireContainer skips tests that restart or pause the server when the
 // package runs against KFS_TEST_DATABASE_URL.
@@ -62,59 +55,39 @@ func newPool(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
 	return pool
 }
 
-// retry calls f until it returns nil or an error repo.IsRetryable rejects,
-// for at most a minute. Every transient error must match none of the state
-// sentinels: a connection error never reads as a state.
-func retry[T any](ctx context.Context, t testing.TB, errs *errorLog, f func(context.Context) (T, error)) (T, error) {
-	deadline := time.Now().Add(time.Minute)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		v, err := f(cctx)
-		cancel()
-		if err == nil || !repo.IsRetryable(err) || time.Now().After(deadline) {
-			return v, err
-		}
-		errs.transient(t, err)
-		time.Sleep(50 * time.Millisecond)
+// eachPath runs f as a subtest per delivery path. The paths share the
+// package's server, so they run one after another.
+func eachPath(t *testing.T, f func(t *testing.T, path faultload.Path)) {
+	for _, p := range faultload.Paths() {
+		t.Run(string(p), func(t *testing.T) { f(t, p) })
 	}
 }
 
-// stateSentinels are the errors that report a row's state.
-var stateSentinels = []error{
-	repo.ErrNotFound, repo.ErrStaleRowVersion, repo.ErrLeaseLost, repo.ErrDeliveryMismatch, repo.ErrDeliveryPending,
-	repo.ErrInvalidTransition, repo.ErrHeadConflict, repo.ErrLiveAttemptExists, repo.ErrAttemptsExhausted,
-	repo.ErrCandidateRejected, repo.ErrInvalidInput, repo.ErrConstraint, repo.ErrOutboxLockLost,
-}
-
-// errorLog counts transient errors seen by callers and records any that
-// matched a state sentinel.
-type errorLog struct {
-	n        atomic.Int64
-	mu       sync.Mutex
-	wrong    []string
-	examples map[string]bool
-}
-
-func (l *errorLog) transient(t testing.TB, err error) {
-	l.n.Add(1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, s := range stateSentinels {
-		if errors.Is(err, s) {
-			l.wrong = append(l.wrong, fmt.Sprintf("%v (matches %v)", err, s))
-		}
-	}
-	if l.examples == nil {
-		l.examples = map[string]bool{}
-	}
-	if len(l.examples) < 5 {
-		l.examples[err.Error()] = true
-	}
-}
-
-func (l *errorLog) requireClean(t testing.TB) {
+// runLoad runs a load on path in a database of its own: 8 workers of one
+// slot, lease 2 s, 25 ms per checkpoint, a producer starting a quarter of
+// its attempts inside the app's own transaction, and a probe. Once a
+// fifth of the upfront attempts completed it marks the fault and calls
+// inject, which returns when its faults are over; then it drains and
+// requires the strict outcome: every attempt succeeded exactly once, no
+// two valid leases overlapped, no write under an expired lease, every row
+// consistent, every error the callers saw retryable and none read as a
+// state, every probe answer right. rcfg configures the Repo (nil: the
+// defaults).
+func runLoad(t *testing.T, path faultload.Path, rcfg *repo.Config, fault string, inject func(ctx context.Context, db *pgtest.DB, run *faultload.Run)) *faultload.Report {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	require.Empty(t, l.wrong, "transient errors that read as a state")
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	upfront, during := loadSize()
+	run := faultload.Start(ctx, t, &faultload.Config{
+		Path: path, URL: db.URL, Repo: repo.New(rcfg), Upfront: upfront, Documents: during,
+		Producers: 1, InTxFraction: 0.25, Workers: workers, Concurrency: 1, LeaseDuration: leaseDuration,
+		Probe: true,
+	})
+	require.NoError(t, run.WaitCompleted(ctx, upfront/5))
+	run.MarkFault(fault)
+	inject(ctx, db, run)
+	rep := run.Finish(ctx)
+	rep.Require(t)
+	require.Equal(t, upfront+during, rep.Attempts)
+	return rep
 }

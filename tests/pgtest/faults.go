@@ -48,19 +48,7 @@ func (s *Server) startAgain(ctx context.Context) error {
 // checkpoint, WAL buffers lost), starts it again and waits until
 // PostgreSQL has run crash recovery and accepts connections. Like Restart
 // it needs a container started with [Options.PersistentData].
-func (s *Server) Crash(ctx context.Context) error {
-	if s.container == nil || !s.persistent {
-		return fmt.Errorf("%w: Crash needs a container started with PersistentData", ErrNotControllable)
-	}
-	err := s.dockerDo(ctx, "kill", func(c client.APIClient, id string) error {
-		_, err := c.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return s.startAgain(ctx)
-}
+func (s *Server) Crash(ctx context.Context) error { return s.Outage(ctx, 0) }
 
 // WaitReady polls the server with SELECT 1 until it answers or timeout
 // passes (the container's readiness check may pass on a restarted
