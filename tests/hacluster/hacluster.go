@@ -176,6 +176,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := c.WaitHealthy(ctx, clusterStartTimeout); err != nil {
 		return err
 	}
+	if err := c.checkReplicationMode(ctx); err != nil {
+		return err
+	}
 	for _, n := range c.nodes {
 		if _, err := c.exec(ctx, n.ctr, "pg_autoctl", "config", "set", "--pgdata", pgdata,
 			"timeout.network_partition_timeout", KeeperNetworkPartitionTimeout); err != nil {
@@ -293,5 +296,29 @@ func checkImage(ctx context.Context, image string) error {
 		}
 		return fmt.Errorf("hacluster: could not inspect image %q: %w", image, err)
 	}
+	return nil
+}
+
+// checkReplicationMode checks that the primary waits for its standby
+// (synchronous_standby_names set by pg_autoctl) exactly when Options.Sync
+// asks for it.
+func (c *Cluster) checkReplicationMode(ctx context.Context) error {
+	primary, err := c.Primary(ctx)
+	if err != nil {
+		return err
+	}
+	n, err := c.node(primary)
+	if err != nil {
+		return err
+	}
+	out, err := c.exec(ctx, n.ctr, "psql", "-X", "-At", "-d", "postgres", "-c", "SHOW synchronous_standby_names")
+	if err != nil {
+		return err
+	}
+	names := strings.TrimSpace(out)
+	if (names != "") != c.opts.Sync {
+		return fmt.Errorf("hacluster: sync=%v but the primary's synchronous_standby_names is %q", c.opts.Sync, names)
+	}
+	c.opts.Logf("hacluster: %s synchronous_standby_names=%q", primary, names)
 	return nil
 }
