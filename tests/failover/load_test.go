@@ -23,31 +23,44 @@ const EnvReport = "KFS_FAILOVER_REPORT"
 // woken by LISTEN, direct delivery polling, the relay to NATS JetStream.
 var loadPaths = []faultload.Path{faultload.DirectListen, faultload.DirectPoll, faultload.RelayNATS}
 
-// TestFailoverUnderLoad runs faultload's load on each path, with a
-// synchronous standby and with an asynchronous one, kills the primary
-// mid-run, lets pg_auto_failover promote the standby, keeps the load on,
-// starts the old primary again, lets it rejoin, kills the new primary
-// (failover back) and drains. Synchronous: nothing lost, nothing done
-// twice, no overlapping leases, every check clean. Asynchronous: what the
-// promoted server lost is counted, and kfsdb's state must stay consistent
-// (every row's pairing invariants, fencing, app writes with their
-// attempts, only retryable errors).
+// mode is a replication mode of the cluster.
+type mode struct {
+	name string
+	sync bool
+	// lag: the standby stops receiving WAL this long before the first
+	// kill (and resumes after it), so an asynchronous one lags by what
+	// the primary committed meanwhile.
+	lag time.Duration
+}
+
+// modes: a synchronous standby; an asynchronous one, as replication
+// keeps up at this load; an asynchronous one that lags by 2 s at the kill
+// (a standby behind after a network hiccup or a burst).
+var modes = []mode{{"sync", true, 0}, {"async", false, 0}, {"async-lagging", false, 2 * time.Second}}
+
+// TestFailoverUnderLoad runs faultload's load on each path and in each
+// mode, kills the primary mid-run, lets pg_auto_failover promote the
+// standby, keeps the load on, starts the old primary again, lets it
+// rejoin, kills the new primary (failover back) and drains. Synchronous:
+// nothing lost, nothing done twice, no overlapping leases, every check
+// clean. Asynchronous: what the promoted server lost is counted, and
+// kfsdb's state must stay consistent (every row's pairing invariants,
+// fencing, app writes with their attempts, only retryable errors).
 func TestFailoverUnderLoad(t *testing.T) {
 	var summaries []string
 	var mu sync.Mutex
 	t.Cleanup(func() { writeReport(t, summaries) })
-	for _, sync := range []bool{true, false} {
+	for _, m := range modes {
 		for _, path := range loadPaths {
-			mode := map[bool]string{true: "sync", false: "async"}[sync]
-			t.Run(fmt.Sprintf("%s/%s", path, mode), func(t *testing.T) {
-				rep := failoverRun(t, path, sync)
-				line := rep.Summary(mode)
+			t.Run(fmt.Sprintf("%s/%s", path, m.name), func(t *testing.T) {
+				rep := failoverRun(t, path, m)
+				line := rep.Summary(m.name)
 				mu.Lock()
 				summaries = append(summaries, line)
 				mu.Unlock()
 				t.Log(line)
 				t.Log(rep.String())
-				if sync {
+				if m.sync {
 					rep.Require(t)
 					return
 				}
@@ -58,8 +71,8 @@ func TestFailoverUnderLoad(t *testing.T) {
 }
 
 // failoverRun is one path's run across two failovers.
-func failoverRun(t *testing.T, path faultload.Path, sync bool) *faultload.Report {
-	c := startCluster(t, sync)
+func failoverRun(t *testing.T, path faultload.Path, m mode) *faultload.Report {
+	c := startCluster(t, m.sync)
 	ctx := context.Background()
 	run := faultload.Start(ctx, t, &faultload.Config{
 		Path: path, URL: c.URL(hacluster.Database),
@@ -69,23 +82,37 @@ func failoverRun(t *testing.T, path faultload.Path, sync bool) *faultload.Report
 		LeaseDuration: 3 * time.Second, Stall: stallTimeout,
 	})
 	require.NoError(t, run.WaitCompleted(ctx, 50))
-	first := killAndWait(ctx, t, c, run, "")
+	lagging := ""
+	if m.lag > 0 {
+		standby, err := c.Standby(ctx)
+		require.NoError(t, err)
+		require.NotEmpty(t, standby, "no standby to hold back")
+		require.NoError(t, c.StopReplication(ctx, standby))
+		lagging = standby
+		time.Sleep(m.lag)
+	}
+	first := killAndWait(ctx, t, c, run, "", lagging)
 	require.NoError(t, run.WaitCompleted(ctx, int(run.Completed())+20), "no completions after the first failover")
 	require.NoError(t, c.StartNode(ctx, first))
 	require.NoError(t, c.WaitHealthy(ctx, rejoinTimeout), "%s did not rejoin", first)
-	killAndWait(ctx, t, c, run, first)
+	killAndWait(ctx, t, c, run, first, "")
 	return run.Finish(ctx)
 }
 
-// killAndWait kills the primary, marks the fault and waits for the
-// promotion of another node (want, when set); it returns the killed node.
-func killAndWait(ctx context.Context, t *testing.T, c *hacluster.Cluster, run *faultload.Run, want string) string {
+// killAndWait kills the primary, marks the fault, lets the lagging
+// standby (if any) have pg_autoctl's replication setting back, and waits
+// for the promotion of another node (want, when set); it returns the
+// killed node.
+func killAndWait(ctx context.Context, t *testing.T, c *hacluster.Cluster, run *faultload.Run, want, lagging string) string {
 	t.Helper()
 	killed, err := c.KillPrimary(ctx)
 	require.NoError(t, err)
 	// Marked once the container is dead: a Start that succeeds after the
 	// mark went through the promoted standby (the RTO counts from here).
 	run.MarkFault("kill primary " + killed)
+	if lagging != "" {
+		require.NoError(t, c.ResumeReplication(ctx, lagging))
+	}
 	primary, err := c.WaitPrimary(ctx, killed, promotionTimeout)
 	require.NoError(t, err)
 	if want != "" {

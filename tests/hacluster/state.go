@@ -80,6 +80,46 @@ func (c *Cluster) KillPrimary(ctx context.Context) (string, error) {
 	return name, nil
 }
 
+// Standby returns a node the monitor has as a converged secondary, or ""
+// when there is none right now.
+func (c *Cluster) Standby(ctx context.Context) (string, error) {
+	states, err := c.States(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range states {
+		if s.Reported == "secondary" && s.Goal == "secondary" {
+			return s.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// StopReplication makes standby name stop receiving WAL
+// (primary_conninfo emptied through ALTER SYSTEM, which outranks
+// pg_autoctl's own setting, and reloaded): an asynchronous primary goes on
+// committing, so the standby falls behind by what it commits meanwhile.
+// (Freezing the standby's container would not: the kernel keeps
+// receiving the WAL stream into the socket's buffer.) ResumeReplication
+// gives pg_autoctl its setting back.
+func (c *Cluster) StopReplication(ctx context.Context, name string) error {
+	return c.setConninfo(ctx, name, "ALTER SYSTEM SET primary_conninfo = ''")
+}
+
+// ResumeReplication undoes StopReplication.
+func (c *Cluster) ResumeReplication(ctx context.Context, name string) error {
+	return c.setConninfo(ctx, name, "ALTER SYSTEM RESET primary_conninfo")
+}
+
+func (c *Cluster) setConninfo(ctx context.Context, name, stmt string) error {
+	n, err := c.node(name)
+	if err != nil {
+		return err
+	}
+	_, err = c.exec(ctx, n.ctr, "psql", "-X", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-c", stmt, "-c", "SELECT pg_reload_conf()")
+	return err
+}
+
 // StartNode starts a killed node's container again: its keeper finds the
 // other node promoted, rewinds its data directory (pg_rewind) and follows
 // it as a standby. StartNode returns once the container runs; WaitHealthy
