@@ -73,7 +73,7 @@ func (c *Cluster) startNode(ctx context.Context, name string) (*node, error) {
 
 // run starts one container of the cluster as user postgres, under the
 // network alias name; hostPort, if set, publishes 5432 there on loopback.
-func (c *Cluster) run(ctx context.Context, name, hostPort string, cmd ...string) (testcontainers.Container, error) {
+func (c *Cluster) run(ctx context.Context, name, hostPort string, cmd ...string) (*testcontainers.DockerContainer, error) {
 	opts := []testcontainers.ContainerCustomizer{
 		testcontainers.WithEntrypoint("bash", "-c", runScript, "run"),
 		testcontainers.WithCmd(cmd...),
@@ -131,7 +131,7 @@ func docker(ctx context.Context, ctr testcontainers.Container, verb string, do f
 // the keepers' decisions), for a failing test's message.
 func (c *Cluster) Logs(ctx context.Context, lines int) string {
 	var b strings.Builder
-	ctrs := []testcontainers.Container{c.monitor}
+	ctrs := []*testcontainers.DockerContainer{c.monitor}
 	names := []string{"monitor"}
 	for _, n := range c.nodes {
 		ctrs = append(ctrs, n.ctr)

@@ -96,7 +96,7 @@ type Options struct {
 type Cluster struct {
 	opts    Options
 	net     *testcontainers.DockerNetwork
-	monitor testcontainers.Container
+	monitor *testcontainers.DockerContainer
 	nodes   []*node
 	closeMu sync.Mutex
 	closed  bool
@@ -106,7 +106,7 @@ type Cluster struct {
 type node struct {
 	name     string // hostname on the cluster network and pg_autoctl's node name
 	hostPort string // its PostgreSQL on 127.0.0.1
-	ctr      testcontainers.Container
+	ctr      *testcontainers.DockerContainer
 }
 
 // pgdata is a directory inside the image's VOLUME, not the volume itself:
