@@ -60,6 +60,10 @@ check-generate: ## Fail if db/gen differs from what sqlc generates (hand edits, 
 postgres-image: ## Build the local image kfsdb-postgres:$(PG_MAJOR) from Debian packages (PG_MAJOR=17|15; needs root).
 	scripts/postgres-image/build.sh $(PG_MAJOR)
 
+.PHONY: pgaf-image
+pgaf-image: ## Build kfsdb-pgaf:$(PG_MAJOR): kfsdb-postgres plus pg_auto_failover, for the HA cluster of tests/hacluster (PG_MAJOR=17|15; needs root).
+	scripts/postgres-image/build.sh pgaf $(PG_MAJOR)
+
 # Builds the image named by $(1) if it is a missing kfsdb-postgres:N image,
 # unless KFS_TEST_DATABASE_URL points the tests at an existing server.
 define ensure-image
@@ -293,6 +297,19 @@ bench-wakeup: ## An idle relay's wake-up latency: Start on the pool, a caller's 
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	mkdir -p $(BENCH_OUT)
 	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkWakeup' -benchtime 50x -count $(BENCH_COUNT) -timeout 30m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/wakeup.txt
+
+.PHONY: failover
+failover: ## Primary failovers on a pg_auto_failover cluster (kfsdb-pgaf:$(PG_MAJOR), built if missing): the plain failover test, then load on direct-listen, direct-poll and relay-nats, sync and async standby, killed primary, promotion, rejoin, failover back; one line per path and mode; writes bench/out/failover.txt.
+	@docker image inspect kfsdb-pgaf:$(PG_MAJOR) >/dev/null 2>&1 || $(MAKE) --no-print-directory pgaf-image
+	mkdir -p $(BENCH_OUT)
+	rm -f $(BENCH_OUT)/failover.txt
+	@start=$$SECONDS; st=0; \
+	(cd tests && KFS_FAILOVER=1 KFS_TEST_PGAF_IMAGE=kfsdb-pgaf:$(PG_MAJOR) KFS_FAILOVER_REPORT=$(CURDIR)/$(BENCH_OUT)/failover.txt \
+		GOWORK=off go test -race -count=1 -timeout 90m -v ./failover/ >$(CURDIR)/$(BENCH_OUT)/failover.log 2>&1) || st=$$?; \
+	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(FAIL|ok|panic)|failover node|Start errors seen' $(BENCH_OUT)/failover.log || true; \
+	echo "== (whole output: $(BENCH_OUT)/failover.log; wall time $$((SECONDS - start)) s)"; \
+	cat $(BENCH_OUT)/failover.txt 2>/dev/null || echo "failover: no summary lines (see $(BENCH_OUT)/failover.log)"; \
+	exit $$st
 
 .PHONY: soak
 soak: ## The long forms: model-based soak, fault injection and multi-process races (KFS_SOAK=1).

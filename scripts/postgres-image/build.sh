@@ -2,8 +2,11 @@
 # Build a local PostgreSQL image from Debian packages, for machines whose Docker
 # engine cannot pull from any registry (only Debian mirrors are reachable).
 #
-#   build.sh 17   -> kfsdb-postgres:17  (Debian trixie,   postgresql-17)
-#   build.sh 15   -> kfsdb-postgres:15  (Debian bookworm, postgresql-15)
+#   build.sh 17        -> kfsdb-postgres:17  (Debian trixie,   postgresql-17)
+#   build.sh 15        -> kfsdb-postgres:15  (Debian bookworm, postgresql-15)
+#   build.sh pgaf 17   -> kfsdb-pgaf:17      (the same, plus pg_auto_failover:
+#   build.sh pgaf 15   -> kfsdb-pgaf:15       postgresql-N-auto-failover and
+#                                             pg-auto-failover-cli, for tests/hacluster)
 #
 # If the tag already exists nothing is rebuilt. Must run as root (debootstrap).
 # Environment:
@@ -23,10 +26,17 @@ die() {
 	exit 1
 }
 usage() {
-	echo "usage: $prog 17|15" >&2
+	echo "usage: $prog [pgaf] 17|15" >&2
 	exit 2
 }
 
+# The flavor only adds packages (and a check that they run) to the one rootfs:
+# the pgaf image is kfsdb-postgres plus pg_auto_failover's keeper and monitor.
+flavor=postgres
+if [ "$#" -eq 2 ] && [ "$1" = pgaf ]; then
+	flavor=pgaf
+	shift
+fi
 [ "$#" -eq 1 ] || usage
 version=$1
 case "$version" in
@@ -34,7 +44,12 @@ case "$version" in
 15) suite=bookworm ;;
 *) usage ;;
 esac
-tag=kfsdb-postgres:$version
+tag=kfsdb-$flavor:$version
+packages=postgresql-$version
+if [ "$flavor" = pgaf ]; then
+	# Debian: bookworm has pg_auto_failover 2.0, trixie 2.2.
+	packages=$packages,postgresql-$version-auto-failover,pg-auto-failover-cli
+fi
 # The data directory, as in the official image (PGDATA and its VOLUME).
 pgdata=/var/lib/postgresql/data
 
@@ -92,7 +107,7 @@ mirror=${KFSDB_DEBIAN_MIRROR:-$(detect_mirror)}
 mirror=${mirror%/}
 
 # --- temporary rootfs (always removed) ------------------------------------
-workdir=$(mktemp -d "${TMPDIR:-/var/tmp}/kfsdb-postgres-$version.XXXXXX")
+workdir=$(mktemp -d "${TMPDIR:-/var/tmp}/kfsdb-$flavor-$version.XXXXXX")
 rootfs=$workdir/rootfs
 log=$workdir/debootstrap.log
 show_log=0
@@ -123,11 +138,11 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-msg "building $tag: postgresql-$version from Debian $suite ($mirror)"
+msg "building $tag: ${packages//,/ } from Debian $suite ($mirror)"
 msg "debootstrap into $rootfs (log: $log)"
 show_log=1
 if ! debootstrap --variant=minbase --components=main --keyring="$keyring" \
-	--include="postgresql-$version" \
+	--include="$packages" \
 	"$suite" "$rootfs" "$mirror" >"$log" 2>&1; then
 	die "debootstrap failed"
 fi
@@ -138,7 +153,12 @@ step_done "debootstrap"
 in_root() { chroot "$rootfs" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
 
 bin=/usr/lib/postgresql/$version/bin
-for f in "$bin/postgres" "$bin/initdb" "$bin/pg_ctl" "$bin/psql"; do
+tools="$bin/postgres $bin/initdb $bin/pg_ctl $bin/psql"
+if [ "$flavor" = pgaf ]; then
+	# pg_autoctl runs pg_basebackup and pg_rewind when a node (re)joins.
+	tools="$tools /usr/bin/pg_autoctl $bin/pg_basebackup $bin/pg_rewind"
+fi
+for f in $tools; do
 	[ -x "$rootfs$f" ] || die "$f missing in rootfs"
 done
 # Tools the entrypoint and testcontainers' port wait strategy
@@ -181,8 +201,8 @@ install -d -m 03777 -o "$(in_root id -u postgres)" -g "$(in_root id -g postgres)
 install -d -m 0700 -o "$(in_root id -u postgres)" -g "$(in_root id -g postgres)" "$rootfs/var/lib/postgresql/data"
 
 # Also proves that every shared library they need is still there after trimming.
-for f in postgres initdb pg_ctl psql; do
-	in_root "$bin/$f" --version >/dev/null || die "$f does not run inside the trimmed rootfs"
+for f in $tools; do
+	in_root "$f" --version >/dev/null || die "$f does not run inside the trimmed rootfs"
 done
 pg_full_version=$(in_root "$bin/postgres" --version)
 msg "rootfs: $pg_full_version, $(du -sh --one-file-system "$rootfs" | cut -f1)"
@@ -194,12 +214,12 @@ step_done "trimming rootfs"
 # So the import gets a temporary tag and a one-instruction Dockerfile build on
 # top of it adds STOPSIGNAL (metadata only: no new layer, and no registry needed
 # because FROM is local).
-import_tag=kfsdb-postgres-rootfs:$version-tmp$$
+import_tag=kfsdb-$flavor-rootfs:$version-tmp$$
 msg "importing rootfs into docker (temporary tag $import_tag)"
 tar --numeric-owner -C "$rootfs" -c . |
 	docker import \
 		--message "$pg_full_version, Debian $suite" \
-		--change "LABEL org.opencontainers.image.title=kfsdb-postgres org.opencontainers.image.description=\"$pg_full_version on Debian $suite, built locally by scripts/postgres-image/build.sh\"" \
+		--change "LABEL org.opencontainers.image.title=kfsdb-$flavor org.opencontainers.image.description=\"$pg_full_version on Debian $suite, built locally by scripts/postgres-image/build.sh\"" \
 		--change 'ENTRYPOINT ["docker-entrypoint.sh"]' \
 		--change 'CMD ["postgres"]' \
 		--change "ENV PATH=/usr/local/sbin:/usr/local/bin:$bin:/usr/sbin:/usr/bin:/sbin:/bin" \

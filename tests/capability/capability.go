@@ -1,6 +1,7 @@
 // Package capability skips a test whose whole capability (a browser,
-// PgBouncer, the user's seed file, a restartable container) is missing on
-// this machine, and names it so that `make test`'s summary can list it.
+// PgBouncer, the user's seed file, a restartable container, the HA
+// cluster's image) is missing on this machine, and names it so that
+// `make test`'s summary can list it.
 //
 // Under CI=true a missing capability fails the test instead: CI installs
 // everything the suite needs, so a skip there means a path went untested
@@ -19,6 +20,9 @@ const (
 	PgBouncer = "pgbouncer"
 	Seed      = "seed"
 	Container = "container"
+	// HACluster is the pg_auto_failover image (kfsdb-pgaf:N, `make
+	// pgaf-image`) tests/failover runs its cluster on.
+	HACluster = "hacluster"
 )
 
 // EnvAllowed lists capabilities a CI run may do without, comma-separated

@@ -33,7 +33,7 @@ func startContainer(ctx context.Context, image string, sopts Options) (*Server, 
 		if !local {
 			return nil, errors.New("pgtest: PersistentData needs a local Docker engine (a fixed loopback port is chosen on this machine)")
 		}
-		if hostPort, err = freeLoopbackPort(); err != nil {
+		if hostPort, err = FreeLoopbackPort(); err != nil {
 			return nil, fmt.Errorf("pgtest: could not choose a port for the container: %w", err)
 		}
 	}
@@ -158,8 +158,10 @@ func connectContainer(ctx context.Context, ctr *tcpostgres.PostgresContainer, im
 	return s, nil
 }
 
-// freeLoopbackPort returns a TCP port that is free on 127.0.0.1 right now.
-func freeLoopbackPort() (string, error) {
+// FreeLoopbackPort returns a TCP port that is free on 127.0.0.1 right now
+// (tests/hacluster publishes its nodes on such ports, so a restarted node
+// keeps its address).
+func FreeLoopbackPort() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
