@@ -298,6 +298,10 @@ bench-wakeup: ## An idle relay's wake-up latency: Start on the pool, a caller's 
 	mkdir -p $(BENCH_OUT)
 	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkWakeup' -benchtime 50x -count $(BENCH_COUNT) -timeout 30m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/wakeup.txt
 
+# The failover tests make failover runs (go test -run): all of them by
+# default; make failover-ci the plain test and each path with a
+# synchronous standby.
+FAILOVER_RUN ?= .
 .PHONY: failover
 failover: ## Primary failovers on a pg_auto_failover cluster (kfsdb-pgaf:$(PG_MAJOR), built if missing): the plain failover test, then load on direct-listen, direct-poll and relay-nats, sync and async standby, killed primary, promotion, rejoin, failover back; one line per path and mode; writes bench/out/failover.txt.
 	@docker image inspect kfsdb-pgaf:$(PG_MAJOR) >/dev/null 2>&1 || $(MAKE) --no-print-directory pgaf-image
@@ -305,11 +309,15 @@ failover: ## Primary failovers on a pg_auto_failover cluster (kfsdb-pgaf:$(PG_MA
 	rm -f $(BENCH_OUT)/failover.txt
 	@start=$$SECONDS; st=0; \
 	(cd tests && KFS_FAILOVER=1 KFS_TEST_PGAF_IMAGE=kfsdb-pgaf:$(PG_MAJOR) KFS_FAILOVER_REPORT=$(CURDIR)/$(BENCH_OUT)/failover.txt \
-		GOWORK=off go test -race -count=1 -timeout 90m -v ./failover/ >$(CURDIR)/$(BENCH_OUT)/failover.log 2>&1) || st=$$?; \
+		GOWORK=off go test -race -count=1 -timeout 90m -run '$(FAILOVER_RUN)' -v ./failover/ >$(CURDIR)/$(BENCH_OUT)/failover.log 2>&1) || st=$$?; \
 	grep -E '^\s*--- (PASS|FAIL|SKIP)|^(FAIL|ok|panic)|failover node|Start errors seen' $(BENCH_OUT)/failover.log || true; \
 	echo "== (whole output: $(BENCH_OUT)/failover.log; wall time $$((SECONDS - start)) s)"; \
 	cat $(BENCH_OUT)/failover.txt 2>/dev/null || echo "failover: no summary lines (see $(BENCH_OUT)/failover.log)"; \
 	exit $$st
+
+.PHONY: failover-ci
+failover-ci: ## make failover at CI size (in .ci/run, about 10 min): the plain failover test and each path with a synchronous standby, which must lose nothing.
+	$(MAKE) --no-print-directory failover FAILOVER_RUN='TestFailover(Plain|UnderLoad)//^sync'
 
 .PHONY: soak
 soak: ## The long forms: model-based soak, fault injection and multi-process races (KFS_SOAK=1).

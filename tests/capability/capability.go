@@ -20,9 +20,6 @@ const (
 	PgBouncer = "pgbouncer"
 	Seed      = "seed"
 	Container = "container"
-	// HACluster is the pg_auto_failover image (kfsdb-pgaf:N, `make
-	// pgaf-image`) tests/failover runs its cluster on.
-	HACluster = "hacluster"
 )
 
 // EnvAllowed lists capabilities a CI run may do without, comma-separated
