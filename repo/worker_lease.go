@@ -49,8 +49,11 @@ type Lease struct {
 
 // StopBy is when the lease's holder must treat it as lapsed, on this
 // process's clock: LocalDeadline, or ExpiresAt for a Lease built without
-// one.
+// one; the zero time (long past: stop now) for a nil Lease.
 func (l *Lease) StopBy() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
 	if l.LocalDeadline.IsZero() {
 		return l.ExpiresAt
 	}

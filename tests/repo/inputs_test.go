@@ -37,7 +37,7 @@ var inputRules = apiwalk.Rules{
 		"CancelParams.Reason": true, "SupersedeParams.Reason": true, "FailParams.ErrorMessage": true,
 		"ScheduleRetryParams.ErrorMessage": true, "ReleaseOutboxParams.LastError": true,
 	},
-	Unchecked: map[string]bool{"Lease.ExpiresAt": true},
+	Unchecked: map[string]bool{"Lease.ExpiresAt": true, "Lease.LocalDeadline": true},
 }
 
 // TestEveryExportedFunctionRefusesBadInput walks every exported function
@@ -184,6 +184,7 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.Throughput":         {Fn: (*repo.Repo).Throughput, Args: []any{r, ctx, pool, &repo.ThroughputParams{TenantID: "tenant", Minutes: 15}}, Deep: []int{3}},
 		"MinuteCount.Total":       {Fn: repo.MinuteCount.Total, Args: []any{repo.MinuteCount{Succeeded: 1}}},
 		"StuckReasons":            {Fn: repo.StuckReasons},
+		"Lease.StopBy":            {Fn: (*repo.Lease).StopBy, Args: []any{lease()}},
 		"StuckReason.Description": {Fn: repo.StuckReason.Description, Args: []any{repo.StuckLeaseExpired}},
 	}
 	apiwalk.Walk(t, "../../repo", cases, inputRules, func(call func()) func(*testing.T, string, error) {
