@@ -87,8 +87,8 @@ func Start(ctx context.Context, t testing.TB, cfg *Config) *Run {
 	c.Logger = slog.New(r.logs)
 	// Every worker slot and its heartbeat, the sources' kept connections,
 	// the relay's listener and claims, the producers and the probe.
-	r.pool = newPool(t, c.URL, int32(2*c.Workers*c.Concurrency+2*c.Producers+12))
-	r.check = newPool(t, c.URL, 4)
+	r.pool = NewPool(t, c.URL, int32(2*c.Workers*c.Concurrency+2*c.Producers+12))
+	r.check = NewPool(t, c.URL, 4)
 
 	setup, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -183,7 +183,9 @@ func (r *Run) stop() []string {
 	return r.stopRun()
 }
 
-func newPool(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
+// NewPool is a pool on url of at most maxConns connections, closed when t
+// ends.
+func NewPool(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)

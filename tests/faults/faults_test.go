@@ -132,7 +132,7 @@ func TestBackendKillsDuringLoad(t *testing.T) {
 	eachPath(t, func(t *testing.T, path faultload.Path) {
 		var rounds, killed int
 		rep := runLoad(t, path, nil, "backend kills", func(ctx context.Context, db *pgtest.DB, _ *faultload.Run) {
-			killer := newPool(t, db.URL, 1)
+			killer := faultload.NewPool(t, db.URL, 1)
 			end := time.Now().Add(window)
 			for time.Now().Before(end) {
 				var n int

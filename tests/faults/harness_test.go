@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/repo"
@@ -42,17 +41,6 @@ func requireContainer(t *testing.T) *pgtest.Server {
 			pgtest.EnvDatabaseURL, pgtest.DefaultImage)
 	}
 	return srv
-}
-
-func newPool(t testing.TB, url string, maxConns int32) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cfg.MaxConns = maxConns
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 // eachPath runs f as a subtest per delivery path. The paths share the
