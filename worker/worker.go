@@ -25,6 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/knowledgefs/kfsdb/internal/backoff"
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -247,7 +248,7 @@ const (
 // logged errors a second for 8 slots and a backlog of 1,500, all through a
 // 30 s outage). The slot waits 10 ms, doubling to 1 s, after each such
 // delivery, and not at all after any other outcome.
-type slotBackoff struct{ failures int }
+type slotBackoff struct{ failures int32 }
 
 // next returns the wait after res.
 func (b *slotBackoff) next(res Result) time.Duration {
@@ -256,7 +257,7 @@ func (b *slotBackoff) next(res Result) time.Duration {
 		return 0
 	}
 	b.failures++
-	return min(slotBackoffCap, slotBackoffBase<<min(b.failures-1, 10))
+	return backoff.Exponential(slotBackoffBase, slotBackoffCap, b.failures)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

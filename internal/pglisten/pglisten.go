@@ -256,10 +256,7 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 			return wait, false
 		}
 		var err error
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if p.CallTimeout > 0 {
-			cctx, cancel = context.WithTimeout(ctx, p.CallTimeout)
-		}
+		cctx, cancel := bounded(ctx, p.CallTimeout)
 		res, err = p.Repo.OutboxListenerIdle(cctx, p.Pool, &repo.OutboxListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
 		cancel()
 		if err != nil {
