@@ -40,7 +40,9 @@ func TestLoginsFromOthersNeverLockTheOperator(t *testing.T) {
 	th, advance := frozenThrottle()
 	base := b.start(t, console.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Throttle: th,
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}})
-	from := func(ip string) map[string]string { return map[string]string{"Authorization": "", "X-Forwarded-For": ip} }
+	from := func(ip string) map[string]string {
+		return map[string]string{"Authorization": "", "X-Forwarded-For": ip}
+	}
 	session := cookieOf(t, do(t, http.MethodPost, base+"/login", url.Values{"token": {testToken}}, from("10.0.0.99")))
 
 	codes := map[int]int{}
