@@ -1,7 +1,9 @@
 // Package httpguard holds the access rules the kfsdb command's HTTP
 // servers share (the web console and every /metrics server): how a token
 // is read and how strong it must be, what counts as a loopback request
-// (never one that came through a proxy), and the /metrics handler's guard.
+// (never one that came through a proxy), the /metrics handler's guard,
+// and what a trusted proxy's forwarding headers say (forwarded.go) and
+// which proxies may be trusted (trusted.go).
 package httpguard
 
 import (
