@@ -210,8 +210,9 @@ func forwardedFor(r *http.Request) string {
 
 // sameOrigin accepts a POST whose Origin is the console's own (scheme and
 // host, the host a trusted proxy forwarded in Forwarded's host= or
-// X-Forwarded-Host when it did), or, without Origin, that says Sec-Fetch-Site: same-origin. A
-// POST with neither is refused: every browser sends one of them.
+// X-Forwarded-Host when it did), or, without Origin, that says
+// Sec-Fetch-Site: same-origin. A POST with neither is refused: every
+// browser sends one of them.
 func (s *Server) sameOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
