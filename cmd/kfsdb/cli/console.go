@@ -137,6 +137,9 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 		fmt.Fprintf(out, "kfsdb console on http://%s/ (Ctrl-C stops)\n", ln.Addr())
+		for _, line := range httpguard.DescribeTrustedProxies(opts.TrustedProxies) {
+			fmt.Fprintln(out, line)
+		}
 		if link := srv.LoginLink(); link != "" {
 			fmt.Fprintf(out, "no token was given, so the console made its own: log in once at http://%s%s (valid 30 minutes, one login)\n", ln.Addr(), link)
 		}
@@ -174,8 +177,11 @@ func newConsoleCommand(r *runner) *cobra.Command {
 	f.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
 	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the login token (at least 24 characters); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
 	f.StringVar(&argvToken, "auth-token", "", "refused: a token on the command line is visible to every local user (ps); use --auth-token-file or $"+EnvConsoleToken)
-	f.Func("trusted-proxy", "IP or CIDR of the TLS-terminating proxy in front of the console (repeatable): its X-Forwarded-Proto/-Host/-For are believed, the cookie is Secure", func(v string) error {
+	f.Func("trusted-proxy", "IP or CIDR (at least /8, IPv6 /32) of the TLS-terminating proxy in front of the console (repeatable): the last element of its Forwarded or X-Forwarded-Proto/-Host/-For is believed, the cookie is Secure", func(v string) error {
 		p, err := parsePrefix(v)
+		if err == nil {
+			err = httpguard.CheckTrustedProxy(p)
+		}
 		opts.TrustedProxies = append(opts.TrustedProxies, p)
 		return err
 	})

@@ -76,10 +76,13 @@ type Config struct {
 	// SessionTTLDefault.
 	SessionTTL time.Duration
 	// TrustedProxies are the addresses of the TLS-terminating proxies in
-	// front of the console: from them, X-Forwarded-Proto: https makes the
-	// session cookie Secure (and __Host-), X-Forwarded-Host is the origin
-	// POSTs must come from, and X-Forwarded-For's last address is the
-	// client failed logins are counted by. Defaults to none.
+	// front of the console (each at least a /8, IPv6 /32:
+	// httpguard.CheckTrustedProxy). From them, and only from them, the
+	// element the proxy appended to Forwarded or X-Forwarded-* is
+	// believed (httpguard.LastHop: malformed or conflicting headers are
+	// not): proto https makes the session cookie Secure (and __Host-),
+	// the host is the origin POSTs must come from, and the client address
+	// is the one failed logins are counted by. Defaults to none.
 	TrustedProxies []netip.Prefix
 	// Throttle counts wrong tokens and one-time codes per client (the
 	// address clientAddr believes) and bounds their log lines; a right
@@ -110,7 +113,7 @@ type Server struct {
 	auditLog  *slog.Logger
 	pages     map[string]*template.Template
 	csrfKey   []byte
-	static    http.Handler
+	static    fs.FS
 	sessions  sessions
 	throttle  *httpguard.Throttle
 	generated bool // the console made AuthToken
@@ -166,8 +169,7 @@ func New(cfg Config) (*Server, error) {
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
-	css, _ := fs.Sub(staticFS, "static")
-	s.static = http.StripPrefix("/static/", http.FileServerFS(css))
+	s.static, _ = fs.Sub(staticFS, "static") // never fails: "static" is a valid path
 	return s, nil
 }
 
@@ -194,7 +196,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
-	mux.Handle("GET /static/", s.static)
+	mux.HandleFunc("GET /static/", s.serveStatic)
 	return s.secure(mux)
 }
 

@@ -95,6 +95,7 @@ func (s *Server) secure(next http.Handler) http.Handler {
 		}
 		if r.Method == http.MethodPost {
 			if !s.sameOrigin(r) {
+				s.usePresentedOnce(r, time.Now()) // a refused POST burns the code too
 				s.fail(w, r, http.StatusForbidden, "cross-origin form posts are refused (a POST must carry Origin or Sec-Fetch-Site: same-origin)")
 				return
 			}
@@ -151,18 +152,27 @@ func (s *Server) fromTrustedProxy(r *http.Request) bool {
 	return false
 }
 
+// proxyHop is what a trusted proxy said about r (httpguard.LastHop: the
+// last element of Forwarded or X-Forwarded-*, the one it appended); ok is
+// false from any other peer, and when the proxy's headers are malformed
+// or disagree: then none of them is believed.
+func (s *Server) proxyHop(r *http.Request) (hop httpguard.Hop, ok bool) {
+	if !s.fromTrustedProxy(r) {
+		return httpguard.Hop{}, false
+	}
+	hop, err := httpguard.LastHop(r.Header)
+	return hop, err == nil
+}
+
 // tls says whether the browser's side of r is HTTPS: the console's own
-// TLS, or a trusted proxy's (X-Forwarded-Proto: https, or proto=https in
-// Forwarded).
+// TLS, or a trusted proxy's (proto https in its element of Forwarded or
+// X-Forwarded-Proto).
 func (s *Server) tls(r *http.Request) bool {
 	if r.TLS != nil {
 		return true
 	}
-	if !s.fromTrustedProxy(r) {
-		return false
-	}
-	return strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") ||
-		strings.Contains(strings.ToLower(r.Header.Get("Forwarded")), "proto=https")
+	hop, ok := s.proxyHop(r)
+	return ok && hop.Proto == "https"
 }
 
 func (s *Server) cookieName(r *http.Request) string {
@@ -173,21 +183,15 @@ func (s *Server) cookieName(r *http.Request) string {
 }
 
 // clientAddr is the address failed logins are counted by: the peer's IP,
-// or, from a trusted proxy, the last address of X-Forwarded-For (the one
-// the proxy itself added).
+// or, from a trusted proxy, the client address it appended (Forwarded's
+// for= or X-Forwarded-For's last address).
 func (s *Server) clientAddr(r *http.Request) string {
 	peer, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
-	if s.fromTrustedProxy(r) {
-		xff := r.Header.Values("X-Forwarded-For")
-		if len(xff) > 0 {
-			parts := strings.Split(xff[len(xff)-1], ",")
-			if a, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
-				return a.String()
-			}
-		}
+	if hop, ok := s.proxyHop(r); ok && hop.For.IsValid() {
+		return hop.For.String()
 	}
 	return peer.Addr().String()
 }
@@ -198,9 +202,10 @@ func forwardedFor(r *http.Request) string {
 }
 
 // sameOrigin accepts a POST whose Origin is the console's own (scheme and
-// host, the host a trusted proxy forwarded in X-Forwarded-Host when there
-// is one), or, without Origin, that says Sec-Fetch-Site: same-origin. A
-// POST with neither is refused: every browser sends one of them.
+// host, the host a trusted proxy forwarded in Forwarded's host= or
+// X-Forwarded-Host when it did), or, without Origin, that says
+// Sec-Fetch-Site: same-origin. A POST with neither is refused: every
+// browser sends one of them.
 func (s *Server) sameOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -211,8 +216,8 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 		return false
 	}
 	host, scheme := r.Host, "http"
-	if s.fromTrustedProxy(r) && r.Header.Get("X-Forwarded-Host") != "" {
-		host = r.Header.Get("X-Forwarded-Host")
+	if hop, ok := s.proxyHop(r); ok && hop.Host != "" {
+		host = hop.Host
 	}
 	if s.tls(r) {
 		scheme = "https"
@@ -270,11 +275,10 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 // told to wait (429).
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
-	token, once := r.PostFormValue("token"), r.PostFormValue("once")
+	onceOK := s.usePresentedOnce(r, now) // before any refusal: it burns the code
+	token := r.PostFormValue("token")
 	ok := token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AuthToken)) == 1
-	if !ok && once != "" {
-		ok = s.useOnce(once, now)
-	}
+	ok = ok || onceOK
 	if !ok {
 		if s.refuse(r, "wrong token or used link") == http.StatusTooManyRequests {
 			s.fail(w, r, http.StatusTooManyRequests, "too many failed logins from your address; wait and try again")
@@ -292,12 +296,31 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// usePresentedOnce consumes the one-time login code if a POST to /login
+// presents it among its once= values, whatever else the request carries
+// and whether or not it is then refused (cross-origin, rate-limited, a
+// wrong token beside it): a link is good for one try, so a leaked one
+// cannot be tried again after a refusal. It says whether r may log in by
+// it: the code was r's one once= value, unused and not expired. A GET of
+// the login page (?once=) consumes nothing.
+func (s *Server) usePresentedOnce(r *http.Request, now time.Time) bool {
+	if r.Method != http.MethodPost || r.URL.Path != "/login" || r.ParseForm() != nil {
+		return false
+	}
+	codes := r.PostForm["once"]
+	used := false
+	for _, code := range codes {
+		used = s.useOnce(code, now) || used
+	}
+	return used && len(codes) == 1
+}
+
 // useOnce consumes the one-time login code, if code is it and it is
 // unused and not expired.
 func (s *Server) useOnce(code string, now time.Time) bool {
 	s.onceMu.Lock()
 	defer s.onceMu.Unlock()
-	if s.once == "" || !now.Before(s.onceExpires) || subtle.ConstantTimeCompare([]byte(code), []byte(s.once)) != 1 {
+	if code == "" || s.once == "" || !now.Before(s.onceExpires) || subtle.ConstantTimeCompare([]byte(code), []byte(s.once)) != 1 {
 		return false
 	}
 	s.once = ""
@@ -328,11 +351,12 @@ func (s *Server) LoginLink() string {
 	return "/login?" + url.Values{"once": {s.once}}.Encode()
 }
 
-// checkTrustedProxies refuses an unparsable or over-broad proxy prefix.
+// checkTrustedProxies refuses an invalid or over-broad proxy prefix
+// (httpguard.CheckTrustedProxy).
 func checkTrustedProxies(ps []netip.Prefix) error {
 	for _, p := range ps {
-		if !p.IsValid() || p.Bits() == 0 {
-			return fmt.Errorf("%w: TrustedProxies %v: name the proxy's address, not every address", ErrInvalidConfig, p)
+		if err := httpguard.CheckTrustedProxy(p); err != nil {
+			return fmt.Errorf("%w: TrustedProxies: %w", ErrInvalidConfig, err)
 		}
 	}
 	return nil

@@ -1,18 +1,22 @@
 // Package httpguard holds the access rules the kfsdb command's HTTP
 // servers share (the web console and every /metrics server): how a token
 // is read and how strong it must be, what counts as a loopback request
-// (never one that came through a proxy), and the /metrics handler's guard.
+// (never one that came through a proxy), the /metrics handler's guard,
+// and what a trusted proxy's forwarding headers say (forwarded.go) and
+// which proxies may be trusted (trusted.go).
 package httpguard
 
 import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -49,15 +53,34 @@ func CheckToken(token string) error {
 	return nil
 }
 
+// ErrTokenFileMode is returned by ReadToken for a token file that its
+// group or other users may read or write.
+var ErrTokenFileMode = errors.New("token file open to other users")
+
 // ReadToken reads a token from file (its first line, trimmed) when file
 // is set, else takes env's value; "" when neither gives one. It never
 // takes a token from the command line, where every local user sees it
-// (ps, /proc/PID/cmdline).
+// (ps, /proc/PID/cmdline), and refuses a file whose mode lets its group
+// or others read or write it (ErrTokenFileMode): chmod 600.
 func ReadToken(file, env string) (string, error) {
 	if file == "" {
 		return strings.TrimSpace(env), nil
 	}
-	raw, err := os.ReadFile(file)
+	f, err := os.Open(file)
+	if err != nil {
+		return "", fmt.Errorf("read the token file: %w", err)
+	}
+	defer f.Close()
+	// The mode of the file opened, not of the path: it cannot change
+	// between the check and the read.
+	info, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("read the token file: %w", err)
+	}
+	if mode := info.Mode().Perm(); mode&0o077 != 0 && runtime.GOOS != "windows" {
+		return "", fmt.Errorf("%w: %s has mode %04o, so other users may read it: run `chmod 600 %s`", ErrTokenFileMode, file, mode, file)
+	}
+	raw, err := io.ReadAll(f)
 	if err != nil {
 		return "", fmt.Errorf("read the token file: %w", err)
 	}

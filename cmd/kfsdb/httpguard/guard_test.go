@@ -1,12 +1,14 @@
 package httpguard_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -90,4 +92,31 @@ func TestTokens(t *testing.T) {
 	require.Equal(t, "from-env", got)
 	_, err = httpguard.ReadToken(filepath.Join(t.TempDir(), "missing"), "")
 	require.Error(t, err)
+}
+
+// TestReadTokenRefusesOpenFiles: a token file its group or others may
+// read or write is refused, naming its mode and the fix (issue 39: a 0644
+// token file was accepted).
+func TestReadTokenRefusesOpenFiles(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS == "windows" {
+		t.Skip("no Unix modes")
+	}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620, 0o602, 0o666} {
+		file := filepath.Join(t.TempDir(), "token")
+		require.NoError(t, os.WriteFile(file, []byte(strong+"\n"), 0o600))
+		require.NoError(t, os.Chmod(file, mode)) // WriteFile's mode passes the umask
+		_, err := httpguard.ReadToken(file, "")
+		require.ErrorIs(t, err, httpguard.ErrTokenFileMode, "%04o", mode)
+		require.ErrorContains(t, err, fmt.Sprintf("mode %04o", mode))
+		require.ErrorContains(t, err, "chmod 600 "+file)
+	}
+	for _, mode := range []os.FileMode{0o600, 0o400} {
+		file := filepath.Join(t.TempDir(), "token")
+		require.NoError(t, os.WriteFile(file, []byte(strong+"\n"), 0o600))
+		require.NoError(t, os.Chmod(file, mode))
+		got, err := httpguard.ReadToken(file, "")
+		require.NoError(t, err, "%04o", mode)
+		require.Equal(t, strong, got)
+	}
 }
