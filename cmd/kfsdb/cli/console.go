@@ -175,7 +175,7 @@ func newConsoleCommand(r *runner) *cobra.Command {
 	f.StringVar(&opts.Listen, "listen", ConsoleListenDefault, "address to serve; a non-loopback one needs a token")
 	f.StringVar(&opts.TenantID, "tenant", "", "confine the console to this tenant (default: every tenant)")
 	f.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
-	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the login token (at least 24 characters); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
+	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the login token (at least 24 characters, unpredictable: openssl rand -base64 32); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
 	f.StringVar(&argvToken, "auth-token", "", "refused: a token on the command line is visible to every local user (ps); use --auth-token-file or $"+EnvConsoleToken)
 	f.Func("trusted-proxy", "IP or CIDR (at least /8, IPv6 /32) of the TLS-terminating proxy in front of the console (repeatable): the last element of its Forwarded or X-Forwarded-Proto/-Host/-For is believed, the cookie is Secure", func(v string) error {
 		p, err := parsePrefix(v)
