@@ -84,6 +84,11 @@ type Config struct {
 	// the host is the origin POSTs must come from, and the client address
 	// is the one failed logins are counted by. Defaults to none.
 	TrustedProxies []netip.Prefix
+	// Throttle counts wrong tokens and one-time codes per client (the
+	// address clientAddr believes) and bounds their log lines; a right
+	// token is never refused for it. Share one with the metrics server
+	// (kfsdb console does). Defaults to httpguard.NewThrottle(nil).
+	Throttle *httpguard.Throttle
 	// TenantID confines the console to one tenant: it is passed to every
 	// repo call, and another tenant's attempt is not found (404). Defaults
 	// to "": every tenant.
@@ -110,7 +115,7 @@ type Server struct {
 	csrfKey   []byte
 	static    fs.FS
 	sessions  sessions
-	limit     limiter
+	throttle  *httpguard.Throttle
 	generated bool // the console made AuthToken
 
 	onceMu      sync.Mutex
@@ -144,9 +149,12 @@ func New(cfg Config) (*Server, error) {
 	cfg.QueryTimeout = cmp.Or(cfg.QueryTimeout, QueryTimeoutDefault)
 	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, SessionTTLDefault)
 	s := &Server{cfg: cfg, repo: cfg.Repo, log: cfg.Logger, auditLog: cfg.AuditLogger, csrfKey: make([]byte, 32),
-		limit: limiter{globalLimit: globalFailures}}
+		throttle: cfg.Throttle}
 	if s.repo == nil {
 		s.repo = repo.New(nil)
+	}
+	if s.throttle == nil {
+		s.throttle = httpguard.NewThrottle(nil)
 	}
 	s.log = cmp.Or(s.log, slog.Default())
 	s.auditLog = cmp.Or(s.auditLog, s.log)
@@ -192,10 +200,14 @@ func (s *Server) Handler() http.Handler {
 	return s.secure(mux)
 }
 
+// serveTimeouts bound the console's connections; a request's own work
+// is bounded by Config.QueryTimeout, well under Write.
+var serveTimeouts = httpguard.Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 2 * time.Minute}
+
 // Serve serves h on ln until ctx ends, then lets requests in flight end
 // for up to 2 seconds and closes every connection.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
+	srv := httpguard.NewServer(h, serveTimeouts)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

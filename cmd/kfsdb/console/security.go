@@ -117,22 +117,15 @@ func (s *Server) secure(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate finds r's principal: a bearer token (a wrong one counts as
-// a failed login) or a live session cookie. status is 429 when r's
-// address is locked out.
+// authenticate finds r's principal: a bearer token (a wrong one counts
+// as a failed login, a right one always passes) or a live session cookie.
+// status is 429 for a wrong token from a client the throttle locked.
 func (s *Server) authenticate(r *http.Request) (principal, bool, int) {
-	if _, ok := r.Header["Authorization"]; ok {
-		now := time.Now()
-		addr := s.clientAddr(r)
-		if s.limit.blocked(addr, now) {
-			return principal{}, false, http.StatusTooManyRequests
-		}
+	if bearerToken(r) {
 		if httpguard.BearerMatches(r, s.cfg.AuthToken) {
 			return principal{key: "bearer"}, true, 0
 		}
-		s.limit.fail(addr, now)
-		s.log.Warn("console: wrong bearer token", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
-		return principal{}, false, http.StatusUnauthorized
+		return principal{}, false, s.refuse(r, "wrong bearer token")
 	}
 	c, err := r.Cookie(s.cookieName(r))
 	if err != nil {
@@ -276,25 +269,21 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "login", "Log in", loginPage{Once: r.URL.Query().Get("once"), Generated: s.generated})
 }
 
-// login checks a posted token or one-time code and starts a session.
-// Failures are logged, audited and counted per address: past the limit
-// the address waits (429).
+// login checks a posted token or one-time code and starts a session. A
+// right one always logs in; a wrong one is counted per client and
+// audited (one line, rate-limited): past the free tries the client is
+// told to wait (429).
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	now, addr := time.Now(), s.clientAddr(r)
+	now := time.Now()
 	onceOK := s.usePresentedOnce(r, now) // before any refusal: it burns the code
-	if s.limit.blocked(addr, now) {
-		s.log.Warn("console: login refused, too many failures", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
-		s.audit(r, auditEntry{Action: "login", Result: "refused", Reason: "too many failed logins"})
-		s.fail(w, r, http.StatusTooManyRequests, "too many failed logins from your address; wait and try again")
-		return
-	}
 	token := r.PostFormValue("token")
 	ok := token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AuthToken)) == 1
 	ok = ok || onceOK
 	if !ok {
-		s.limit.fail(addr, now)
-		s.log.Warn("console: login failed", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
-		s.audit(r, auditEntry{Action: "login", Result: "refused", Reason: "wrong token or used link"})
+		if s.refuse(r, "wrong token or used link") == http.StatusTooManyRequests {
+			s.fail(w, r, http.StatusTooManyRequests, "too many failed logins from your address; wait and try again")
+			return
+		}
 		s.render(w, r, http.StatusUnauthorized, "login", "Log in", loginPage{Wrong: true, Generated: s.generated})
 		return
 	}

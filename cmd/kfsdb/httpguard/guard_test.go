@@ -16,7 +16,8 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 )
 
-const strong = "guard-test-token-0123456789-abc"
+// strong passes CheckToken (`openssl rand -base64 32`).
+const strong = "q7Vx2LmN9pRt4KwZs8YbHc3FjD6gUe1A+oXiW5rTnQ0="
 
 func status(t *testing.T, u string, hdr map[string]string) int {
 	t.Helper()
@@ -42,9 +43,9 @@ func status(t *testing.T, u string, hdr map[string]string) int {
 func TestMetricsGuard(t *testing.T) {
 	t.Parallel()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("kfsdb_attempts 1\n")) })
-	open := httptest.NewServer(httpguard.Metrics(ok, ""))
+	open := httptest.NewServer(httpguard.Metrics(ok, httpguard.MetricsGuard{}))
 	t.Cleanup(open.Close)
-	withToken := httptest.NewServer(httpguard.Metrics(ok, strong))
+	withToken := httptest.NewServer(httpguard.Metrics(ok, httpguard.MetricsGuard{Token: strong}))
 	t.Cleanup(withToken.Close)
 	target, err := url.Parse(open.URL)
 	require.NoError(t, err)
@@ -70,7 +71,8 @@ func TestMetricsGuard(t *testing.T) {
 
 func TestTokens(t *testing.T) {
 	t.Parallel()
-	for _, weak := range []string{"", "x", "correct-horse", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababababababab", "has a space in it 0123456789"} {
+	for _, weak := range []string{"", "x", "correct-horse", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababababababab", "has a space in it 0123456789",
+		"password1password1passw0rd", "guard-test-token-0123456789-abc", "qwertyuiopasdfghjklzxcvbnm123456", "Pa$$w0rdPa$$w0rdPa$$w0rd!!", "abcdefghijklmnopqrstuvwxyz0123456789"} {
 		require.ErrorIs(t, httpguard.CheckToken(weak), httpguard.ErrWeakToken, weak)
 	}
 	require.NoError(t, httpguard.CheckToken(strong))
