@@ -17,6 +17,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/dbroles"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/promtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -111,11 +112,13 @@ func getStatus(t *testing.T, url, token string) int {
 // only: a request through a proxy on this host is refused.
 func TestConfinedConsoleMetrics(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	// A --tenant console connects as a role confined to its tenant.
+	db := dbroles.Install(t.Context(), t, "console_roles.sql", dbroles.ConsoleRoles...)
 	attempts := testfactory.Workload(t.Context(), t, &testfactory.Driver{Repo: repo.New(nil), DB: db.Pool}, []string{"metrics-a", "metrics-b"}, 6, nil)
+	_, confinedURL := dbroles.Confine(t.Context(), t, db, "kfsdb_console_metrics_a", "metrics-a", false)
 
 	url, _, _ := promtest.Serve(t, func(ctx context.Context, out io.Writer) error {
-		return cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", TenantID: "metrics-a"})
+		return cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: confinedURL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", TenantID: "metrics-a"})
 	})
 	mfs := promtest.Scrape(t, url)
 	var n float64
