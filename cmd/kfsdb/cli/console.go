@@ -48,7 +48,8 @@ type ConsoleOpts struct {
 	// ReadOnly is console.Config.ReadOnly.
 	ReadOnly bool
 	// TenantID is console.Config.TenantID: "" shows every tenant. It
-	// confines /metrics too.
+	// confines /metrics too. The database role must be confined to it
+	// (CheckConfinement), and with "" must not be confined.
 	TenantID string
 	// TrustedProxies is console.Config.TrustedProxies.
 	TrustedProxies []netip.Prefix
