@@ -168,6 +168,36 @@ func TestConfinedRoleTricks(t *testing.T) {
 		})
 	}
 
+	// A function in the query's WHERE that shows its arguments: row-level
+	// security filters before any function that is not leakproof sees a
+	// row. And the planner statistics, which hold column values, are not
+	// shown for a table whose row-level security applies.
+	t.Run("LeakyFunctionAndStatistics", func(t *testing.T) {
+		_, err := w.owner.Pool.Exec(ctx, `ANALYZE document_compilation_attempts, document_compilation_outbox`)
+		require.NoError(t, err)
+		for _, dbURL := range []string{w.roURL, w.opURL} {
+			cfg, err := pgx.ParseConfig(dbURL)
+			require.NoError(t, err)
+			var notices []string
+			cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+			conn, err := pgx.ConnectConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = conn.Close(context.Background()) })
+			_, err = conn.Exec(ctx, `CREATE FUNCTION pg_temp.leak(text) RETURNS boolean LANGUAGE plpgsql COST 0.0001
+				AS $$ BEGIN RAISE NOTICE 'leak %', $1; RETURN true; END $$`)
+			require.NoError(t, err)
+			var n int
+			require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE pg_temp.leak(tenant_id)`).Scan(&n))
+			require.Equal(t, len(w.attempts[confA]), n)
+			require.NotEmpty(t, notices)
+			for _, msg := range notices {
+				require.Equal(t, "leak "+confA, msg)
+			}
+			requireSeesNoOtherTenant(ctx, t, conn, "pg_stats", `SELECT count(*) FROM pg_stats
+				WHERE tablename IN ('document_compilation_attempts', 'document_compilation_outbox')`)
+		}
+	})
+
 	t.Run("Writes", func(t *testing.T) {
 		conn := confinedConn(ctx, t, w.opURL)
 		_, err := conn.Exec(ctx, `SET kfsdb.tenant = ''`)
