@@ -24,7 +24,8 @@ import (
 // unconfined login roles and the two confined groups.
 var ConsoleRoles = []string{"kfsdb_console_ro", "kfsdb_operator", "kfsdb_console_confined", "kfsdb_console_confined_operator"}
 
-// Install runs db/roles/<script> in a new database as the owner; each of
+// Install runs db/roles/<script> in a new database as the owner, twice
+// (the files say running them again is harmless); each of
 // roles that did not exist before is dropped at the end (after the
 // database, which holds their grants).
 func Install(ctx context.Context, t *testing.T, script string, roles ...string) *pgtest.DB {
@@ -51,9 +52,12 @@ func Install(ctx context.Context, t *testing.T, script string, roles ...string) 
 	require.NoError(t, err)
 	conn, err := owner.Pool.Acquire(ctx)
 	require.NoError(t, err)
-	_, err = conn.Conn().PgConn().Exec(ctx, string(sql)).ReadAll() // simple protocol: the whole file
-	conn.Release()
-	require.NoError(t, err, "db/roles/%s", script)
+	defer conn.Release()
+	// Twice: running a file again must be harmless.
+	for range 2 {
+		_, err = conn.Conn().PgConn().Exec(ctx, string(sql)).ReadAll() // simple protocol: the whole file
+		require.NoError(t, err, "db/roles/%s", script)
+	}
 	return owner
 }
 

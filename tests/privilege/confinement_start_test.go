@@ -114,14 +114,15 @@ func TestConfinedConsoleStartRefusals(t *testing.T) {
 			args  []string
 			want  string
 		}{
-			{owner.URL, []string{"--tenant", confA}, "superuser"},
+			{owner.URL, []string{"--tenant", confA}, `console --tenant "conf-a" refused (superuser)`},
 			{roURL, []string{"--tenant", confA}, "unconfined role"},
-			{w.roURL, nil, `confined to "conf-a": start with --tenant conf-a`},
+			{w.roURL, nil, `console without --tenant refused (confined role without --tenant): role "kfsdb_console_conf_a": confined to "conf-a": start with --tenant conf-a`},
 		} {
 			out, err := kfsdb(t, tc.dbURL, append([]string{"console", "--listen", "127.0.0.1:0"}, tc.args...)...)
 			var refused *cli.ConfinementError
 			require.ErrorAs(t, err, &refused, out)
 			require.ErrorContains(t, err, tc.want)
+			t.Logf("kfsdb console %v: %v", tc.args, err)
 		}
 	})
 }

@@ -60,9 +60,9 @@ type ConfinementError struct {
 
 func (e *ConfinementError) Error() string {
 	if e.Tenant == "" {
-		return fmt.Sprintf("console refused: role %q is %s: %s", e.Role, e.Cause, e.Detail)
+		return fmt.Sprintf("console without --tenant refused (%s): role %q: %s", e.Cause, e.Role, e.Detail)
 	}
-	return fmt.Sprintf("console confined to tenant %q refused: role %q (%s): %s", e.Tenant, e.Role, e.Cause, e.Detail)
+	return fmt.Sprintf("console --tenant %q refused (%s): role %q: %s", e.Tenant, e.Cause, e.Role, e.Detail)
 }
 
 // confinementQuery reads, in one round trip, everything CheckConfinement
