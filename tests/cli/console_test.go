@@ -91,7 +91,7 @@ func TestConsoleServesUntilCanceled(t *testing.T) {
 	require.Eventually(t, func() bool {
 		m = link.FindStringSubmatch(out.String())
 		return m != nil
-	}, 10*time.Second, 10*time.Millisecond, "no login link printed: %s", out.String())
+	}, 2*time.Minute, 10*time.Millisecond, "no login link printed: %s", out.String())
 	res, err := http.Get(m[1] + "/")
 	require.NoError(t, err)
 	res.Body.Close()

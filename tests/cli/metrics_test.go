@@ -18,6 +18,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/dbroles"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/promtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -78,7 +79,7 @@ func TestConsoleServesMetrics(t *testing.T) {
 			page = m[1]
 		}
 		return m != nil
-	}, 10*time.Second, 10*time.Millisecond, written())
+	}, 2*time.Minute, 10*time.Millisecond, written())
 	require.Equal(t, http.StatusOK, getStatus(t, page, strongToken))
 	require.Equal(t, http.StatusUnauthorized, getStatus(t, url, ""), "/metrics without the token")
 	require.Equal(t, http.StatusUnauthorized, getStatus(t, url, strongToken), "/metrics with the console's token")
@@ -136,15 +137,17 @@ func getStatus(t *testing.T, url, token string) int {
 // console says so at start.
 func TestConfinedConsoleMetrics(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
+	// A --tenant console connects as a role confined to its tenant.
+	db := dbroles.Install(t.Context(), t, "console_roles.sql", dbroles.ConsoleRoles...)
 	attempts := testfactory.Workload(t.Context(), t, &testfactory.Driver{Repo: repo.New(nil), DB: db.Pool}, []string{"metrics-a", "metrics-b"}, 6, nil)
+	_, confinedURL := dbroles.Confine(t.Context(), t, db, "kfsdb_console_metrics_a", "metrics-a", false)
 
 	url, written, _ := promtest.Serve(t, func(ctx context.Context, out io.Writer) error {
-		return cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", TenantID: "metrics-a"})
+		return cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: confinedURL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", TenantID: "metrics-a"})
 	})
 	// Issue 39's N10: a tokenless /metrics says at start that a proxy in
 	// front must add a forwarding header.
-	require.Eventually(t, func() bool { return strings.Contains(written(), cli.MetricsProxyNote) }, 10*time.Second, 10*time.Millisecond, written())
+	require.Eventually(t, func() bool { return strings.Contains(written(), cli.MetricsProxyNote) }, 2*time.Minute, 10*time.Millisecond, written())
 	mfs := promtest.Scrape(t, url)
 	var n float64
 	for _, m := range mfs["kfsdb_attempts"].GetMetric() {

@@ -52,7 +52,7 @@ func TestConsoleTrustedProxy(t *testing.T) {
 		done <- cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Listen: "127.0.0.1:0", Out: &out,
 			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("127.0.0.1/32")}})
 	}()
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "log in once at") }, 10*time.Second, 10*time.Millisecond, out.String())
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "log in once at") }, 2*time.Minute, 10*time.Millisecond, out.String())
 	cancel()
 	require.NoError(t, <-done)
 	require.Contains(t, out.String(), "trusting Forwarded and X-Forwarded-* from 10.0.0.0/24 (256 addresses)\n")

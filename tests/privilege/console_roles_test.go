@@ -24,6 +24,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/dbroles"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
@@ -114,11 +115,11 @@ func requireRefused(t *testing.T, err error, what string) {
 // is refused INSERT, DELETE and every other table.
 func TestConsoleRoles(t *testing.T) {
 	ctx := context.Background()
-	owner := setupRoles(ctx, t, "console_roles.sql", consoleRole, operatorRole)
+	owner := dbroles.Install(ctx, t, "console_roles.sql", dbroles.ConsoleRoles...)
 	drv := &testfactory.Driver{Repo: repo.New(nil), DB: owner.Pool}
 	attempts := testfactory.Workload(ctx, t, drv, []string{"roles-a", "roles-b"}, 14, nil)
-	ro, roURL := loginAs(ctx, t, owner, consoleRole)
-	op, opURL := loginAs(ctx, t, owner, operatorRole)
+	ro, roURL := dbroles.LoginAs(ctx, t, owner, consoleRole)
+	op, opURL := dbroles.LoginAs(ctx, t, owner, operatorRole)
 	first := func(tenant string, st kfstype.RunState) *kfstype.Attempt {
 		return testfactory.FirstInState(t, attempts[tenant], st)
 	}
@@ -202,103 +203,21 @@ func TestConsoleRoles(t *testing.T) {
 	})
 }
 
-// tenantPool opens a pool on dbURL whose connections carry kfsdb.tenant =
-// tenant, as a confined console's do ("" leaves it unset).
-func tenantPool(ctx context.Context, t *testing.T, dbURL, tenant string) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dbURL)
-	require.NoError(t, err)
-	if tenant != "" {
-		cfg.ConnConfig.RuntimeParams[cli.TenantSetting] = tenant
-	}
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(p.Close)
-	return p
-}
-
-// TestConsoleRowLevelSecurity: a confined console's connections carry
-// kfsdb.tenant (cli.TenantSetting); under the console roles row-level
-// security then shows them only that tenant's attempts and outbox rows,
-// even to a query with no tenant filter, and refuses to change another
-// tenant's. Unset, the roles see every tenant; the owner is not confined.
-func TestConsoleRowLevelSecurity(t *testing.T) {
-	ctx := context.Background()
-	owner := setupRoles(ctx, t, "console_roles.sql", consoleRole, operatorRole)
-	drv := &testfactory.Driver{Repo: repo.New(nil), DB: owner.Pool}
-	attempts := testfactory.Workload(ctx, t, drv, []string{"rls-a", "rls-b"}, 14, nil)
-	_, roURL := loginAs(ctx, t, owner, consoleRole)
-	_, opURL := loginAs(ctx, t, owner, operatorRole)
-	confined := func(dbURL, tenant string) *pgxpool.Pool { return tenantPool(ctx, t, dbURL, tenant) }
-	const tenants = `SELECT coalesce(string_agg(DISTINCT tenant_id, ','), '') FROM document_compilation_attempts`
-	const outboxTenants = `SELECT coalesce(string_agg(DISTINCT a.tenant_id, ','), '') FROM document_compilation_outbox o
-		JOIN document_compilation_attempts a ON a.id = o.attempt_id`
-	const outboxRows = `SELECT count(*) FROM document_compilation_outbox`
-	seen := func(pool *pgxpool.Pool, query string) string {
-		var s string
-		require.NoError(t, pool.QueryRow(ctx, query).Scan(&s))
-		return s
-	}
-	var ownerOutbox, aOutbox int
-	require.NoError(t, owner.Pool.QueryRow(ctx, outboxRows).Scan(&ownerOutbox))
-	require.NoError(t, owner.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_outbox o
-		JOIN document_compilation_attempts a ON a.id = o.attempt_id WHERE a.tenant_id = 'rls-a'`).Scan(&aOutbox))
-	require.Less(t, aOutbox, ownerOutbox)
-
-	for _, dbURL := range []string{roURL, opURL} {
-		a := confined(dbURL, "rls-a")
-		require.Equal(t, "rls-a", seen(a, tenants), "no tenant filter, only rls-a's attempts")
-		require.Equal(t, "rls-a", seen(a, outboxTenants))
-		var n int
-		require.NoError(t, a.QueryRow(ctx, outboxRows).Scan(&n))
-		require.Equal(t, aOutbox, n, "only rls-a's outbox rows")
-		require.Equal(t, "rls-a,rls-b", seen(confined(dbURL, ""), tenants), "unset: every tenant")
-	}
-	require.Equal(t, "rls-a,rls-b", seen(owner.Pool, tenants), "the owner is not confined")
-
-	// The repo's all-tenant reads, as an unconfined console makes them,
-	// count only rls-a on a confined connection.
-	counts, err := drv.Repo.CountAttempts(ctx, confined(roURL, "rls-a"), &repo.CountAttemptsParams{AllTenants: true})
-	require.NoError(t, err)
-	var total int64
-	for _, c := range counts {
-		total += c.N
-	}
-	require.EqualValues(t, len(attempts["rls-a"]), total)
-
-	// The operator, confined to rls-a, cannot change rls-b's rows.
-	op := confined(opURL, "rls-a")
-	b := testfactory.FirstInState(t, attempts["rls-b"], kfstype.RunStateRunning)
-	tag, err := op.Exec(ctx, `UPDATE document_compilation_attempts SET updated_at = now() WHERE id = $1`, b.ID)
-	require.NoError(t, err)
-	require.Zero(t, tag.RowsAffected(), "another tenant's attempt is invisible to UPDATE")
-	_, err = drv.Repo.GetAttempt(ctx, op, &repo.GetAttemptParams{TenantID: "rls-b", AttemptID: b.ID})
-	require.ErrorIs(t, err, repo.ErrNotFound)
-
-	// A confined console on that connection serves its tenant.
-	srv, err := console.New(console.Config{DB: confined(roURL, "rls-a"), AuthToken: consoleToken, TenantID: "rls-a", ReadOnly: true})
-	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	status, body, _ := (&consoleClient{t: t, base: ts.URL}).do(http.MethodGet, "/", nil)
-	require.Equal(t, http.StatusOK, status, body)
-}
-
 // TestMeasureRowLevelSecurityCost times the console's queries (a confined
 // overview's reads, a list page, an attempt) on 100,000 attempts of 50
 // tenants as the owner (no row-level security), as kfsdb_console_ro
-// unconfined and confined to one tenant. A measurement, not a check: it
+// (every tenant) and as a role confined to one tenant. A measurement, not a check: it
 // runs only with KFS_MEASURE_RLS=1.
 func TestMeasureRowLevelSecurityCost(t *testing.T) {
 	if os.Getenv("KFS_MEASURE_RLS") != "1" {
 		t.Skip("set KFS_MEASURE_RLS=1 to measure")
 	}
 	ctx := context.Background()
-	owner := setupRoles(ctx, t, "console_roles.sql", consoleRole, operatorRole)
+	owner := dbroles.Install(ctx, t, "console_roles.sql", dbroles.ConsoleRoles...)
 	require.NoError(t, testfactory.InsertHistory(ctx, owner.Pool, 100_000))
-	_, roURL := loginAs(ctx, t, owner, consoleRole)
-	pool := func(dbURL, tenant string) *pgxpool.Pool { return tenantPool(ctx, t, dbURL, tenant) }
 	const tenant = "history-7"
+	ro, _ := dbroles.LoginAs(ctx, t, owner, consoleRole)
+	confined, _ := dbroles.Confine(ctx, t, owner, "kfsdb_console_measure", tenant, false)
 	r := repo.New(nil)
 	page, err := r.ListAttempts(ctx, owner.Pool, &repo.ListAttemptsParams{TenantID: tenant, States: kfstype.RunStates(), Limit: 50})
 	require.NoError(t, err)
@@ -328,7 +247,7 @@ func TestMeasureRowLevelSecurityCost(t *testing.T) {
 	for _, side := range []struct {
 		name string
 		db   *pgxpool.Pool
-	}{{"owner (no RLS)", owner.Pool}, {"console_ro unconfined", pool(roURL, "")}, {"console_ro confined", pool(roURL, tenant)}} {
+	}{{"owner (no RLS)", owner.Pool}, {"console_ro unconfined", ro}, {"confined role", confined}} {
 		for _, name := range []string{"CountAttempts", "Throughput", "ListStuck", "ListAttempts", "GetAttemptWithOutbox"} {
 			const runs = 200
 			took := make([]time.Duration, runs)

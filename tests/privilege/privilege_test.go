@@ -7,12 +7,7 @@ package privilege_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,6 +18,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/dbroles"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
@@ -37,65 +33,9 @@ const appRole = "kfsdb_app"
 // this test created is dropped at the end.
 func setupAppRole(ctx context.Context, t *testing.T) (owner *pgtest.DB, app *pgxpool.Pool) {
 	t.Helper()
-	owner = setupRoles(ctx, t, "app_role.sql", appRole)
-	app, _ = loginAs(ctx, t, owner, appRole)
+	owner = dbroles.Install(ctx, t, "app_role.sql", appRole)
+	app, _ = dbroles.LoginAs(ctx, t, owner, appRole)
 	return owner, app
-}
-
-// setupRoles runs db/roles/<script> in a new database as the owner; each
-// of roles that did not exist before is dropped at the end.
-func setupRoles(ctx context.Context, t *testing.T, script string, roles ...string) *pgtest.DB {
-	t.Helper()
-	admin, err := pgx.Connect(ctx, pgtest.AdminURL(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close(context.Background()) })
-	for _, role := range roles {
-		var existed bool
-		require.NoError(t, admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)`, role).Scan(&existed))
-		if !existed {
-			// Registered before the database, so it runs after the drop
-			// that removes the role's grants.
-			t.Cleanup(func() {
-				if _, err := admin.Exec(context.Background(), `DROP ROLE IF EXISTS `+pgx.Identifier{role}.Sanitize()); err != nil {
-					t.Errorf("drop role %s: %v", role, err)
-				}
-			})
-		}
-	}
-
-	owner := pgtest.NewDB(t)
-	sql, err := os.ReadFile(filepath.Join("..", "..", "db", "roles", script))
-	require.NoError(t, err)
-	conn, err := owner.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	_, err = conn.Conn().PgConn().Exec(ctx, string(sql)).ReadAll() // simple protocol: the whole file
-	conn.Release()
-	require.NoError(t, err, "db/roles/%s", script)
-	return owner
-}
-
-// loginAs gives role a random password and returns a pool logged in as
-// the role in owner's database, and its URL.
-func loginAs(ctx context.Context, t *testing.T, owner *pgtest.DB, role string) (*pgxpool.Pool, string) {
-	t.Helper()
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	password := hex.EncodeToString(b[:])
-	var alter string
-	require.NoError(t, owner.Pool.QueryRow(ctx, `SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text)`, role, password).Scan(&alter))
-	_, err := owner.Pool.Exec(ctx, alter)
-	require.NoError(t, err)
-
-	u, err := url.Parse(owner.URL)
-	require.NoError(t, err)
-	u.User = url.UserPassword(role, password)
-	pool, err := pgxpool.New(ctx, u.String())
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	var user string
-	require.NoError(t, pool.QueryRow(ctx, `SELECT current_user`).Scan(&user))
-	require.Equal(t, role, user)
-	return pool, u.String()
 }
 
 func TestLeastPrivilege(t *testing.T) {

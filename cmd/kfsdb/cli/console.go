@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -23,11 +24,6 @@ import (
 // EnvConsoleToken names the environment variable read when
 // --auth-token-file is not given.
 const EnvConsoleToken = "KFSDB_CONSOLE_TOKEN"
-
-// TenantSetting is the PostgreSQL setting a confined console's
-// connections carry (its --tenant), which the row-level security policies
-// of db/roles/console_roles.sql key on.
-const TenantSetting = "kfsdb.tenant"
 
 // consoleQueryTimeout is the console pool's statement_timeout, and the
 // console's time limit for a whole request.
@@ -54,7 +50,8 @@ type ConsoleOpts struct {
 	// ReadOnly is console.Config.ReadOnly.
 	ReadOnly bool
 	// TenantID is console.Config.TenantID: "" shows every tenant. It
-	// confines /metrics too.
+	// confines /metrics too. The database role must be confined to it
+	// (CheckConfinement), and with "" must not be confined.
 	TenantID string
 	// TrustedProxies is console.Config.TrustedProxies.
 	TrustedProxies []netip.Prefix
@@ -115,15 +112,13 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 		}
 	}
 	// Every statement is bounded by the server too, in case a request's
-	// deadline is not seen (a statement between two checks). A confined
-	// console's connections name its tenant: under the roles of
-	// db/roles/console_roles.sql row-level security then hides every other
-	// tenant's rows from its queries.
+	// deadline is not seen (a statement between two checks). Every
+	// connection's role is checked before it serves: a confined console's
+	// must be one that row-level security confines to its tenant
+	// (db/roles/console_roles.sql), an unconfined console's must not be.
 	tune := func(cfg *pgxpool.Config) {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(consoleQueryTimeout.Milliseconds(), 10)
-		if opts.TenantID != "" {
-			cfg.ConnConfig.RuntimeParams[TenantSetting] = opts.TenantID
-		}
+		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error { return CheckConfinement(ctx, conn, opts.TenantID) }
 	}
 	spec := poolSpec{MaxConns: 4, Metrics: ms, Out: out, Log: log, Tune: tune}
 	return withPool(ctx, opts.DatabaseURL, spec, func(pool *pgxpool.Pool) error {
@@ -173,7 +168,7 @@ func newConsoleCommand(r *runner) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Listen, "listen", ConsoleListenDefault, "address to serve; a non-loopback one needs a token")
-	f.StringVar(&opts.TenantID, "tenant", "", "confine the console to this tenant (default: every tenant)")
+	f.StringVar(&opts.TenantID, "tenant", "", "confine the console to this tenant; connect as a role confined to it (db/roles/console_roles.sql: CALL kfsdb_confine_console) (default: every tenant, on an unconfined role)")
 	f.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
 	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the login token (at least 24 characters, unpredictable: openssl rand -base64 32); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
 	f.StringVar(&argvToken, "auth-token", "", "refused: a token on the command line is visible to every local user (ps); use --auth-token-file or $"+EnvConsoleToken)

@@ -120,6 +120,10 @@ func openPool(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		var refused *ConfinementError // connected, and refused the role
+		if errors.As(err, &refused) {
+			return nil, refused
+		}
 		return nil, fmt.Errorf("could not connect: %w", err)
 	}
 	return pool, nil
