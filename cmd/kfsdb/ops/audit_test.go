@@ -15,8 +15,8 @@ import (
 type rawHandler struct{ buf *bytes.Buffer }
 
 func (h rawHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h rawHandler) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h rawHandler) WithGroup(string) slog.Handler             { return h }
+func (h rawHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h rawHandler) WithGroup(string) slog.Handler            { return h }
 func (h rawHandler) Handle(_ context.Context, r slog.Record) error {
 	fmt.Fprintf(h.buf, "msg=%s", r.Message)
 	r.Attrs(func(a slog.Attr) bool {
