@@ -220,7 +220,7 @@ func TestRetryOfAFailedAttempt(t *testing.T) {
 	require.Contains(t, page.body, `value="retry"`)
 	require.NotContains(t, page.body, `value="cancel"`, "a failed attempt is not live")
 	confirm := get(t, fmt.Sprintf("%s/attempts/%s/confirm?action=retry&tenant=%s", base, a.ID, tenantB))
-	require.NotContains(t, confirm.body, `name="reason"`, "a retry stores no reason")
+	require.Contains(t, confirm.body, `<label>Reason (recorded in the audit log) <input name="reason"`, "a retry stores no reason; the audit line does")
 	form := url.Values{"action": {"retry"}, "tenant": {tenantB}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}}
 	res := do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, nil)
 	require.Equal(t, http.StatusSeeOther, res.status)
