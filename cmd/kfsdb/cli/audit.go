@@ -111,9 +111,26 @@ func openAuditFile(path string) (*os.File, error) {
 
 // Write writes p, one whole audit line, to every destination, keeping the
 // first error.
-func (s *auditSink) Write(p []byte) (int, error) {
+func (s *auditSink) Write(p []byte) (int, error) { return s.writeFrom(0, p) }
+
+// durable is where the console's audit lines go beyond its own output:
+// the file and syslog, not stderr; nil when neither was asked for.
+func (s *auditSink) durable() io.Writer {
+	if s == nil || len(s.dests) < 2 {
+		return nil
+	}
+	return durableSink{s}
+}
+
+// durableSink is an auditSink's destinations but stderr.
+type durableSink struct{ s *auditSink }
+
+func (d durableSink) Write(p []byte) (int, error) { return d.s.writeFrom(1, p) }
+
+// writeFrom writes p to the destinations from the first-th on.
+func (s *auditSink) writeFrom(first int, p []byte) (int, error) {
 	var errs []error
-	for _, w := range s.dests {
+	for _, w := range s.dests[first:] {
 		if _, err := w.Write(p); err != nil {
 			errs = append(errs, err)
 		}
@@ -159,4 +176,13 @@ func poolRole(ctx context.Context, pool *pgxpool.Pool) string {
 	var role string
 	_ = pool.QueryRow(ctx, `SELECT current_user::text`).Scan(&role)
 	return role
+}
+
+// consoleAuditLogger is the console's audit log: its output and, when
+// set, audit (the file and syslog).
+func consoleAuditLogger(out, audit io.Writer) *slog.Logger {
+	if audit != nil {
+		out = io.MultiWriter(out, audit)
+	}
+	return slog.New(slog.NewTextHandler(out, nil))
 }
