@@ -71,7 +71,7 @@ func TestConsoleRefusesNonLoopbackWithoutToken(t *testing.T) {
 }
 
 // strongToken passes httpguard.CheckToken.
-const strongToken = "cli-test-token-0123456789-abcdef"
+const strongToken = "I7XsDxIh75osNbTptPIvxs5RADDVvyA0uvatAeHVOEc"
 
 // TestConsoleServesUntilCanceled runs the command on a real database and a
 // real listener: it prints its address, serves the overview, and returns

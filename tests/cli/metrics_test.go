@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	neturl "net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +40,10 @@ func TestOptsValidateMetricsListen(t *testing.T) {
 		require.NoError(t, validate("127.0.0.1:9090"), name)
 		require.NoError(t, validate(""), name)
 	}
+	// The console's token is not the metrics token: an exposed /metrics
+	// needs its own.
+	requireValidateErr(t, (&cli.ConsoleOpts{DatabaseURL: url, Out: &bytes.Buffer{}, MetricsListen: "0.0.0.0:9090", AuthToken: strongToken}).Validate(),
+		"not a loopback address, so a token is required")
 }
 
 // startedDB is a test database with spaces×perSpace attempts started.
@@ -49,11 +54,18 @@ func startedDB(t *testing.T, spaces, perSpace int) (*pgtest.DB, []*kfstype.Attem
 	return db, testfactory.StartAll(t.Context(), t, repo.New(nil), db.Pool, docs, 0)
 }
 
+// metricsToken is the metrics token of TestConsoleServesMetrics; it
+// passes httpguard.CheckToken.
+const metricsToken = "EkiDgeLIG0ZjRv6Ps5IWHxkpEGdImwHLOdvVuGuKFC8"
+
 // TestConsoleServesMetrics runs `kfsdb console --metrics-listen` with a
-// token: /metrics wants it too; the console's own statements are timed by
-// query name and the backlog gauges match the database.
+// console token and a metrics token: /metrics takes only the metrics
+// token, never the console's, and 60 wrong ones from one address end in
+// 429 while the right one is still served (issue 39's N3); the console's
+// own statements are timed by query name and the backlog gauges match
+// the database. Not parallel: it sets the environment.
 func TestConsoleServesMetrics(t *testing.T) {
-	t.Parallel()
+	t.Setenv(cli.EnvMetricsToken, metricsToken)
 	db, attempts := startedDB(t, 1, 3)
 
 	url, written, _ := promtest.Serve(t, func(ctx context.Context, out io.Writer) error {
@@ -69,9 +81,15 @@ func TestConsoleServesMetrics(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, written())
 	require.Equal(t, http.StatusOK, getStatus(t, page, strongToken))
 	require.Equal(t, http.StatusUnauthorized, getStatus(t, url, ""), "/metrics without the token")
-	require.Equal(t, http.StatusUnauthorized, getStatus(t, url, "wrong-token-0123456789-abcdefghij"))
+	require.Equal(t, http.StatusUnauthorized, getStatus(t, url, strongToken), "/metrics with the console's token")
+	require.NotContains(t, written(), cli.MetricsProxyNote, "these metrics have a token")
+	last := 0
+	for range 60 {
+		last = getStatus(t, url, "wrong-"+metricsToken)
+	}
+	require.Equal(t, http.StatusTooManyRequests, last, "60 wrong metrics tokens from one address")
 
-	mfs := promtest.ScrapeWith(t, url, strongToken)
+	mfs := promtest.ScrapeWith(t, url, metricsToken)
 	require.Positive(t, promtest.StatementCount(mfs, "CountAttemptsAllTenants"), "the overview's counts were not timed")
 	var pending float64
 	for _, m := range mfs["kfsdb_outbox_due"].GetMetric() {
@@ -82,6 +100,12 @@ func TestConsoleServesMetrics(t *testing.T) {
 	require.EqualValues(t, len(attempts), pending)
 	// The console runs no relay or worker: no runtime counters.
 	require.NotContains(t, mfs, "kfsdb_worker_completed_total")
+	require.Regexp(t, `msg="metrics: wrong bearer token" remote=127\.0\.0\.1`, written(), "wrong metrics tokens are logged")
+
+	// The console's token as the metrics token is refused.
+	t.Setenv(cli.EnvMetricsToken, strongToken)
+	err := cli.Console(t.Context(), &cli.ConsoleOpts{DatabaseURL: db.URL, Out: io.Discard, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", AuthToken: strongToken})
+	require.ErrorContains(t, err, "the metrics token is the console's token")
 }
 
 // getWith GETs url, with token as bearer token when not "".
@@ -108,15 +132,19 @@ func getStatus(t *testing.T, url, token string) int {
 // TestConfinedConsoleMetrics: a `--tenant` console's /metrics counts
 // only its tenant's attempts and leaves out the outbox (every tenant's
 // backlog), as its overview does. Without a token they answer loopback
-// only: a request through a proxy on this host is refused.
+// only: a request through a proxy on this host is refused, and the
+// console says so at start.
 func TestConfinedConsoleMetrics(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	attempts := testfactory.Workload(t.Context(), t, &testfactory.Driver{Repo: repo.New(nil), DB: db.Pool}, []string{"metrics-a", "metrics-b"}, 6, nil)
 
-	url, _, _ := promtest.Serve(t, func(ctx context.Context, out io.Writer) error {
+	url, written, _ := promtest.Serve(t, func(ctx context.Context, out io.Writer) error {
 		return cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Out: out, Listen: "127.0.0.1:0", MetricsListen: "127.0.0.1:0", TenantID: "metrics-a"})
 	})
+	// Issue 39's N10: a tokenless /metrics says at start that a proxy in
+	// front must add a forwarding header.
+	require.Eventually(t, func() bool { return strings.Contains(written(), cli.MetricsProxyNote) }, 10*time.Second, 10*time.Millisecond, written())
 	mfs := promtest.Scrape(t, url)
 	var n float64
 	for _, m := range mfs["kfsdb_attempts"].GetMetric() {

@@ -53,7 +53,7 @@ func setup(t *testing.T) *testBundle {
 
 // testToken is the token of the consoles start serves (unless the test
 // gives its own); do sends it as a bearer token unless told otherwise.
-const testToken = "test-token-0123456789-abcdefghij"
+const testToken = "pnQ0d95BcD9bBxs5G47I79FCLk-xYiRmKctF4Pdc3f8"
 
 // start serves a console with cfg (DB filled in, AuthToken testToken when
 // empty) and returns its base URL.

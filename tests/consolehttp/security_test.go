@@ -86,8 +86,8 @@ func TestProxyForwardedRequestsNeedALogin(t *testing.T) {
 }
 
 // TestSessions: a login is a random session, Secure and __Host- behind a
-// trusted TLS proxy, revoked at logout and ended by its expiry; failed
-// logins are logged, audited and rate-limited; a weak token is refused.
+// trusted TLS proxy, revoked at logout and ended by its expiry; a failed
+// login writes one line, its audit line; a weak token is refused.
 func TestSessions(t *testing.T) {
 	b := setup(t)
 	var logs testfactory.SyncBuffer
@@ -112,18 +112,17 @@ func TestSessions(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, do(t, http.MethodGet, expiring+"/", nil, map[string]string{"Cookie": login(t, expiring, testToken)}).status,
 		"an expired session is refused")
 
-	// Wrong logins are logged and, past the limit, refused before the
-	// token is even compared, the right one included.
-	for range 10 {
-		res := do(t, http.MethodPost, base+"/login", url.Values{"token": {"wrong-token-0123456789-abcdefgh"}}, map[string]string{"Authorization": ""})
+	// A wrong login writes one line, its audit line; the right token
+	// still logs in from the same address (TestLoginsFromOthers…).
+	for range 3 {
+		res := do(t, http.MethodPost, base+"/login", url.Values{"token": {"wrong-" + testToken}}, map[string]string{"Authorization": ""})
 		require.Equal(t, http.StatusUnauthorized, res.status)
 	}
-	require.Equal(t, 10, strings.Count(logs.String(), "console: login failed"))
-	res = do(t, http.MethodPost, base+"/login", url.Values{"token": {testToken}}, map[string]string{"Authorization": ""})
-	require.Equal(t, http.StatusTooManyRequests, res.status)
-	require.Equal(t, http.StatusTooManyRequests, get(t, base+"/").status, "bearer tokens count too")
+	require.Equal(t, 3, strings.Count(logs.String(), "result=refused"))
+	require.NotContains(t, logs.String(), "console: login failed")
+	require.Equal(t, http.StatusSeeOther, do(t, http.MethodPost, base+"/login", url.Values{"token": {testToken}}, map[string]string{"Authorization": ""}).status)
 
-	for _, weak := range []string{"x", "short-token", strings.Repeat("ab", 20)} {
+	for _, weak := range []string{"x", "short-token", strings.Repeat("ab", 20), "password1password1passw0rd"} {
 		_, err := console.New(console.Config{DB: b.db.Pool, AuthToken: weak})
 		require.ErrorIs(t, err, httpguard.ErrWeakToken, weak)
 	}

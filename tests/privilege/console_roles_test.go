@@ -31,7 +31,7 @@ import (
 const (
 	consoleRole  = "kfsdb_console_ro"
 	operatorRole = "kfsdb_operator"
-	consoleToken = "privilege-test-token-0123456789"
+	consoleToken = "J_LTrNrsSSCeBtfwDoXGCD09r6cT4SdHHmnxoHR3jyw"
 )
 
 // consoleClient drives a console served on pool as a browser with the

@@ -41,7 +41,9 @@ type ConsoleOpts struct {
 	// AuthToken is console.Config.AuthToken, read from --auth-token-file
 	// or $KFSDB_CONSOLE_TOKEN (never from argv). Required when Listen is
 	// not a loopback address; without it the console makes its own and
-	// prints a one-time login link. With it, /metrics wants it too.
+	// prints a one-time login link. It never opens /metrics, which takes
+	// only the metrics token ($KFSDB_METRICS_TOKEN_FILE or
+	// $KFSDB_METRICS_TOKEN), else answers loopback only.
 	AuthToken string
 	// DatabaseURL is the database shown. Required.
 	DatabaseURL string
@@ -74,15 +76,8 @@ func (o *ConsoleOpts) Validate() error {
 	if _, _, err := net.SplitHostPort(listen); err != nil {
 		return fmt.Errorf("invalid options: Listen %q is not host:port", listen)
 	}
-	if o.AuthToken == "" {
-		if err := ValidateMetricsListen(o.MetricsListen); err != nil {
-			return err
-		}
-	} else if o.MetricsListen != "" {
-		// /metrics takes the console's token.
-		if _, _, err := net.SplitHostPort(o.MetricsListen); err != nil {
-			return fmt.Errorf("invalid options: MetricsListen must be host:port: %w", err)
-		}
+	if err := ValidateMetricsListen(o.MetricsListen); err != nil {
+		return err
 	}
 	switch {
 	case o.Out == nil:
@@ -107,13 +102,19 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	}
 	out := &syncWriter{w: opts.Out}
 	log := slog.New(slog.NewTextHandler(out, nil))
-	// /metrics takes the console's token, or else the metrics token, or
-	// else answers loopback only; a confined console's only its tenant.
-	ms := metricsServe{Addr: opts.MetricsListen, Token: opts.AuthToken, TenantID: opts.TenantID}
-	if ms.Addr != "" && ms.Token == "" {
+	// /metrics takes its own token, never the console's (whoever scrapes
+	// must not be able to act), or else answers loopback only; a confined
+	// console's counts only its tenant. Wrong tokens at either are counted
+	// by one throttle.
+	throttle := httpguard.NewThrottle(nil)
+	ms := metricsServe{Addr: opts.MetricsListen, TenantID: opts.TenantID, Throttle: throttle}
+	if ms.Addr != "" {
 		var err error
 		if ms.Token, err = metricsToken(); err != nil {
 			return err
+		}
+		if ms.Token != "" && ms.Token == opts.AuthToken {
+			return fmt.Errorf("invalid options: the metrics token is the console's token: give /metrics its own, so that whoever scrapes cannot act")
 		}
 	}
 	// Every statement is bounded by the server too, in case a request's
@@ -130,7 +131,8 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	spec := poolSpec{MaxConns: 4, Metrics: ms, Out: out, Log: log, Tune: tune}
 	return withPool(ctx, opts.DatabaseURL, spec, func(pool *pgxpool.Pool) error {
 		srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID,
-			Logger: log, AuditLogger: consoleAuditLogger(out, opts.Audit), QueryTimeout: consoleQueryTimeout, TrustedProxies: opts.TrustedProxies})
+			Logger: log, AuditLogger: consoleAuditLogger(out, opts.Audit), QueryTimeout: consoleQueryTimeout, TrustedProxies: opts.TrustedProxies,
+			Throttle: throttle})
 		if err != nil {
 			return err
 		}
@@ -139,6 +141,9 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 		fmt.Fprintf(out, "kfsdb console on http://%s/ (Ctrl-C stops)\n", ln.Addr())
+		for _, line := range httpguard.DescribeTrustedProxies(opts.TrustedProxies) {
+			fmt.Fprintln(out, line)
+		}
 		if link := srv.LoginLink(); link != "" {
 			fmt.Fprintf(out, "no token was given, so the console made its own: log in once at http://%s%s (valid 30 minutes, one login)\n", ln.Addr(), link)
 		}
@@ -174,10 +179,13 @@ func newConsoleCommand(r *runner) *cobra.Command {
 	f.StringVar(&opts.Listen, "listen", ConsoleListenDefault, "address to serve; a non-loopback one needs a token")
 	f.StringVar(&opts.TenantID, "tenant", "", "confine the console to this tenant (default: every tenant)")
 	f.BoolVar(&opts.ReadOnly, "read-only", false, "show no actions and refuse them")
-	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the login token (at least 24 characters); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
+	f.StringVar(&tokenFile, "auth-token-file", "", "file whose first line is the login token (at least 24 characters, unpredictable: openssl rand -base64 32); defaults to $"+EnvConsoleToken+", else the console makes one and prints a one-time login link")
 	f.StringVar(&argvToken, "auth-token", "", "refused: a token on the command line is visible to every local user (ps); use --auth-token-file or $"+EnvConsoleToken)
-	f.Func("trusted-proxy", "IP or CIDR of the TLS-terminating proxy in front of the console (repeatable): its X-Forwarded-Proto/-Host/-For are believed, the cookie is Secure", func(v string) error {
+	f.Func("trusted-proxy", "IP or CIDR (at least /8, IPv6 /32) of the TLS-terminating proxy in front of the console (repeatable): the last element of its Forwarded or X-Forwarded-Proto/-Host/-For is believed, the cookie is Secure", func(v string) error {
 		p, err := parsePrefix(v)
+		if err == nil {
+			err = httpguard.CheckTrustedProxy(p)
+		}
 		opts.TrustedProxies = append(opts.TrustedProxies, p)
 		return err
 	})

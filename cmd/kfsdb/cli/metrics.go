@@ -63,10 +63,26 @@ func ValidateMetricsListen(addr string) error {
 }
 
 // metricsServe says how a command serves its metrics: where, with which
-// token ("": loopback only), and for a confined console which tenant.
+// token ("": loopback only; never the console's), for a confined console
+// which tenant, and the throttle wrong tokens are counted by (nil: the
+// server's own; kfsdb console shares its console's).
 type metricsServe struct {
 	Addr, Token, TenantID string
+	Throttle              *httpguard.Throttle
 }
+
+// metricsTimeouts bound the metrics server's connections: Write is above
+// the scrape's own limit, Idle closes the connections a scraper keeps
+// open and stops using.
+var metricsTimeouts = httpguard.Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second,
+	Write: metricsScrapeTimeout + 5*time.Second, Idle: time.Minute}
+
+// MetricsProxyNote is what a tokenless metrics server says at start: it
+// trusts a loopback request with no forwarding header, which is what a
+// proxy on this host that adds none (nginx's proxy_pass, by default) makes
+// every remote scrape look like.
+const MetricsProxyNote = "these metrics have no token ($" + EnvMetricsTokenFile + " or $" + EnvMetricsToken + "), so only loopback scrapes without a forwarding header are served: " +
+	"a proxy in front of them must add one (X-Forwarded-For or Forwarded; nginx's proxy_pass adds none by default, and through it every remote scrape looks local)"
 
 // newMetricsRegistry returns a registry with the Go and process
 // collectors and the statement tracer, which it sets on cfg; it makes room
@@ -102,8 +118,9 @@ func serveMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, ms metricsServe,
 		return nil, fmt.Errorf("listen for metrics: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(httpguard.MetricsPath, httpguard.Metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: metricsScrapeTimeout}), ms.Token))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	mux.Handle(httpguard.MetricsPath, httpguard.Metrics(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: metricsScrapeTimeout}),
+		httpguard.MetricsGuard{Token: ms.Token, Throttle: ms.Throttle, Log: log}))
+	srv := httpguard.NewServer(mux, metricsTimeouts)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -112,6 +129,9 @@ func serveMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, ms metricsServe,
 		}
 	}()
 	fmt.Fprintf(out, "serving metrics on http://%s/metrics\n", ln.Addr())
+	if ms.Token == "" {
+		fmt.Fprintln(out, MetricsProxyNote)
+	}
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

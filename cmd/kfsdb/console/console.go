@@ -76,11 +76,19 @@ type Config struct {
 	// SessionTTLDefault.
 	SessionTTL time.Duration
 	// TrustedProxies are the addresses of the TLS-terminating proxies in
-	// front of the console: from them, X-Forwarded-Proto: https makes the
-	// session cookie Secure (and __Host-), X-Forwarded-Host is the origin
-	// POSTs must come from, and X-Forwarded-For's last address is the
-	// client failed logins are counted by. Defaults to none.
+	// front of the console (each at least a /8, IPv6 /32:
+	// httpguard.CheckTrustedProxy). From them, and only from them, the
+	// element the proxy appended to Forwarded or X-Forwarded-* is
+	// believed (httpguard.LastHop: malformed or conflicting headers are
+	// not): proto https makes the session cookie Secure (and __Host-),
+	// the host is the origin POSTs must come from, and the client address
+	// is the one failed logins are counted by. Defaults to none.
 	TrustedProxies []netip.Prefix
+	// Throttle counts wrong tokens and one-time codes per client (the
+	// address clientAddr believes) and bounds their log lines; a right
+	// token is never refused for it. Share one with the metrics server
+	// (kfsdb console does). Defaults to httpguard.NewThrottle(nil).
+	Throttle *httpguard.Throttle
 	// TenantID confines the console to one tenant: it is passed to every
 	// repo call, and another tenant's attempt is not found (404). Defaults
 	// to "": every tenant.
@@ -105,9 +113,9 @@ type Server struct {
 	auditLog  *slog.Logger
 	pages     map[string]*template.Template
 	csrfKey   []byte
-	static    http.Handler
+	static    fs.FS
 	sessions  sessions
-	limit     limiter
+	throttle  *httpguard.Throttle
 	generated bool // the console made AuthToken
 
 	onceMu      sync.Mutex
@@ -141,9 +149,12 @@ func New(cfg Config) (*Server, error) {
 	cfg.QueryTimeout = cmp.Or(cfg.QueryTimeout, QueryTimeoutDefault)
 	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, SessionTTLDefault)
 	s := &Server{cfg: cfg, repo: cfg.Repo, log: cfg.Logger, auditLog: cfg.AuditLogger, csrfKey: make([]byte, 32),
-		limit: limiter{globalLimit: globalFailures}}
+		throttle: cfg.Throttle}
 	if s.repo == nil {
 		s.repo = repo.New(nil)
+	}
+	if s.throttle == nil {
+		s.throttle = httpguard.NewThrottle(nil)
 	}
 	s.log = cmp.Or(s.log, slog.Default())
 	s.auditLog = cmp.Or(s.auditLog, s.log)
@@ -158,8 +169,7 @@ func New(cfg Config) (*Server, error) {
 	if s.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
-	css, _ := fs.Sub(staticFS, "static")
-	s.static = http.StripPrefix("/static/", http.FileServerFS(css))
+	s.static, _ = fs.Sub(staticFS, "static") // never fails: "static" is a valid path
 	return s, nil
 }
 
@@ -186,14 +196,18 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)
-	mux.Handle("GET /static/", s.static)
+	mux.HandleFunc("GET /static/", s.serveStatic)
 	return s.secure(mux)
 }
+
+// serveTimeouts bound the console's connections; a request's own work
+// is bounded by Config.QueryTimeout, well under Write.
+var serveTimeouts = httpguard.Timeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 2 * time.Minute}
 
 // Serve serves h on ln until ctx ends, then lets requests in flight end
 // for up to 2 seconds and closes every connection.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second}
+	srv := httpguard.NewServer(h, serveTimeouts)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {

@@ -19,9 +19,9 @@ import (
 // layout is what every page's template gets.
 type layout struct {
 	Title    string
-	Tenant   string // the confined tenant, "" for every tenant
+	Tenant   string // the confined tenant, "" for every tenant or without a login
 	ReadOnly bool
-	LoggedIn bool // the request has a session: show Log out
+	LoggedIn bool // the request has a session: show Log out and the scope
 	Flash    string
 	Page     any
 }
@@ -59,8 +59,13 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	_, loggedIn := principalOf(r)
-	data := layout{Title: title, Tenant: s.cfg.TenantID, ReadOnly: s.cfg.ReadOnly, LoggedIn: loggedIn,
+	data := layout{Title: title, ReadOnly: s.cfg.ReadOnly, LoggedIn: loggedIn,
 		Flash: flashes[r.URL.Query().Get("flash")], Page: page}
+	if loggedIn {
+		// Which tenant a console serves is for those logged in: a login
+		// page or an error page names none.
+		data.Tenant = s.cfg.TenantID
+	}
 	if err := s.pages[name].ExecuteTemplate(w, "layout", data); err != nil {
 		s.log.Error("console: render page", "page", name, "error", err)
 	}

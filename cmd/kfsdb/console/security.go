@@ -95,6 +95,7 @@ func (s *Server) secure(next http.Handler) http.Handler {
 		}
 		if r.Method == http.MethodPost {
 			if !s.sameOrigin(r) {
+				s.usePresentedOnce(r, time.Now()) // a refused POST burns the code too
 				s.fail(w, r, http.StatusForbidden, "cross-origin form posts are refused (a POST must carry Origin or Sec-Fetch-Site: same-origin)")
 				return
 			}
@@ -116,22 +117,15 @@ func (s *Server) secure(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate finds r's principal: a bearer token (a wrong one counts as
-// a failed login) or a live session cookie. status is 429 when r's
-// address is locked out.
+// authenticate finds r's principal: a bearer token (a wrong one counts
+// as a failed login, a right one always passes) or a live session cookie.
+// status is 429 for a wrong token from a client the throttle locked.
 func (s *Server) authenticate(r *http.Request) (principal, bool, int) {
-	if _, ok := r.Header["Authorization"]; ok {
-		now := time.Now()
-		addr := s.clientAddr(r)
-		if s.limit.blocked(addr, now) {
-			return principal{}, false, http.StatusTooManyRequests
-		}
+	if bearerToken(r) {
 		if httpguard.BearerMatches(r, s.cfg.AuthToken) {
 			return principal{key: "bearer"}, true, 0
 		}
-		s.limit.fail(addr, now)
-		s.log.Warn("console: wrong bearer token", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
-		return principal{}, false, http.StatusUnauthorized
+		return principal{}, false, s.refuse(r, "wrong bearer token")
 	}
 	c, err := r.Cookie(s.cookieName(r))
 	if err != nil {
@@ -158,18 +152,27 @@ func (s *Server) fromTrustedProxy(r *http.Request) bool {
 	return false
 }
 
+// proxyHop is what a trusted proxy said about r (httpguard.LastHop: the
+// last element of Forwarded or X-Forwarded-*, the one it appended); ok is
+// false from any other peer, and when the proxy's headers are malformed
+// or disagree: then none of them is believed.
+func (s *Server) proxyHop(r *http.Request) (hop httpguard.Hop, ok bool) {
+	if !s.fromTrustedProxy(r) {
+		return httpguard.Hop{}, false
+	}
+	hop, err := httpguard.LastHop(r.Header)
+	return hop, err == nil
+}
+
 // tls says whether the browser's side of r is HTTPS: the console's own
-// TLS, or a trusted proxy's (X-Forwarded-Proto: https, or proto=https in
-// Forwarded).
+// TLS, or a trusted proxy's (proto https in its element of Forwarded or
+// X-Forwarded-Proto).
 func (s *Server) tls(r *http.Request) bool {
 	if r.TLS != nil {
 		return true
 	}
-	if !s.fromTrustedProxy(r) {
-		return false
-	}
-	return strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") ||
-		strings.Contains(strings.ToLower(r.Header.Get("Forwarded")), "proto=https")
+	hop, ok := s.proxyHop(r)
+	return ok && hop.Proto == "https"
 }
 
 func (s *Server) cookieName(r *http.Request) string {
@@ -180,21 +183,15 @@ func (s *Server) cookieName(r *http.Request) string {
 }
 
 // clientAddr is the address failed logins are counted by: the peer's IP,
-// or, from a trusted proxy, the last address of X-Forwarded-For (the one
-// the proxy itself added).
+// or, from a trusted proxy, the client address it appended (Forwarded's
+// for= or X-Forwarded-For's last address).
 func (s *Server) clientAddr(r *http.Request) string {
 	peer, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
 		return r.RemoteAddr
 	}
-	if s.fromTrustedProxy(r) {
-		xff := r.Header.Values("X-Forwarded-For")
-		if len(xff) > 0 {
-			parts := strings.Split(xff[len(xff)-1], ",")
-			if a, err := netip.ParseAddr(strings.TrimSpace(parts[len(parts)-1])); err == nil {
-				return a.String()
-			}
-		}
+	if hop, ok := s.proxyHop(r); ok && hop.For.IsValid() {
+		return hop.For.String()
 	}
 	return peer.Addr().String()
 }
@@ -205,9 +202,10 @@ func forwardedFor(r *http.Request) string {
 }
 
 // sameOrigin accepts a POST whose Origin is the console's own (scheme and
-// host, the host a trusted proxy forwarded in X-Forwarded-Host when there
-// is one), or, without Origin, that says Sec-Fetch-Site: same-origin. A
-// POST with neither is refused: every browser sends one of them.
+// host, the host a trusted proxy forwarded in Forwarded's host= or
+// X-Forwarded-Host when it did), or, without Origin, that says
+// Sec-Fetch-Site: same-origin. A POST with neither is refused: every
+// browser sends one of them.
 func (s *Server) sameOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -218,8 +216,8 @@ func (s *Server) sameOrigin(r *http.Request) bool {
 		return false
 	}
 	host, scheme := r.Host, "http"
-	if s.fromTrustedProxy(r) && r.Header.Get("X-Forwarded-Host") != "" {
-		host = r.Header.Get("X-Forwarded-Host")
+	if hop, ok := s.proxyHop(r); ok && hop.Host != "" {
+		host = hop.Host
 	}
 	if s.tls(r) {
 		scheme = "https"
@@ -271,26 +269,21 @@ func (s *Server) loginForm(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "login", "Log in", loginPage{Once: r.URL.Query().Get("once"), Generated: s.generated})
 }
 
-// login checks a posted token or one-time code and starts a session.
-// Failures are logged, audited and counted per address: past the limit
-// the address waits (429).
+// login checks a posted token or one-time code and starts a session. A
+// right one always logs in; a wrong one is counted per client and
+// audited (one line, rate-limited): past the free tries the client is
+// told to wait (429).
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	now, addr := time.Now(), s.clientAddr(r)
-	if s.limit.blocked(addr, now) {
-		s.log.Warn("console: login refused, too many failures", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
-		s.audit(r, auditEntry{Action: "login", Result: "refused", Reason: "too many failed logins"})
-		s.fail(w, r, http.StatusTooManyRequests, "too many failed logins from your address; wait and try again")
-		return
-	}
-	token, once := r.PostFormValue("token"), r.PostFormValue("once")
+	now := time.Now()
+	onceOK := s.usePresentedOnce(r, now) // before any refusal: it burns the code
+	token := r.PostFormValue("token")
 	ok := token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.AuthToken)) == 1
-	if !ok && once != "" {
-		ok = s.useOnce(once, now)
-	}
+	ok = ok || onceOK
 	if !ok {
-		s.limit.fail(addr, now)
-		s.log.Warn("console: login failed", "remote", r.RemoteAddr, "forwarded", forwardedFor(r))
-		s.audit(r, auditEntry{Action: "login", Result: "refused", Reason: "wrong token or used link"})
+		if s.refuse(r, "wrong token or used link") == http.StatusTooManyRequests {
+			s.fail(w, r, http.StatusTooManyRequests, "too many failed logins from your address; wait and try again")
+			return
+		}
 		s.render(w, r, http.StatusUnauthorized, "login", "Log in", loginPage{Wrong: true, Generated: s.generated})
 		return
 	}
@@ -303,12 +296,31 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// usePresentedOnce consumes the one-time login code if a POST to /login
+// presents it among its once= values, whatever else the request carries
+// and whether or not it is then refused (cross-origin, rate-limited, a
+// wrong token beside it): a link is good for one try, so a leaked one
+// cannot be tried again after a refusal. It says whether r may log in by
+// it: the code was r's one once= value, unused and not expired. A GET of
+// the login page (?once=) consumes nothing.
+func (s *Server) usePresentedOnce(r *http.Request, now time.Time) bool {
+	if r.Method != http.MethodPost || r.URL.Path != "/login" || r.ParseForm() != nil {
+		return false
+	}
+	codes := r.PostForm["once"]
+	used := false
+	for _, code := range codes {
+		used = s.useOnce(code, now) || used
+	}
+	return used && len(codes) == 1
+}
+
 // useOnce consumes the one-time login code, if code is it and it is
 // unused and not expired.
 func (s *Server) useOnce(code string, now time.Time) bool {
 	s.onceMu.Lock()
 	defer s.onceMu.Unlock()
-	if s.once == "" || !now.Before(s.onceExpires) || subtle.ConstantTimeCompare([]byte(code), []byte(s.once)) != 1 {
+	if code == "" || s.once == "" || !now.Before(s.onceExpires) || subtle.ConstantTimeCompare([]byte(code), []byte(s.once)) != 1 {
 		return false
 	}
 	s.once = ""
@@ -339,11 +351,12 @@ func (s *Server) LoginLink() string {
 	return "/login?" + url.Values{"once": {s.once}}.Encode()
 }
 
-// checkTrustedProxies refuses an unparsable or over-broad proxy prefix.
+// checkTrustedProxies refuses an invalid or over-broad proxy prefix
+// (httpguard.CheckTrustedProxy).
 func checkTrustedProxies(ps []netip.Prefix) error {
 	for _, p := range ps {
-		if !p.IsValid() || p.Bits() == 0 {
-			return fmt.Errorf("%w: TrustedProxies %v: name the proxy's address, not every address", ErrInvalidConfig, p)
+		if err := httpguard.CheckTrustedProxy(p); err != nil {
+			return fmt.Errorf("%w: TrustedProxies: %w", ErrInvalidConfig, err)
 		}
 	}
 	return nil

@@ -9,17 +9,10 @@ import (
 	"time"
 )
 
-// Bounds of the session store and the login limiter: memory stays bounded
-// whatever a client sends.
+// Bounds of the session store: memory stays bounded whatever a client
+// sends.
 const (
 	maxSessions = 1024
-	// loginFailures failed logins (or wrong bearer tokens) from one
-	// address within loginWindow make it wait for the window's end (429).
-	loginFailures = 10
-	loginWindow   = 10 * time.Minute
-	// Every address together gets at most globalFailures a minute.
-	globalFailures = 100
-	maxLimited     = 4096
 	// oneTimeTTL is how long the login link a tokenless console prints
 	// stays valid, if it is not used first.
 	oneTimeTTL = 30 * time.Minute
@@ -100,65 +93,4 @@ func (s *sessions) revoke(key string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.m, key)
-}
-
-// limiter counts failed logins per client address and in all.
-type limiter struct {
-	mu          sync.Mutex
-	byAddr      map[string]*failures
-	global      failures
-	globalLimit int
-}
-
-type failures struct {
-	n     int
-	since time.Time
-}
-
-// count returns f's failures in the window that contains now, starting a
-// new window when the last one is over.
-func (f *failures) count(now time.Time, window time.Duration) int {
-	if now.Sub(f.since) >= window {
-		f.n, f.since = 0, now
-	}
-	return f.n
-}
-
-// blocked says whether addr (or everyone) has failed too often lately.
-func (l *limiter) blocked(addr string, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.global.count(now, time.Minute) >= l.globalLimit {
-		return true
-	}
-	f := l.byAddr[addr]
-	return f != nil && f.count(now, loginWindow) >= loginFailures
-}
-
-// fail counts one failure of addr.
-func (l *limiter) fail(addr string, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.byAddr == nil {
-		l.byAddr = map[string]*failures{}
-	}
-	l.global.count(now, time.Minute)
-	l.global.n++
-	f := l.byAddr[addr]
-	if f == nil {
-		if len(l.byAddr) >= maxLimited {
-			for k, v := range l.byAddr {
-				if now.Sub(v.since) >= loginWindow {
-					delete(l.byAddr, k)
-				}
-			}
-			if len(l.byAddr) >= maxLimited {
-				return // the global limit still applies
-			}
-		}
-		f = &failures{since: now}
-		l.byAddr[addr] = f
-	}
-	f.count(now, loginWindow)
-	f.n++
 }

@@ -1,12 +1,14 @@
 package httpguard_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,7 +16,8 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 )
 
-const strong = "guard-test-token-0123456789-abc"
+// strong passes CheckToken (`openssl rand -base64 32`).
+const strong = "q7Vx2LmN9pRt4KwZs8YbHc3FjD6gUe1A+oXiW5rTnQ0="
 
 func status(t *testing.T, u string, hdr map[string]string) int {
 	t.Helper()
@@ -40,9 +43,9 @@ func status(t *testing.T, u string, hdr map[string]string) int {
 func TestMetricsGuard(t *testing.T) {
 	t.Parallel()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("kfsdb_attempts 1\n")) })
-	open := httptest.NewServer(httpguard.Metrics(ok, ""))
+	open := httptest.NewServer(httpguard.Metrics(ok, httpguard.MetricsGuard{}))
 	t.Cleanup(open.Close)
-	withToken := httptest.NewServer(httpguard.Metrics(ok, strong))
+	withToken := httptest.NewServer(httpguard.Metrics(ok, httpguard.MetricsGuard{Token: strong}))
 	t.Cleanup(withToken.Close)
 	target, err := url.Parse(open.URL)
 	require.NoError(t, err)
@@ -68,7 +71,8 @@ func TestMetricsGuard(t *testing.T) {
 
 func TestTokens(t *testing.T) {
 	t.Parallel()
-	for _, weak := range []string{"", "x", "correct-horse", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababababababab", "has a space in it 0123456789"} {
+	for _, weak := range []string{"", "x", "correct-horse", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababababababab", "has a space in it 0123456789",
+		"password1password1passw0rd", "guard-test-token-0123456789-abc", "qwertyuiopasdfghjklzxcvbnm123456", "Pa$$w0rdPa$$w0rdPa$$w0rd!!", "abcdefghijklmnopqrstuvwxyz0123456789"} {
 		require.ErrorIs(t, httpguard.CheckToken(weak), httpguard.ErrWeakToken, weak)
 	}
 	require.NoError(t, httpguard.CheckToken(strong))
@@ -88,4 +92,31 @@ func TestTokens(t *testing.T) {
 	require.Equal(t, "from-env", got)
 	_, err = httpguard.ReadToken(filepath.Join(t.TempDir(), "missing"), "")
 	require.Error(t, err)
+}
+
+// TestReadTokenRefusesOpenFiles: a token file its group or others may
+// read or write is refused, naming its mode and the fix (issue 39: a 0644
+// token file was accepted).
+func TestReadTokenRefusesOpenFiles(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS == "windows" {
+		t.Skip("no Unix modes")
+	}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620, 0o602, 0o666} {
+		file := filepath.Join(t.TempDir(), "token")
+		require.NoError(t, os.WriteFile(file, []byte(strong+"\n"), 0o600))
+		require.NoError(t, os.Chmod(file, mode)) // WriteFile's mode passes the umask
+		_, err := httpguard.ReadToken(file, "")
+		require.ErrorIs(t, err, httpguard.ErrTokenFileMode, "%04o", mode)
+		require.ErrorContains(t, err, fmt.Sprintf("mode %04o", mode))
+		require.ErrorContains(t, err, "chmod 600 "+file)
+	}
+	for _, mode := range []os.FileMode{0o600, 0o400} {
+		file := filepath.Join(t.TempDir(), "token")
+		require.NoError(t, os.WriteFile(file, []byte(strong+"\n"), 0o600))
+		require.NoError(t, os.Chmod(file, mode))
+		got, err := httpguard.ReadToken(file, "")
+		require.NoError(t, err, "%04o", mode)
+		require.Equal(t, strong, got)
+	}
 }
