@@ -44,7 +44,6 @@ func TestOperatorCommandsRefuseBadInput(t *testing.T) {
 		{[]string{"attempts", "show", "--tenant", "t"}, "one attempt id"},
 		{[]string{"attempts", "cancel", id}, "TenantID is required"},
 		{[]string{"attempts", "cancel", "--tenant", "t"}, "give 1..1000 attempt ids"},
-		{[]string{"attempts", "retry", "--tenant", "t", "--reason", "x", id}, "--reason applies to cancel and supersede"},
 		{[]string{"attempts", "cancel", "--tenant", "t", "--state", "failed", id}, "not both"},
 		{[]string{"attempts", "cancel", "--tenant", "t", "--state", "broken"}, `unknown run state "broken"`},
 		{[]string{"attempts", "list", "--tenant", "t", "--state", "running,nope"}, `unknown run state "nope"`},
@@ -216,8 +215,8 @@ func TestAttemptsActions(t *testing.T) {
 			require.Equal(t, kfstype.RunStateCanceled, st)
 			testfactory.RequireInvariants(context.Background(), t, f.db.Pool, a.ID)
 			// One audit line per attempt, on stderr.
-			require.Regexp(t, `msg=audit at=\S+ session=cli:\S+ remote=\S+ forwarded="" tenant=`+f.tenant+` attempt=`+a.ID.String()+
-				` action=cancel from=dispatch_pending to=canceled result=applied reason=""`, stderr)
+			require.Regexp(t, `msg=audit at=\S+ session=cli:\S+ remote=\S+ forwarded_claim="" tenant=`+f.tenant+` attempt=`+a.ID.String()+
+				` action=cancel from=dispatch_pending to=canceled result=applied reason="" operator_reason="operator: bad upload" db_role=\S+`, stderr)
 		}
 
 		// A refusal is audited too.

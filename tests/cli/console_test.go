@@ -80,10 +80,10 @@ func TestConsoleServesUntilCanceled(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	var out testfactory.SyncBuffer
+	var out, audit testfactory.SyncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Listen: "127.0.0.1:0", ReadOnly: true, Out: &out})
+		done <- cli.Console(ctx, &cli.ConsoleOpts{DatabaseURL: db.URL, Listen: "127.0.0.1:0", ReadOnly: true, Out: &out, Audit: &audit})
 	}()
 	// Without a token it makes one and prints a one-time login link.
 	link := regexp.MustCompile(`log in once at (http://127\.0\.0\.1:\d+)(/login\?once=\S+)`)
@@ -108,6 +108,9 @@ func TestConsoleServesUntilCanceled(t *testing.T) {
 	res.Body.Close()
 	require.Equal(t, http.StatusSeeOther, res.StatusCode)
 	require.NotEmpty(t, res.Header.Get("Set-Cookie"), "the link logged in")
+	// The login's audit line goes to the output and to the --audit-file.
+	require.Regexp(t, `msg=audit .* action=login .* result=applied `, audit.String())
+	require.Contains(t, out.String(), strings.TrimSpace(audit.String()))
 	cancel()
 	require.NoError(t, <-done)
 }

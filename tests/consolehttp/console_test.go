@@ -164,9 +164,18 @@ func TestCancelThroughConfirmation(t *testing.T) {
 	// One audit line per action, applied or refused, with who and what.
 	lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
 	require.Len(t, lines, 2, audit.String())
-	require.Regexp(t, `msg=audit at=\S+ session=bearer remote=127.0.0.1:\d+ forwarded="" tenant=`+tenantA+` attempt=`+a.ID.String()+
-		` action=cancel from=running to=canceled result=applied reason=""`, lines[0])
+	require.Regexp(t, `msg=audit at=\S+ session=bearer remote=127.0.0.1:\d+ forwarded_claim="" tenant=`+tenantA+` attempt=`+a.ID.String()+
+		` action=cancel from=running to=canceled result=applied reason="" operator_reason="operator test"`, lines[0])
 	require.Regexp(t, `msg=audit .* attempt=`+stale.ID.String()+` action=supersede from=canceled to=canceled result=refused reason=".*changed since it was confirmed`, lines[1])
+
+	// A refusal before the form is read names the confined console's
+	// tenant, and what X-Forwarded-For says is logged as a claim.
+	res = do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", url.Values{"action": {"explode"}, "reason": {"try\x1b[2J"}},
+		map[string]string{"X-Forwarded-For": "203.0.113.9"})
+	require.Equal(t, http.StatusBadRequest, res.status)
+	lines = strings.Split(strings.TrimSpace(audit.String()), "\n")
+	require.Len(t, lines, 3, audit.String())
+	require.Regexp(t, ` forwarded_claim=203.0.113.9 tenant=`+tenantA+` attempt=`+a.ID.String()+` action=explode .* result=refused reason="unknown action" operator_reason=try\\x1b\[2J `, lines[2])
 }
 
 // TestAttemptsPagesWalkEveryMatch follows the next-page links of a
@@ -211,7 +220,7 @@ func TestRetryOfAFailedAttempt(t *testing.T) {
 	require.Contains(t, page.body, `value="retry"`)
 	require.NotContains(t, page.body, `value="cancel"`, "a failed attempt is not live")
 	confirm := get(t, fmt.Sprintf("%s/attempts/%s/confirm?action=retry&tenant=%s", base, a.ID, tenantB))
-	require.NotContains(t, confirm.body, `name="reason"`, "a retry stores no reason")
+	require.Contains(t, confirm.body, `<label>Reason (recorded in the audit log) <input name="reason"`, "a retry stores no reason; the audit line does")
 	form := url.Values{"action": {"retry"}, "tenant": {tenantB}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}}
 	res := do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, nil)
 	require.Equal(t, http.StatusSeeOther, res.status)

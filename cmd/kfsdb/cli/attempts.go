@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"os/user"
 	"strings"
 	"time"
 
@@ -42,7 +39,8 @@ type AttemptActionOpts struct {
 	// repo.ListAttempts of TenantID, read on the pool the action runs on;
 	// each is then acted on at the version read. Defaults to nil: IDs.
 	Selection *repo.ListAttemptsParams
-	// Reason is stored with a cancel or supersede (optional).
+	// Reason is why the operator acts: stored with a cancel or a
+	// supersede, and recorded in every audit line (optional).
 	Reason string
 	// DryRun reports what would change and changes nothing.
 	DryRun bool
@@ -55,7 +53,8 @@ type AttemptActionOpts struct {
 	Out io.Writer
 	// Audit receives one audit line (ops.AuditLine, msg=audit) per
 	// attempt acted on, applied or refused; none in a dry run. `kfsdb
-	// attempts` sends them to stderr. Defaults to nil: none.
+	// attempts` sends them to stderr and the --audit-file or
+	// --audit-syslog. Defaults to nil: none.
 	Audit io.Writer
 }
 
@@ -138,15 +137,19 @@ func attemptAction(ctx context.Context, pool *pgxpool.Pool, opts *AttemptActionO
 		if err := confirm(opts, results); err != nil {
 			return results, err
 		}
+		role := ""
+		if opts.Audit != nil {
+			role = poolRole(ctx, pool)
+		}
 		for i, a := range read {
 			if a != nil {
 				var err error
 				if results[i], err = ops.Do(ctx, r, pool, opts.Action, a, opts.Reason); err != nil {
-					audit(ctx, opts, ops.Result{AttemptID: a.ID, Action: opts.Action, From: a.RunState, Outcome: ops.OutcomeRefused, Reason: "database error"})
+					audit(ctx, opts, role, ops.Result{AttemptID: a.ID, Action: opts.Action, From: a.RunState, Outcome: ops.OutcomeRefused, Reason: "database error"})
 					return results, err
 				}
 			}
-			audit(ctx, opts, results[i])
+			audit(ctx, opts, role, results[i])
 		}
 	}
 	if err := writeResults(opts.Out, opts.JSON, results); err != nil {
@@ -165,18 +168,11 @@ func attemptAction(ctx context.Context, pool *pgxpool.Pool, opts *AttemptActionO
 }
 
 // audit writes res's audit line to opts.Audit, if set: who is the
-// operating system user, from where this host.
-func audit(ctx context.Context, opts *AttemptActionOpts, res ops.Result) {
-	if opts.Audit == nil {
-		return
-	}
-	who := "cli:unknown"
-	if u, err := user.Current(); err == nil {
-		who = "cli:" + u.Username
-	}
-	host, _ := os.Hostname()
-	ops.AuditLine{Session: who, Remote: host, Tenant: opts.TenantID, Attempt: res.AttemptID.String(), Action: string(res.Action),
-		From: string(res.From), To: string(res.To), Result: res.Outcome, Reason: res.Reason}.Log(ctx, slog.New(slog.NewTextHandler(opts.Audit, nil)))
+// operating system user and role the database role, from where this
+// host, why opts.Reason.
+func audit(ctx context.Context, opts *AttemptActionOpts, role string, res ops.Result) {
+	writeAudit(ctx, opts.Audit, ops.AuditLine{DBRole: role, Tenant: opts.TenantID, Attempt: res.AttemptID.String(), Action: string(res.Action),
+		From: string(res.From), To: string(res.To), Result: res.Outcome, Reason: res.Reason, OperatorReason: opts.Reason})
 }
 
 // confirm asks before acting on more than one attempt, showing the plan.
@@ -190,7 +186,7 @@ func confirm(opts *AttemptActionOpts, plan []ops.Result) error {
 			would++
 		}
 	}
-	fmt.Fprintf(opts.Out, "%s %d of %d attempts of tenant %s? Type yes to go on: ", opts.Action, would, len(plan), opts.TenantID)
+	printRow(opts.Out, "%s %d of %d attempts of tenant %s? Type yes to go on: ", opts.Action, would, len(plan), opts.TenantID)
 	line, err := bufio.NewReader(opts.In).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read confirmation: %w", err)
@@ -207,14 +203,14 @@ func writeResults(w io.Writer, asJSON bool, results []ops.Result) error {
 		return writeJSON(w, results)
 	}
 	for _, r := range results {
-		line := fmt.Sprintf("%-9s %s  %s", r.Action, r.AttemptID, r.Outcome)
+		printRow(w, "%-9s %s  %s", r.Action, r.AttemptID, r.Outcome)
 		if r.From != "" {
-			line += fmt.Sprintf(": %s → %s", r.From, r.To)
+			printRow(w, ": %s → %s", r.From, r.To)
 		}
 		if r.Reason != "" {
-			line += " (" + r.Reason + ")"
+			printRow(w, " (%s)", r.Reason)
 		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w)
 	}
 	return nil
 }
@@ -258,35 +254,29 @@ func AttemptShow(ctx context.Context, opts *AttemptShowOpts) (*ops.AttemptView, 
 }
 
 func writeAttemptText(w io.Writer, v *ops.AttemptView) {
-	str := func(s *string) string {
-		if s == nil {
-			return "-"
-		}
-		return *s
-	}
 	tm := func(t *time.Time) string {
 		if t == nil {
 			return "-"
 		}
 		return t.UTC().Format(time.RFC3339Nano)
 	}
-	fmt.Fprintf(w, "attempt      %s (tenant %s, space %s)\n", v.ID, v.TenantID, v.KnowledgeSpaceID)
-	fmt.Fprintf(w, "document     %s version %d\n", v.DocumentAssetID, v.DocumentVersion)
-	fmt.Fprintf(w, "state        %s at checkpoint %s, execution %d of %d, row version %d\n", v.RunState, v.Checkpoint, v.ExecutionAttempts, v.MaxExecutionAttempts, v.RowVersion)
-	cand := "-"
+	printRow(w, "attempt      %s (tenant %s, space %s)\n", v.ID, v.TenantID, v.KnowledgeSpaceID)
+	printRow(w, "document     %s version %d\n", v.DocumentAssetID, v.DocumentVersion)
+	printRow(w, "state        %s at checkpoint %s, execution %d of %d, row version %d\n", v.RunState, v.Checkpoint, v.ExecutionAttempts, v.MaxExecutionAttempts, v.RowVersion)
 	if v.CandidatePublicationID != nil {
-		cand = v.CandidatePublicationID.String() + " " + str(v.CandidateFingerprint)
+		printRow(w, "candidate    %s %s\n", v.CandidatePublicationID, v.CandidateFingerprint)
+	} else {
+		fmt.Fprintln(w, "candidate    -")
 	}
-	fmt.Fprintf(w, "candidate    %s\n", cand)
-	fmt.Fprintf(w, "worker       %s, lease held %v until %s, heartbeat %s\n", str(v.WorkerID), v.LeaseHeld, tm(v.LeaseExpiresAt), tm(v.HeartbeatAt))
-	fmt.Fprintf(w, "last error   %s: %s\n", str(v.LastErrorCode), str(v.LastErrorMessage))
+	printRow(w, "worker       %s, lease held %v until %s, heartbeat %s\n", v.WorkerID, v.LeaseHeld, tm(v.LeaseExpiresAt), tm(v.HeartbeatAt))
+	printRow(w, "last error   %s: %s\n", v.LastErrorCode, v.LastErrorMessage)
 	if o := v.Outbox; o != nil {
-		fmt.Fprintf(w, "outbox       %s %s, dispatch %d, available at %s, locked by %s until %s, queue job %s\n",
-			o.ID, o.Status, o.DispatchAttempts, o.AvailableAt.UTC().Format(time.RFC3339Nano), str(o.LockedBy), tm(o.LockedUntil), str(o.QueueJobID))
+		printRow(w, "outbox       %s %s, dispatch %d, available at %s, locked by %s until %s, queue job %s\n",
+			o.ID, o.Status, o.DispatchAttempts, o.AvailableAt.UTC().Format(time.RFC3339Nano), o.LockedBy, tm(o.LockedUntil), o.QueueJobID)
 	}
 	fmt.Fprintln(w, "timeline")
 	for _, e := range v.Timeline {
-		fmt.Fprintf(w, "  %s  %s\n", e.At.UTC().Format(time.RFC3339Nano), e.What)
+		printRow(w, "  %s  %s\n", e.At.UTC().Format(time.RFC3339Nano), e.What)
 	}
 }
 
@@ -347,14 +337,12 @@ func newAttemptsActionCommand(r *runner, af *attemptsFlags, action ops.Action) *
 		Use:   fmt.Sprintf("%s --tenant T [--reason R] [--dry-run] [--yes] ATTEMPT_ID...|--state S[,S]", action),
 		Short: fmt.Sprintf("%s attempts through the guarded transition, by id or by selection", action),
 		Long: fmt.Sprintf("%s the attempts given by id, or one page of a selection (--state, and --space, --limit, --after), "+
-			"each at the row version read: one that changed meanwhile is refused. More than one attempt asks for yes unless --yes.", action),
+			"each at the row version read: one that changed meanwhile is refused. More than one attempt asks for yes unless --yes. "+
+			"Each attempt acted on writes an audit line (stderr, --audit-file, --audit-syslog) with who, --reason and the result.", action),
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 && (sel.states != "" || sel.space != "" || sel.after != "") {
 				return fmt.Errorf("%w: give attempt ids or a selection (--state, --space), not both", ErrUsage)
-			}
-			if action == ops.Retry && opts.Reason != "" {
-				return fmt.Errorf("%w: --reason applies to cancel and supersede", ErrUsage)
 			}
 			for _, arg := range args {
 				id, err := uuid.Parse(arg)
@@ -364,7 +352,7 @@ func newAttemptsActionCommand(r *runner, af *attemptsFlags, action ops.Action) *
 				opts.IDs = append(opts.IDs, id)
 			}
 			opts.DatabaseURL, opts.TenantID, opts.JSON = r.databaseURL, af.tenant, af.json
-			opts.In, opts.Out, opts.Audit = r.stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
+			opts.In, opts.Out, opts.Audit = r.stdin, cmd.OutOrStdout(), r.auditWriter()
 			if len(args) == 0 && sel.states != "" {
 				// A bulk action on a selection: AttemptAction reads one
 				// page of it, then acts on each attempt at the version read.
@@ -383,7 +371,11 @@ func newAttemptsActionCommand(r *runner, af *attemptsFlags, action ops.Action) *
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&opts.Reason, "reason", "", "reason stored with a cancel or supersede")
+	reasonHelp := "why: recorded in the audit line"
+	if action != ops.Retry {
+		reasonHelp = "why: stored with the attempt and recorded in the audit line"
+	}
+	cmd.Flags().StringVar(&opts.Reason, "reason", "", reasonHelp)
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "say what would change, change nothing")
 	cmd.Flags().BoolVar(&opts.Yes, "yes", false, "do not ask before acting on more than one attempt")
 	sel.register(cmd.Flags(), 100)

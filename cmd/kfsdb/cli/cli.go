@@ -1,7 +1,9 @@
 // Package cli implements the kfsdb command, the binary operators deploy
 // against a production database: one cobra command tree (kfsdb --help,
-// kfsdb completion) whose persistent --database-url, else $DATABASE_URL,
-// every command reads, and one function per command (Migrate, Purge, the
+// kfsdb completion) whose persistent --database-url (else
+// --database-url-file, else $DATABASE_URL) every command reads, and whose
+// changes each write an audit line (stderr, and --audit-file or
+// --audit-syslog), and one function per command (Migrate, Purge, the
 // attempts/outbox/stuck commands, Console) that takes an options struct
 // with a Validate method and writes its output to an injected io.Writer, so
 // tests can call the commands directly. Parsing reads no database: a
@@ -26,6 +28,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/escape"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -68,7 +71,7 @@ func ExitCode(name string, err error, stderr io.Writer, getenv func(string) stri
 		return 0
 	}
 	msg := strings.TrimPrefix(err.Error(), name+": ")
-	fmt.Fprintf(stderr, "%s: %s\n", name, escapeControls(redact.Text(msg, envDatabaseURL(getenv))))
+	fmt.Fprintf(stderr, "%s: %s\n", name, escape.Field(redact.Text(msg, envDatabaseURL(getenv))))
 	if errors.Is(err, ErrUsage) || errors.Is(err, repo.ErrInvalidInput) {
 		return 2
 	}
@@ -87,12 +90,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 // database (tenant ids, worker ids, error messages, reasons) reaches the
 // operator's terminal with its control characters escaped.
 func RunWithInput(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
-	root := newRootCommand(&runner{getenv: getenv, stdin: stdin})
+	r := &runner{getenv: getenv, stdin: stdin}
+	root := newRootCommand(r)
 	root.SetOut(TermSafe(stdout))
 	root.SetErr(TermSafe(stderr))
 	// Not nil: cobra would read os.Args instead.
 	root.SetArgs(append([]string{}, args...))
 	_, err := root.ExecuteContextC(ctx)
+	if r.audit != nil {
+		err = errors.Join(err, r.audit.close())
+	}
 	return err
 }
 
@@ -112,17 +119,27 @@ func newRootCommand(r *runner) *cobra.Command {
 			}
 			return fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
 		},
-		PersistentPreRun: func(*cobra.Command, []string) {
-			if r.databaseURL == "" {
-				r.databaseURL = envDatabaseURL(r.getenv)
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := r.resolveDatabaseURL(cmd.ErrOrStderr()); err != nil {
+				return err
 			}
+			var err error
+			r.audit, err = openAuditSink(r.auditFlags, cmd.ErrOrStderr(), r.getenv)
+			return err
 		},
 		// ExitCode reports errors, once, and usage goes with usage errors
 		// only.
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
-	root.PersistentFlags().StringVar(&r.databaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+EnvDatabaseURL)
+	root.PersistentFlags().StringVar(&r.databaseURL, "database-url", "",
+		"PostgreSQL URL; defaults to --database-url-file, else $"+EnvDatabaseURL+". A password here is visible to every local user (ps): kfsdb warns")
+	root.PersistentFlags().StringVar(&r.databaseURLFile, "database-url-file", "",
+		"read the PostgreSQL URL from the first line of this file, which must be readable by its owner only (0600)")
+	root.PersistentFlags().StringVar(&r.auditFlags.file, "audit-file", "",
+		"also append every audit line (one per change: purge, migrate up/down, attempts cancel/retry/supersede) to this file, created 0600; defaults to $"+EnvAuditFile)
+	root.PersistentFlags().BoolVar(&r.auditFlags.syslog, "audit-syslog", false,
+		"also send every audit line to the local syslog (authpriv); defaults to $"+EnvAuditSyslog)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
 		return fmt.Errorf("%w: %w", ErrUsage, err)

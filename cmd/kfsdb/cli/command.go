@@ -23,12 +23,28 @@ const EnvDatabaseURL = "DATABASE_URL"
 var ErrUsage = errors.New("usage error")
 
 // runner is what the commands of one kfsdb run share: the persistent
-// --database-url, which the root's pre-run defaults to $DATABASE_URL before
-// any command runs, the environment, and the confirmations' input.
+// --database-url, which the root's pre-run reads from --database-url-file
+// or $DATABASE_URL when not given, the environment, the confirmations'
+// input, and where audit lines go (the persistent --audit-file and
+// --audit-syslog, opened by the root's pre-run).
 type runner struct {
-	databaseURL string
-	getenv      func(string) string
-	stdin       io.Reader
+	databaseURL     string
+	databaseURLFile string
+	getenv          func(string) string
+	stdin           io.Reader
+	auditFlags      auditFlags
+	// audit receives the audit lines of the commands that change
+	// something; nil until the pre-run opens it.
+	audit *auditSink
+}
+
+// auditWriter is where a command writes its audit lines: nil (none) when
+// the pre-run did not run.
+func (r *runner) auditWriter() io.Writer {
+	if r.audit == nil {
+		return nil
+	}
+	return r.audit
 }
 
 // ValidateDatabaseURL requires dsn and that pgx can parse it, as every
@@ -36,7 +52,7 @@ type runner struct {
 // password.
 func ValidateDatabaseURL(dsn string) error {
 	if dsn == "" {
-		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s", EnvDatabaseURL)
+		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url-file, set $%s, or pass --database-url", EnvDatabaseURL)
 	}
 	if _, err := pgconn.ParseConfig(dsn); err != nil {
 		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), dsn))

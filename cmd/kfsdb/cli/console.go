@@ -55,6 +55,9 @@ type ConsoleOpts struct {
 	TenantID string
 	// TrustedProxies is console.Config.TrustedProxies.
 	TrustedProxies []netip.Prefix
+	// Audit receives the audit lines too, beside Out (the --audit-file
+	// and --audit-syslog). Defaults to nil: Out only.
+	Audit io.Writer
 	// MetricsListen is a host:port to serve Prometheus metrics on, at
 	// /metrics, apart from the console: the console's statement latencies
 	// and the backlog gauges. Defaults to "": off.
@@ -123,7 +126,8 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	spec := poolSpec{MaxConns: 4, Metrics: ms, Out: out, Log: log, Tune: tune}
 	return withPool(ctx, opts.DatabaseURL, spec, func(pool *pgxpool.Pool) error {
 		srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID,
-			Logger: log, QueryTimeout: consoleQueryTimeout, TrustedProxies: opts.TrustedProxies, Throttle: throttle})
+			Logger: log, AuditLogger: consoleAuditLogger(out, opts.Audit), QueryTimeout: consoleQueryTimeout, TrustedProxies: opts.TrustedProxies,
+			Throttle: throttle})
 		if err != nil {
 			return err
 		}
@@ -155,7 +159,7 @@ func newConsoleCommand(r *runner) *cobra.Command {
 			if argvToken != "" {
 				return fmt.Errorf("%w: --auth-token is refused: every local user can read a command line (ps); put the token in a file (--auth-token-file) or $%s", ErrUsage, EnvConsoleToken)
 			}
-			opts.DatabaseURL, opts.Out = r.databaseURL, cmd.OutOrStdout()
+			opts.DatabaseURL, opts.Out, opts.Audit = r.databaseURL, cmd.OutOrStdout(), r.audit.durable()
 			var err error
 			if opts.AuthToken, err = httpguard.ReadToken(tokenFile, r.getenv(EnvConsoleToken)); err != nil {
 				return fmt.Errorf("%w: %w", ErrUsage, err)

@@ -103,17 +103,17 @@ func listAttempts(ctx context.Context, db repo.DBTX, p *repo.ListAttemptsParams,
 	if asJSON {
 		return writeJSON(stdout, out)
 	}
-	fmt.Fprintf(stdout, "%-36s  %-16s  %-18s  %4s  %-20s  %s\n", "ATTEMPT", "STATE", "CHECKPOINT", "EXEC", "CREATED", "LAST ERROR")
+	printRow(stdout, "%-36s  %-16s  %-18s  %4s  %-20s  %s\n", "ATTEMPT", "STATE", "CHECKPOINT", "EXEC", "CREATED", "LAST ERROR")
 	for _, v := range out.Attempts {
 		code := "-"
 		if v.LastErrorCode != nil {
 			code = *v.LastErrorCode
 		}
-		fmt.Fprintf(stdout, "%-36s  %-16s  %-18s  %d/%d  %-20s  %s\n", v.ID, v.RunState, v.Checkpoint,
+		printRow(stdout, "%-36s  %-16s  %-18s  %d/%d  %-20s  %s\n", v.ID, v.RunState, v.Checkpoint,
 			v.ExecutionAttempts, v.MaxExecutionAttempts, v.CreatedAt.UTC().Format(time.DateTime), code)
 	}
 	if out.Next != "" {
-		fmt.Fprintf(stdout, "next page: --after %s\n", out.Next)
+		printRow(stdout, "next page: --after %s\n", out.Next)
 	}
 	return nil
 }
@@ -198,16 +198,16 @@ func outboxStats(ctx context.Context, db repo.DBTX, tenant string, capN int32, a
 	if tenant != "" {
 		who = "tenant " + tenant
 	}
-	fmt.Fprintf(stdout, "attempts by state (%s)\n", who)
+	printRow(stdout, "attempts by state (%s)\n", who)
 	for _, c := range rep.States {
-		fmt.Fprintf(stdout, "  %-16s %s\n", c.Name, countText(c.N, c.AtLeast))
+		printRow(stdout, "  %-16s %s\n", c.Name, countText(c.N, c.AtLeast))
 	}
 	fmt.Fprintln(stdout, "outbox rows due now (every tenant)")
 	for _, c := range rep.Due {
-		fmt.Fprintf(stdout, "  %-16s %s\n", c.Name, countText(c.N, c.AtLeast))
+		printRow(stdout, "  %-16s %s\n", c.Name, countText(c.N, c.AtLeast))
 	}
 	if backlog.OldestDueAt != nil {
-		fmt.Fprintf(stdout, "oldest due row: due since %s (%s ago)\n", backlog.OldestDueAt.UTC().Format(time.RFC3339), backlog.OldestDueAge.Round(time.Millisecond))
+		printRow(stdout, "oldest due row: due since %s (%s ago)\n", backlog.OldestDueAt.UTC().Format(time.RFC3339), backlog.OldestDueAge.Round(time.Millisecond))
 	} else {
 		fmt.Fprintln(stdout, "oldest due row: none")
 	}
@@ -274,7 +274,7 @@ func listStuck(ctx context.Context, db repo.DBTX, p *repo.ListStuckParams, asJSO
 		return nil
 	}
 	for _, s := range rows {
-		fmt.Fprintf(stdout, "%-20s %s  tenant %s  %s since %s: %s\n", s.Reason, s.Attempt.ID, s.Attempt.TenantID, s.Attempt.RunState,
+		printRow(stdout, "%-20s %s  tenant %s  %s since %s: %s\n", s.Reason, s.Attempt.ID, s.Attempt.TenantID, s.Attempt.RunState,
 			s.Since.UTC().Format(time.RFC3339), s.Description)
 	}
 	return nil

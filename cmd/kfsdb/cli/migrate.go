@@ -58,6 +58,7 @@ func newMigrateCommand(r *runner) *cobra.Command {
 		Short: "apply, roll back one, list or show migrations, saying the mode (--lock-timeout D bounds each lock wait); print their SQL (migrate sql)",
 		Long: "kfsdb records its versions in " + migrate.VersionTable + " and prints the mode it ran in: standalone, platform or platform-seeded.\n" +
 			"migrate down refuses to drop a table that holds rows unless told --allow-data-loss.\n" +
+			"migrate up and down write an audit line (stderr, --audit-file, --audit-syslog) with who, the versions, the result and --reason.\n" +
 			"migrate sql --up [--from N] | --down --from N [--standalone] prints the migrations' SQL, for teams whose migrations another tool runs.",
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,17 +70,22 @@ func newMigrateCommand(r *runner) *cobra.Command {
 			"instead of queueing the application's queries on that table behind it; 0 keeps the server's setting")
 	for _, command := range MigrateCommands() {
 		var allowDataLoss bool
+		var reason string
 		sub := &cobra.Command{
 			Use:   string(command),
 			Short: migrateShort[command],
 			Args:  exactArgs(0, migrateNeedsOne),
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				opts := &MigrateOpts{Command: command, DatabaseURL: r.databaseURL, LockTimeout: lockTimeout, AllowDataLoss: allowDataLoss, Out: cmd.OutOrStdout()}
+				opts := &MigrateOpts{Command: command, DatabaseURL: r.databaseURL, LockTimeout: lockTimeout, AllowDataLoss: allowDataLoss, Out: cmd.OutOrStdout(),
+					Reason: reason, Audit: r.auditWriter()}
 				if err := opts.Validate(); err != nil {
 					return fmt.Errorf("%w: %w", ErrUsage, err)
 				}
 				return Migrate(cmd.Context(), opts)
 			},
+		}
+		if command == MigrateUp || command == MigrateDown {
+			sub.Flags().StringVar(&reason, "reason", "", "why you run it, recorded in the audit line")
 		}
 		if command == MigrateDown {
 			sub.Flags().BoolVar(&allowDataLoss, "allow-data-loss", false,
@@ -152,6 +158,14 @@ type MigrateOpts struct {
 	// that holds rows (migrate.Provider.AllowDataLoss). Defaults to false:
 	// the down refuses, naming the table, and changes nothing.
 	AllowDataLoss bool
+	// Reason is why the operator runs an up or a down, for its audit
+	// line. Defaults to "": none given.
+	Reason string
+	// Audit receives the audit line (ops.AuditLine, msg=audit) of an up
+	// or a down, applied, refused or failed. `kfsdb migrate` sends it to
+	// stderr and the --audit-file or --audit-syslog. Defaults to nil:
+	// none.
+	Audit io.Writer
 }
 
 // Validate reports the first missing or invalid field.
@@ -209,13 +223,22 @@ func migrateDB(ctx context.Context, opts *MigrateOpts) (retErr error) {
 			retErr = fmt.Errorf("could not close database: %w", err)
 		}
 	}()
-	return runMigrateCommand(ctx, p, opts.Command, opts.Out, opts.LockTimeout)
+	if opts.Command == MigrateUp || opts.Command == MigrateDown {
+		return auditedMigration(ctx, db, p, opts)
+	}
+	return runMigrateCommand(ctx, p, opts.Command, opts.Out, opts.LockTimeout, nil)
 }
 
-func runMigrateCommand(ctx context.Context, p *migrate.Provider, cmd MigrateCommand, out io.Writer, lockTimeout time.Duration) error {
+// runMigrateCommand runs cmd on p, printing to out; an up or a down
+// stores what it did in *ran when ran is not nil.
+func runMigrateCommand(ctx context.Context, p *migrate.Provider, cmd MigrateCommand, out io.Writer, lockTimeout time.Duration, ran *migrateRun) error {
+	if ran == nil {
+		ran = &migrateRun{}
+	}
 	switch cmd {
 	case MigrateUp:
 		res, err := p.Up(ctx)
+		ran.res = res
 		if res.Mode != "" {
 			printMode(out, res.Mode, true)
 		}
@@ -234,6 +257,7 @@ func runMigrateCommand(ctx context.Context, p *migrate.Provider, cmd MigrateComm
 		return nil
 	case MigrateDown:
 		res, err := p.Down(ctx)
+		ran.res = res
 		if res.Mode != "" {
 			printMode(out, res.Mode, true)
 		}
@@ -241,9 +265,11 @@ func runMigrateCommand(ctx context.Context, p *migrate.Provider, cmd MigrateComm
 		var floor *migrate.FloorError
 		switch {
 		case errors.Is(err, goose.ErrNoNextVersion):
-			fmt.Fprintln(out, "no migrations to roll back")
+			ran.refused = "no migrations to roll back"
+			fmt.Fprintln(out, ran.refused)
 		case errors.As(err, &floor):
-			fmt.Fprintf(out, "no migrations to roll back: %s\n", floor)
+			ran.refused = "no migrations to roll back: " + floor.Error()
+			fmt.Fprintln(out, ran.refused)
 		case err != nil:
 			return lockWaitError(res, "could not migrate down", lockTimeout, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -27,6 +28,13 @@ type PurgeOpts struct {
 	Out io.Writer
 	// TenantID is the tenant whose attempts are purged. Required.
 	TenantID string
+	// Reason is why the operator purges, for the audit line. Defaults to
+	// "": none given.
+	Reason string
+	// Audit receives the purge's audit line (ops.AuditLine, msg=audit),
+	// applied or failed. `kfsdb purge` sends it to stderr and the
+	// --audit-file or --audit-syslog. Defaults to nil: none.
+	Audit io.Writer
 }
 
 // Validate reports the first missing or invalid field.
@@ -56,20 +64,33 @@ func Purge(ctx context.Context, opts *PurgeOpts) (int, error) {
 	if err := opts.Validate(); err != nil {
 		return 0, err
 	}
+	line := ops.AuditLine{Action: "purge", Tenant: opts.TenantID, OperatorReason: opts.Reason, Result: ops.OutcomeApplied}
 	var n int
 	err := withPool(ctx, opts.DatabaseURL, operatorPool, func(pool *pgxpool.Pool) (err error) {
-		n, err = purge(ctx, pool, opts)
+		if opts.Audit != nil {
+			line.DBRole = poolRole(ctx, pool)
+		}
+		n, err = purge(ctx, pool, opts, &line)
 		return err
 	})
+	if err != nil {
+		line.Result, line.Reason = ops.OutcomeFailed, err.Error()
+		if line.Detail == "" {
+			line.Detail = fmt.Sprintf("purged %d attempts before the error", n)
+		}
+	}
+	writeAudit(ctx, opts.Audit, line)
 	return n, err
 }
 
-func purge(ctx context.Context, pool *pgxpool.Pool, opts *PurgeOpts) (int, error) {
+// purge deletes the attempts and says what it did in line.Detail.
+func purge(ctx context.Context, pool *pgxpool.Pool, opts *PurgeOpts, line *ops.AuditLine) (int, error) {
 	var cutoff time.Time
 	// The database's clock set completed_at, so it sets the cut-off too.
 	if err := pool.QueryRow(ctx, `SELECT now() - make_interval(secs => $1)`, opts.OlderThan.Seconds()).Scan(&cutoff); err != nil {
 		return 0, fmt.Errorf("could not read the database clock: %w", err)
 	}
+	line.Detail = fmt.Sprintf("terminal attempts completed before %s", cutoff.UTC().Format(time.RFC3339))
 	batch := opts.BatchSize
 	if batch == 0 {
 		batch = repo.PurgeBatchSizeDefault
@@ -79,7 +100,8 @@ func purge(ctx context.Context, pool *pgxpool.Pool, opts *PurgeOpts) (int, error
 	for {
 		n, err := r.Purge(ctx, pool, &repo.PurgeParams{TenantID: opts.TenantID, CompletedBefore: cutoff, BatchSize: batch})
 		if err != nil {
-			fmt.Fprintf(opts.Out, "purged %d attempts before the error\n", total)
+			printRow(opts.Out, "purged %d attempts before the error\n", total)
+			line.Detail = fmt.Sprintf("purged %d %s before the error", total, line.Detail)
 			return total, err
 		}
 		total += n
@@ -88,7 +110,8 @@ func purge(ctx context.Context, pool *pgxpool.Pool, opts *PurgeOpts) (int, error
 			break
 		}
 	}
-	fmt.Fprintf(opts.Out, "purged %d terminal attempts of tenant %q completed before %s (%d batches of up to %d)\n",
+	line.Detail = fmt.Sprintf("purged %d %s (%d batches of up to %d)", total, line.Detail, batches, batch)
+	printRow(opts.Out, "purged %d terminal attempts of tenant \"%s\" completed before %s (%d batches of up to %d)\n",
 		total, opts.TenantID, cutoff.UTC().Format(time.RFC3339), batches, batch)
 	return total, nil
 }
@@ -98,8 +121,8 @@ func newPurgeCommand(r *runner) *cobra.Command {
 	opts := &PurgeOpts{}
 	var batch int
 	cmd := &cobra.Command{
-		Use:   "purge --tenant T --older-than D [--batch N]",
-		Short: "delete a tenant's terminal attempts completed before now-D",
+		Use:   "purge --tenant T --older-than D [--batch N] [--reason R]",
+		Short: "delete a tenant's terminal attempts completed before now-D (writes an audit line: stderr, --audit-file, --audit-syslog)",
 		Args:  exactArgs(0, "purge takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("older-than") {
@@ -108,7 +131,7 @@ func newPurgeCommand(r *runner) *cobra.Command {
 			if batch < 0 || batch > repo.MaxPurgeBatch {
 				return fmt.Errorf("%w: --batch must be 1..%d", ErrUsage, repo.MaxPurgeBatch)
 			}
-			opts.BatchSize, opts.DatabaseURL, opts.Out = int32(batch), r.databaseURL, cmd.OutOrStdout()
+			opts.BatchSize, opts.DatabaseURL, opts.Out, opts.Audit = int32(batch), r.databaseURL, cmd.OutOrStdout(), r.auditWriter()
 			if err := opts.Validate(); err != nil {
 				return fmt.Errorf("%w: %w", ErrUsage, err)
 			}
@@ -118,6 +141,7 @@ func newPurgeCommand(r *runner) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&opts.TenantID, "tenant", "", "tenant whose attempts to purge (required)")
 	cmd.Flags().DurationVar(&opts.OlderThan, "older-than", 0, "retention: purge terminal attempts completed longer ago than this, e.g. 720h (required)")
+	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why you purge, recorded in the audit line")
 	cmd.Flags().IntVar(&batch, "batch", 0, fmt.Sprintf("attempts per delete, 1..%d (default %d)", repo.MaxPurgeBatch, repo.PurgeBatchSizeDefault))
 	return cmd
 }

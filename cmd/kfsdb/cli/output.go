@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
+	"reflect"
 	"sync"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/escape"
 )
 
 // writeJSON writes v as indented JSON, a command's --json output.
@@ -34,62 +34,62 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// TermSafe returns w with every control character escaped, so that text
-// from workers and tenants (error messages, reasons, worker and tenant
-// ids) cannot move the operator's cursor, retitle the terminal or hide
-// lines: C0 controls but newline and tab (\x1b, \r, \b...), DEL, C1
-// controls (U+0080..U+009F), bidirectional overrides and invalid UTF-8
-// are written as \xNN or \u{NNNN}. JSON output, whose encoder escapes C0
-// controls itself, is unchanged but for C1 and bidi characters.
+// TermSafe returns w with every control character escaped
+// (escape.Lines), so that text from workers and tenants (error messages,
+// reasons, worker and tenant ids) cannot move the operator's cursor,
+// retitle the terminal or hide lines: C0 controls but newline and tab
+// (\x1b, \r, \b...), DEL, C1 controls (U+0080..U+009F), bidirectional
+// overrides and other format characters, and invalid UTF-8 are written as
+// \xNN or \u{NNNN}. It cannot tell a newline inside a value from the one
+// that ends a line: the values themselves go through printRow, which
+// escapes them with escape.Field. JSON output, whose encoder escapes C0
+// controls itself, is unchanged but for C1 and format characters.
 func TermSafe(w io.Writer) io.Writer { return termSafe{w} }
 
 type termSafe struct{ w io.Writer }
 
 func (t termSafe) Write(p []byte) (int, error) {
-	if _, err := io.WriteString(t.w, escapeControls(string(p))); err != nil {
+	if _, err := io.WriteString(t.w, escape.Lines(string(p))); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// escapeControls is TermSafe's escaping of one string.
-func escapeControls(s string) string {
-	clean := true
-	for _, r := range s {
-		if unsafeRune(r) {
-			clean = false
-			break
-		}
+// printRow is how the commands print text from the database: a table
+// row, a line of `attempts show`, a result. It is fmt.Fprintf with every
+// argument that formats as text (a string or a type whose kind is string,
+// a pointer to a string, a fmt.Stringer, an error) escaped with
+// escape.Field first, so that a tenant id or an error message holding a
+// newline stays one value on one line ("\x0a") and cannot forge a row,
+// and padding (%-16s) counts the escaped text. A nil pointer prints "-".
+func printRow(w io.Writer, format string, args ...any) {
+	safe := make([]any, len(args))
+	for i, a := range args {
+		safe[i] = fieldArg(a)
 	}
-	if clean {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n <= 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r < 0x80 && unsafeRune(r):
-			fmt.Fprintf(&b, `\x%02x`, r)
-		case unsafeRune(r):
-			fmt.Fprintf(&b, `\u{%04x}`, r)
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
+	fmt.Fprintf(w, format, safe...)
 }
 
-// unsafeRune says whether r is escaped: a control character other than
-// newline and tab, invalid UTF-8, or a bidirectional formatting character.
-func unsafeRune(r rune) bool {
+// fieldArg is a printRow argument, escaped when it formats as text; a
+// nil pointer is "-".
+func fieldArg(a any) any {
+	rv := reflect.ValueOf(a)
 	switch {
-	case r == '\n' || r == '\t':
-		return false
-	case r == utf8.RuneError, unicode.IsControl(r):
-		return true
+	case !rv.IsValid():
+		return a
+	case rv.Kind() == reflect.Pointer && rv.IsNil():
+		return "-"
 	}
-	return unicode.Is(unicode.Bidi_Control, r)
+	switch v := a.(type) {
+	case *string:
+		return escape.Field(*v)
+	case error:
+		return escape.Field(v.Error())
+	case fmt.Stringer:
+		return escape.Field(v.String())
+	}
+	if rv.Kind() == reflect.String {
+		return escape.Field(rv.String())
+	}
+	return a
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -108,7 +109,11 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 // writes an audit line either way and redirects to the attempt page with
 // the outcome as a flash.
 func (s *Server) act(w http.ResponseWriter, r *http.Request) {
-	entry := auditEntry{Attempt: r.PathValue("id"), Action: r.PostFormValue("action"), Result: ops.OutcomeRefused}
+	// The tenant the request concerned: the console's when confined,
+	// else the one the form names, refusals included.
+	tenant, tenantErr := s.tenantOf(r)
+	entry := auditEntry{Tenant: cmp.Or(tenant, r.PostFormValue("tenant")), Attempt: r.PathValue("id"), Action: r.PostFormValue("action"),
+		Result: ops.OutcomeRefused, OperatorReason: r.PostFormValue("reason")}
 	refuse := func(status int, why, msg string) {
 		entry.Reason = why
 		s.audit(r, entry)
@@ -124,10 +129,8 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "bad row version", "version is not a row version")
 		return
 	}
-	tenant, err := s.tenantOf(r)
-	entry.Tenant = tenant
 	who, _ := principalOf(r)
-	if err != nil || !s.csrfValid(r.PostFormValue("csrf"), who, tenant, entry.Attempt, string(action), int32(seen), time.Now()) {
+	if tenantErr != nil || !s.csrfValid(r.PostFormValue("csrf"), who, tenant, entry.Attempt, string(action), int32(seen), time.Now()) {
 		refuse(http.StatusForbidden, "missing, wrong or expired CSRF token",
 			"missing, wrong or expired CSRF token: open the attempt page and confirm again")
 		return
@@ -144,7 +147,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request) {
 		res = ops.Result{AttemptID: a.ID, Action: action, From: a.RunState, To: a.RunState, Outcome: ops.OutcomeRefused,
 			Reason: fmt.Sprintf("the attempt changed since it was confirmed (row version %d, now %d)", seen, a.RowVersion)}
 		flash = string(action) + "-changed"
-	} else if res, err = ops.Do(r.Context(), s.repo, s.cfg.DB, action, a, r.PostFormValue("reason")); err != nil {
+	} else if res, err = ops.Do(r.Context(), s.repo, s.cfg.DB, action, a, entry.OperatorReason); err != nil {
 		entry.From, entry.Reason = string(a.RunState), "database error"
 		s.audit(r, entry)
 		s.serverError(w, r, err)
