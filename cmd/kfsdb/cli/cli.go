@@ -29,6 +29,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/escape"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -64,7 +65,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 // the process exit code: 0 for nil and for -h (flag.ErrHelp, which
 // kfsdb-bench's flag parsing returns), 2 for usage errors (ErrUsage, and
 // repo.ErrInvalidInput: a value from the command line that repo's
-// validation refused, such as a --tenant longer than 255 characters), 1
+// validation refused, such as a --tenant longer than 255 characters; and a
+// secret or audit file that others may read: the operator's to fix), 1
 // for any other error.
 func ExitCode(name string, err error, stderr io.Writer, getenv func(string) string) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
@@ -72,7 +74,8 @@ func ExitCode(name string, err error, stderr io.Writer, getenv func(string) stri
 	}
 	msg := strings.TrimPrefix(err.Error(), name+": ")
 	fmt.Fprintf(stderr, "%s: %s\n", name, escape.Field(redact.Text(msg, envDatabaseURL(getenv))))
-	if errors.Is(err, ErrUsage) || errors.Is(err, repo.ErrInvalidInput) {
+	if errors.Is(err, ErrUsage) || errors.Is(err, repo.ErrInvalidInput) ||
+		errors.Is(err, ErrSecretFileMode) || errors.Is(err, ErrAuditFileMode) || errors.Is(err, httpguard.ErrTokenFileMode) {
 		return 2
 	}
 	return 1

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -32,6 +33,10 @@ func TestExitCodeSaysNameOnceAndUsageIsTwo(t *testing.T) {
 		{"Usage", fmt.Errorf("%w: --limit must be 1..1000", ErrUsage), 2, "kfsdb: usage error: --limit must be 1..1000"},
 		{"RepoSentinel", fmt.Errorf("attempt x: %w", repo.ErrNotFound), 1, "kfsdb: attempt x: kfsdb: not found"},
 		{"Bare", repo.ErrNotFound, 1, "kfsdb: not found"},
+		// A secret or audit file others may read is the operator's to fix.
+		{"SecretFileMode", fmt.Errorf("%w: u.txt has mode 0644", ErrSecretFileMode), 2, "kfsdb: database URL file open to others: u.txt has mode 0644"},
+		{"AuditFileMode", fmt.Errorf("%w: a.log has mode 0644", ErrAuditFileMode), 2, "kfsdb: audit file open to others: a.log has mode 0644"},
+		{"TokenFileMode", fmt.Errorf("read: %w", httpguard.ErrTokenFileMode), 2, "kfsdb: read: token file open to other users"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
