@@ -57,6 +57,6 @@ echo "== TestPurgeWhileServing (output: $out)"
 cd tests
 KFS_LOADGEN=1 KFS_PURGE=1 KFS_BENCH_DATABASE_URL="$url" KFS_PURGE_KFSDB="$bin/kfsdb" KFS_BENCH_CPU_FILE="$cpu_file" \
 	go test -count=1 -run '^TestPurgeWhileServing$' -v -timeout 300m ./bench/ 2>&1 \
-	| grep -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} |  [A-Z][A-Za-z ]+: |Testcontainers|github.com/testcontainers)' \
+	| grep --line-buffered -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} |  [A-Z][A-Za-z ]+: |Testcontainers|github.com/testcontainers)' \
 	| tee "$out"
 grep -q '^purge-summary:' "$out" || { echo "bench-purge: no summary (failed run, see $out)" >&2; exit 1; }

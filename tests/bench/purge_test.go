@@ -142,7 +142,7 @@ func (c *purgeBench) run(ctx context.Context, round int, withPurge bool) (purgeR
 	if run.historyBefore, err = c.topUpHistory(ctx); err != nil {
 		return run, err
 	}
-	before, err := tableStats(ctx)
+	before, err := purgeTableSnapshot(ctx)
 	if err != nil {
 		return run, err
 	}
@@ -166,7 +166,7 @@ func (c *purgeBench) run(ctx context.Context, round int, withPurge bool) (purgeR
 	// Statistics reach the shared counters within a second of a backend's
 	// last transaction.
 	time.Sleep(1500 * time.Millisecond)
-	after, err := tableStats(ctx)
+	after, err := purgeTableSnapshot(ctx)
 	if err != nil {
 		return run, err
 	}
@@ -175,7 +175,7 @@ func (c *purgeBench) run(ctx context.Context, round int, withPurge bool) (purgeR
 		a, b := after[name], before[name]
 		run.tables[name] = purgeTableStats{live: a.live, dead: a.dead, autovacuums: a.autovacuums - b.autovacuums, autoanalyzes: a.autoanalyzes - b.autoanalyzes}
 	}
-	run.historyLeft, err = historyCount(ctx)
+	run.historyLeft, err = purgeHistoryCount(ctx)
 	return run, err
 }
 
@@ -183,7 +183,7 @@ func (c *purgeBench) run(ctx context.Context, round int, withPurge bool) (purgeR
 // deleted some), then vacuums and analyzes both tables and checkpoints,
 // and returns the history's size.
 func (c *purgeBench) topUpHistory(ctx context.Context) (int64, error) {
-	n, err := historyCount(ctx)
+	n, err := purgeHistoryCount(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -203,13 +203,14 @@ func (c *purgeBench) topUpHistory(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// historyCount counts the history's attempts (InsertHistory's tenants).
-func historyCount(ctx context.Context) (n int64, err error) {
+// purgeHistoryCount counts the history's attempts (InsertHistory's tenants).
+func purgeHistoryCount(ctx context.Context) (n int64, err error) {
 	err = env.pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE tenant_id LIKE 'history-%'`).Scan(&n)
 	return n, err
 }
 
-func tableStats(ctx context.Context) (map[string]purgeTableStats, error) {
+// purgeTableSnapshot reads both tables' pg_stat_user_tables counters.
+func purgeTableSnapshot(ctx context.Context) (map[string]purgeTableStats, error) {
 	rows, err := env.pool.Query(ctx, `SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count
 		FROM pg_stat_user_tables WHERE relname = ANY ($1)`, purgeTables)
 	if err != nil {
@@ -345,7 +346,7 @@ func purgeSummary(runs []purgeRun, window time.Duration) string {
 		ratio = with / alone
 	}
 	fmt.Fprintf(&b, "purge-summary: p99 with purge / without = %.2f× (medians %.1f / %.1f ms); p50 %.2f×; throughput %.2f×; deleted %.0f attempts/s\n",
-		ratio, with, alone, safeRatio(med(true, p50), med(false, p50)), safeRatio(med(true, tput), med(false, tput)), med(true, rate))
+		ratio, with, alone, purgeRatio(med(true, p50), med(false, p50)), purgeRatio(med(true, tput), med(false, tput)), med(true, rate))
 	for _, r := range runs {
 		if r.withPurge && r.purgeFinished && r.purgeSpan < window {
 			fmt.Fprintf(&b, "purge-summary: round %d: the purge finished after %.0f s of the %.0f s window (raise PURGE_HISTORY or PURGE_PAUSE to cover it)\n",
@@ -355,7 +356,8 @@ func purgeSummary(runs []purgeRun, window time.Duration) string {
 	return b.String()
 }
 
-func safeRatio(a, b float64) float64 {
+// purgeRatio is a/b, or 0 when b is 0 (a side measured nothing).
+func purgeRatio(a, b float64) float64 {
 	if b == 0 {
 		return 0
 	}
