@@ -292,6 +292,11 @@ bench-start: ## Start vs its floor (issue 15): pgbench floor scripts, Start's st
 		| grep -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} |  [A-Z][A-Za-z ]+: |Testcontainers|github.com/testcontainers)' \
 		| tee $(CURDIR)/$(BENCH_OUT)/start-floor.txt
 
+.PHONY: bench-purge
+bench-purge: ## Retention while serving (issue 40): a paced run (PURGE_RATE 150/s, PURGE_SECONDS 120) on PURGE_HISTORY (10^6) old attempts, alone and beside `kfsdb purge --all-tenants` (PURGE_BATCH, PURGE_PAUSE), PURGE_ROUNDS (2) interleaved, fsync-on server; writes bench/out/purge.txt.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	scripts/bench-purge.sh $(BENCH_OUT)/purge.txt
+
 .PHONY: bench-wakeup
 bench-wakeup: ## An idle relay's wake-up latency: Start on the pool, a caller's commit, a locked due row's unlock (BENCH_COUNT runs).
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))

@@ -160,6 +160,61 @@ func (q *Queries) Purge(ctx context.Context, db DBTX, arg *PurgeParams) ([]uuid.
 	return items, nil
 }
 
+const purgeTenants = `-- name: PurgeTenants :many
+WITH RECURSIVE walk (tenant_id) AS (
+  SELECT $1::text
+  UNION ALL
+  SELECT next.tenant_id
+    FROM walk w
+   CROSS JOIN LATERAL (SELECT a.tenant_id::text AS tenant_id
+                         FROM document_compilation_attempts a
+                        WHERE a.tenant_id > w.tenant_id
+                        ORDER BY a.tenant_id
+                        LIMIT 1) next
+)
+SELECT w.tenant_id::text AS tenant_id
+  FROM walk w
+ WHERE w.tenant_id > $1::text
+   AND EXISTS (SELECT 1
+                 FROM document_compilation_attempts a
+                WHERE a.tenant_id = w.tenant_id
+                  AND a.completed_at < $2::timestamptz)
+ LIMIT $3::integer
+`
+
+type PurgeTenantsParams struct {
+	AfterTenant     string
+	CompletedBefore time.Time
+	RowLimit        int32
+}
+
+// The tenants an all-tenants purge walks: those with a terminal attempt
+// completed before the cut-off, after after_tenant in tenant_id order, at
+// most row_limit. A loose index scan of tenant_completed_idx from
+// after_tenant (one probe per tenant to find the next, one to test its
+// oldest completion), so the cost grows with the tenants, not with the
+// history. The walk yields tenants in ascending order and the LIMIT stops
+// it, so a page is a prefix.
+func (q *Queries) PurgeTenants(ctx context.Context, db DBTX, arg *PurgeTenantsParams) ([]string, error) {
+	rows, err := db.Query(ctx, purgeTenants, arg.AfterTenant, arg.CompletedBefore, arg.RowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var tenant_id string
+		if err := rows.Scan(&tenant_id); err != nil {
+			return nil, err
+		}
+		items = append(items, tenant_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const releaseDeferred = `-- name: ReleaseDeferred :one
 WITH attempt AS (
   SELECT a.id

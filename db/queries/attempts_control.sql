@@ -373,3 +373,31 @@ DELETE FROM document_compilation_attempts a
  USING doomed
  WHERE a.id = doomed.id
 RETURNING a.id;
+
+-- name: PurgeTenants :many
+-- The tenants an all-tenants purge walks: those with a terminal attempt
+-- completed before the cut-off, after after_tenant in tenant_id order, at
+-- most row_limit. A loose index scan of tenant_completed_idx from
+-- after_tenant (one probe per tenant to find the next, one to test its
+-- oldest completion), so the cost grows with the tenants, not with the
+-- history. The walk yields tenants in ascending order and the LIMIT stops
+-- it, so a page is a prefix.
+WITH RECURSIVE walk (tenant_id) AS (
+  SELECT @after_tenant::text
+  UNION ALL
+  SELECT next.tenant_id
+    FROM walk w
+   CROSS JOIN LATERAL (SELECT a.tenant_id::text AS tenant_id
+                         FROM document_compilation_attempts a
+                        WHERE a.tenant_id > w.tenant_id
+                        ORDER BY a.tenant_id
+                        LIMIT 1) next
+)
+SELECT w.tenant_id::text AS tenant_id
+  FROM walk w
+ WHERE w.tenant_id > @after_tenant::text
+   AND EXISTS (SELECT 1
+                 FROM document_compilation_attempts a
+                WHERE a.tenant_id = w.tenant_id
+                  AND a.completed_at < @completed_before::timestamptz)
+ LIMIT @row_limit::integer;

@@ -10,7 +10,6 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
-	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 func TestPurgeOptsValidate(t *testing.T) {
@@ -29,6 +28,9 @@ func TestPurgeOptsValidate(t *testing.T) {
 		"BatchTooLarge":     {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", BatchSize: repo.MaxPurgeBatch + 1, Out: &out}, "BatchSize must be 1..10000"},
 		"NegativeBatch":     {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", BatchSize: -1, Out: &out}, "BatchSize must be"},
 		"MissingOut":        {cli.PurgeOpts{DatabaseURL: url, TenantID: "t"}, "Out is required"},
+		"TenantAndAll":      {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", AllTenants: true, Out: &out}, "exclude each other"},
+		"NegativePause":     {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", Pause: -time.Millisecond, Out: &out}, "Pause must be >= 0"},
+		"ValidAllTenants":   {cli.PurgeOpts{DatabaseURL: url, AllTenants: true, Pause: time.Second, Out: &out}, ""},
 		"Valid":             {cli.PurgeOpts{DatabaseURL: url, TenantID: "t", OlderThan: 24 * time.Hour, BatchSize: 10, Out: &out}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -51,18 +53,8 @@ func TestPurgeDeletesOnlyTheTenantsOldTerminalAttempts(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	db := pgtest.NewDB(t)
-	r := repo.New(nil)
 	tenant, other := "tenant-purge", "tenant-keep"
-	start := func(tenantID string, cancel bool) {
-		t.Helper()
-		s := testfactory.NewScope(ctx, t, db.Pool, &testfactory.ScopeOpts{TenantID: &tenantID})
-		res, err := r.Start(ctx, db.Pool, s.StartParams())
-		require.NoError(t, err)
-		if cancel {
-			_, err = r.Cancel(ctx, db.Pool, &repo.CancelParams{AttemptRef: s.Ref(res.Attempt.ID)})
-			require.NoError(t, err)
-		}
-	}
+	start := func(tenantID string, cancel bool) { startInTenant(t, db, tenantID, cancel) }
 	for range 5 {
 		start(tenant, true)
 	}

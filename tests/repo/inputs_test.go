@@ -32,6 +32,7 @@ var inputRules = apiwalk.Rules{
 		"ListAttemptsParams.KnowledgeSpaceID": true, "ListAttemptsParams.After": true, "AttemptCursor.CompletedAt": true,
 		"CountAttemptsParams.Cap": true, "OutboxBacklogParams.Cap": true, "ListStuckParams.PendingOverdue": true,
 		"ThroughputParams.Minutes": true, "ThroughputParams.Cap": true,
+		"PurgeTenantsParams.AfterTenant": true, "PurgeTenantsParams.Limit": true,
 	},
 	Sanitized: map[string]bool{
 		"CancelParams.Reason": true, "SupersedeParams.Reason": true, "FailParams.ErrorMessage": true,
@@ -136,6 +137,8 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.RetryFailed":     {Fn: (*repo.Repo).RetryFailed, Args: []any{r, ctx, pool, &repo.RetryFailedParams{AttemptRef: ref()}}, Deep: []int{3}},
 		"Repo.Purge": {Fn: (*repo.Repo).Purge, Args: []any{r, ctx, pool, &repo.PurgeParams{TenantID: "tenant",
 			CompletedBefore: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), BatchSize: 10}}, Deep: []int{3}},
+		"Repo.PurgeTenants": {Fn: (*repo.Repo).PurgeTenants, Args: []any{r, ctx, pool, &repo.PurgeTenantsParams{
+			CompletedBefore: time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), AfterTenant: "tenant", Limit: 10}}, Deep: []int{3}},
 		"Repo.AcquireLease": {Fn: (*repo.Repo).AcquireLease, Args: []any{r, ctx, pool, &repo.AcquireLeaseParams{Delivery: delivery(),
 			WorkerID: "worker", LeaseDuration: time.Minute}}, Deep: []int{3}},
 		"Repo.FailExhausted": {Fn: (*repo.Repo).FailExhausted, Args: []any{r, ctx, pool, &repo.FailExhaustedParams{Delivery: delivery()}}, Deep: []int{3}},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,8 +27,17 @@ type PurgeOpts struct {
 	OlderThan time.Duration
 	// Out receives the command's output. Required.
 	Out io.Writer
-	// TenantID is the tenant whose attempts are purged. Required.
+	// TenantID is the tenant whose attempts are purged. Required unless
+	// AllTenants.
 	TenantID string
+	// AllTenants purges every tenant's attempts, tenant by tenant
+	// (repo.PurgeTenants, then repo.Purge for each), instead of TenantID's.
+	// Defaults to false.
+	AllTenants bool
+	// Pause is the wait before each delete but the first, so that a purge
+	// beside live traffic holds its locks and writes its WAL in spaced
+	// bursts: at most BatchSize attempts per Pause. Defaults to 0: none.
+	Pause time.Duration
 	// Reason is why the operator purges, for the audit line. Defaults to
 	// "": none given.
 	Reason string
@@ -43,22 +53,27 @@ func (o *PurgeOpts) Validate() error {
 		return err
 	}
 	switch {
-	case o.TenantID == "":
-		return errors.New("invalid options: TenantID is required (--tenant)")
+	case o.AllTenants && o.TenantID != "":
+		return errors.New("invalid options: TenantID and AllTenants exclude each other (--tenant, --all-tenants)")
+	case !o.AllTenants && o.TenantID == "":
+		return errors.New("invalid options: TenantID is required (--tenant), or AllTenants (--all-tenants)")
 	case len(o.TenantID) > repo.MaxTenantIDLength:
 		return fmt.Errorf("invalid options: TenantID must be at most %d characters", repo.MaxTenantIDLength)
 	case o.OlderThan < 0:
 		return fmt.Errorf("invalid options: OlderThan must be >= 0 (--older-than), got %s", o.OlderThan)
 	case o.BatchSize < 0 || o.BatchSize > repo.MaxPurgeBatch:
 		return fmt.Errorf("invalid options: BatchSize must be 1..%d (or 0 for %d), got %d", repo.MaxPurgeBatch, repo.PurgeBatchSizeDefault, o.BatchSize)
+	case o.Pause < 0:
+		return fmt.Errorf("invalid options: Pause must be >= 0 (--pause), got %s", o.Pause)
 	case o.Out == nil:
 		return errors.New("invalid options: Out is required")
 	}
 	return nil
 }
 
-// Purge deletes opts.TenantID's terminal attempts completed before now
-// minus opts.OlderThan, batch by batch until a batch comes back short, and
+// Purge deletes opts.TenantID's (or, with opts.AllTenants, every
+// tenant's) terminal attempts completed before now minus opts.OlderThan,
+// batch by batch until a batch comes back short, opts.Pause apart, and
 // prints how many went. It returns the count.
 func Purge(ctx context.Context, opts *PurgeOpts) (int, error) {
 	if err := opts.Validate(); err != nil {
@@ -90,30 +105,99 @@ func purge(ctx context.Context, pool *pgxpool.Pool, opts *PurgeOpts, line *ops.A
 	if err := pool.QueryRow(ctx, `SELECT now() - make_interval(secs => $1)`, opts.OlderThan.Seconds()).Scan(&cutoff); err != nil {
 		return 0, fmt.Errorf("could not read the database clock: %w", err)
 	}
-	line.Detail = fmt.Sprintf("terminal attempts completed before %s", cutoff.UTC().Format(time.RFC3339))
-	batch := opts.BatchSize
-	if batch == 0 {
-		batch = repo.PurgeBatchSizeDefault
+	what := fmt.Sprintf("terminal attempts completed before %s", cutoff.UTC().Format(time.RFC3339))
+	line.Detail = what
+	p := &purger{pool: pool, repo: repo.New(nil), cutoff: cutoff, batch: cmp.Or(opts.BatchSize, repo.PurgeBatchSizeDefault), pause: opts.Pause}
+	var err error
+	if opts.AllTenants {
+		err = p.everyTenant(ctx)
+	} else {
+		err = p.tenant(ctx, opts.TenantID)
 	}
-	r := repo.New(nil)
-	total, batches := 0, 0
+	if err != nil {
+		printRow(opts.Out, "purged %d attempts before the error\n", p.total)
+		line.Detail = fmt.Sprintf("purged %d %s before the error", p.total, what)
+		return p.total, err
+	}
+	how := fmt.Sprintf("%d batches of up to %d", p.batches, p.batch)
+	if p.pause > 0 {
+		how += fmt.Sprintf(", %s apart", p.pause)
+	}
+	if opts.AllTenants {
+		line.Detail = fmt.Sprintf("purged %d %s in %d tenants (%s)", p.total, what, p.tenants, how)
+		printRow(opts.Out, "purged %d terminal attempts of %d tenants completed before %s (%s)\n",
+			p.total, p.tenants, cutoff.UTC().Format(time.RFC3339), how)
+		return p.total, nil
+	}
+	line.Detail = fmt.Sprintf("purged %d %s (%s)", p.total, what, how)
+	printRow(opts.Out, "purged %d terminal attempts of tenant \"%s\" completed before %s (%s)\n",
+		p.total, opts.TenantID, cutoff.UTC().Format(time.RFC3339), how)
+	return p.total, nil
+}
+
+// purger is one purge's batches and what they deleted.
+type purger struct {
+	pool   *pgxpool.Pool
+	repo   *repo.Repo
+	cutoff time.Time
+	batch  int32
+	pause  time.Duration
+	// total, batches and tenants count what went, the deletes run and
+	// the tenants that had attempts to purge.
+	total, batches, tenants int
+}
+
+// everyTenant purges each tenant repo.PurgeTenants lists, page by page.
+func (p *purger) everyTenant(ctx context.Context) error {
+	after := ""
 	for {
-		n, err := r.Purge(ctx, pool, &repo.PurgeParams{TenantID: opts.TenantID, CompletedBefore: cutoff, BatchSize: batch})
+		page, err := p.repo.PurgeTenants(ctx, p.pool, &repo.PurgeTenantsParams{CompletedBefore: p.cutoff, AfterTenant: after})
 		if err != nil {
-			printRow(opts.Out, "purged %d attempts before the error\n", total)
-			line.Detail = fmt.Sprintf("purged %d %s before the error", total, line.Detail)
-			return total, err
+			return err
 		}
-		total += n
-		batches++
-		if n < int(batch) {
-			break
+		for _, tenant := range page {
+			if err := p.tenant(ctx, tenant); err != nil {
+				return err
+			}
+			p.tenants++
+		}
+		if len(page) < repo.PurgeTenantsLimitDefault {
+			return nil
+		}
+		after = page[len(page)-1]
+	}
+}
+
+// tenant purges one tenant's attempts until a batch comes back short.
+func (p *purger) tenant(ctx context.Context, tenant string) error {
+	for {
+		if p.batches > 0 && p.pause > 0 {
+			if err := sleepCtx(ctx, p.pause); err != nil {
+				return err
+			}
+		}
+		n, err := p.repo.Purge(ctx, p.pool, &repo.PurgeParams{TenantID: tenant, CompletedBefore: p.cutoff, BatchSize: p.batch})
+		if err != nil {
+			return err
+		}
+		p.total += n
+		p.batches++
+		if n < int(p.batch) {
+			return nil
 		}
 	}
-	line.Detail = fmt.Sprintf("purged %d %s (%d batches of up to %d)", total, line.Detail, batches, batch)
-	printRow(opts.Out, "purged %d terminal attempts of tenant \"%s\" completed before %s (%d batches of up to %d)\n",
-		total, opts.TenantID, cutoff.UTC().Format(time.RFC3339), batches, batch)
-	return total, nil
+}
+
+// sleepCtx waits d, or until ctx ends (then its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // newPurgeCommand is `kfsdb purge`.
@@ -121,8 +205,8 @@ func newPurgeCommand(r *runner) *cobra.Command {
 	opts := &PurgeOpts{}
 	var batch int
 	cmd := &cobra.Command{
-		Use:   "purge --tenant T --older-than D [--batch N] [--reason R]",
-		Short: "delete a tenant's terminal attempts completed before now-D (writes an audit line: stderr, --audit-file, --audit-syslog)",
+		Use:   "purge --tenant T|--all-tenants --older-than D [--batch N] [--pause P] [--reason R]",
+		Short: "delete a tenant's (or every tenant's) terminal attempts completed before now-D, in batches (writes an audit line: stderr, --audit-file, --audit-syslog)",
 		Args:  exactArgs(0, "purge takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("older-than") {
@@ -139,7 +223,9 @@ func newPurgeCommand(r *runner) *cobra.Command {
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&opts.TenantID, "tenant", "", "tenant whose attempts to purge (required)")
+	cmd.Flags().StringVar(&opts.TenantID, "tenant", "", "tenant whose attempts to purge (required unless --all-tenants)")
+	cmd.Flags().BoolVar(&opts.AllTenants, "all-tenants", false, "purge every tenant's attempts, tenant by tenant (instead of --tenant)")
+	cmd.Flags().DurationVar(&opts.Pause, "pause", 0, "wait this long before each delete but the first, to bound the purge's load beside live traffic: at most --batch attempts per --pause (default 0: none)")
 	cmd.Flags().DurationVar(&opts.OlderThan, "older-than", 0, "retention: purge terminal attempts completed longer ago than this, e.g. 720h (required)")
 	cmd.Flags().StringVar(&opts.Reason, "reason", "", "why you purge, recorded in the audit line")
 	cmd.Flags().IntVar(&batch, "batch", 0, fmt.Sprintf("attempts per delete, 1..%d (default %d)", repo.MaxPurgeBatch, repo.PurgeBatchSizeDefault))
