@@ -378,9 +378,12 @@ RETURNING a.id;
 -- The tenants an all-tenants purge walks: those with a terminal attempt
 -- completed before the cut-off, after after_tenant in tenant_id order, at
 -- most row_limit. A loose index scan of tenant_completed_idx from
--- after_tenant (one probe per tenant to find the next, one to test its
--- oldest completion), so the cost grows with the tenants, not with the
--- history. The walk yields tenants in ascending order and the LIMIT stops
+-- after_tenant (one probe per tenant to find the next, one to read its
+-- oldest completion: min() is the first non-null completed_at of the
+-- tenant's range of tenant_completed_idx; an EXISTS on completed_at < cut-off
+-- was planned on any index leading with tenant_id, filtering, which reads
+-- a whole tenant with no old attempt), so the cost grows with the tenants,
+-- not with the history. The walk yields tenants in ascending order and the LIMIT stops
 -- it, so a page is a prefix.
 WITH RECURSIVE walk (tenant_id) AS (
   SELECT @after_tenant::text
@@ -396,8 +399,7 @@ WITH RECURSIVE walk (tenant_id) AS (
 SELECT w.tenant_id::text AS tenant_id
   FROM walk w
  WHERE w.tenant_id > @after_tenant::text
-   AND EXISTS (SELECT 1
-                 FROM document_compilation_attempts a
-                WHERE a.tenant_id = w.tenant_id
-                  AND a.completed_at < @completed_before::timestamptz)
+   AND (SELECT min(a.completed_at)
+          FROM document_compilation_attempts a
+         WHERE a.tenant_id = w.tenant_id) < @completed_before::timestamptz
  LIMIT @row_limit::integer;

@@ -150,6 +150,8 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	require.Len(t, listed, 100)
 	_, err = r.Purge(ctx, pool, &repo.PurgeParams{TenantID: "history-7", CompletedBefore: time.Now().Add(-28 * 24 * time.Hour), BatchSize: 100})
 	require.NoError(t, err)
+	_, err = r.PurgeTenants(ctx, pool, &repo.PurgeTenantsParams{CompletedBefore: time.Now().Add(-28 * 24 * time.Hour)})
+	require.NoError(t, err)
 	_, err = r.OutboxListenerIdle(ctx, pool, &repo.OutboxListenerIdleParams{ListenerID: "plan-relay", TTL: time.Minute})
 	require.NoError(t, err)
 	// Direct delivery walks 50 tenants of history and one with a due row.
@@ -190,6 +192,9 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 		"CompleteThrough": nil,
 		"EndAttempt":      nil,
 		"Purge":           {"document_compilation_attempts_tenant_completed_idx"},
+		// The tenants walked, and each one's oldest completion probed, on
+		// the same index.
+		"PurgeTenants": {"document_compilation_attempts_tenant_completed_idx"},
 		// The next due time is read off the heads of both due indexes.
 		"OutboxListenerIdle": {"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"},
 		// Both indexes lead with the full document version.
