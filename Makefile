@@ -324,6 +324,10 @@ soak: ## The long forms: model-based soak, fault injection and multi-process rac
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
 	cd tests && KFS_SOAK=1 KFS_MODEL_CHECKS=$${KFS_MODEL_CHECKS:-20000} GOWORK=off go test -race -count=1 -timeout 60m ./model/ ./faults/ ./multiproc/
 
+.PHONY: bench-churn
+bench-churn: ## An hour of churn on one fsync-on server (default autovacuum): kfsdb direct, the seed floor (and River) paced at CHURN_FRACTION (0.7) of the measured capacity (or CHURN_RATE) for CHURN_MINUTES (60), then with a snapshot held CHURN_HOLD_MINUTES (10) from the middle; sizes, dead tuples, autovacuums, plans, p50/p99 per minute; bench/out/churn/.
+	scripts/bench-churn.sh
+
 .PHONY: loadgen-longtx
 loadgen-longtx: ## Relay/worker throughput and dead tuples with and without a snapshot held open for the whole run.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
