@@ -329,7 +329,7 @@ bench-churn: ## An hour of churn on one fsync-on server (default autovacuum): kf
 	scripts/bench-churn.sh
 
 .PHONY: loadgen-longtx
-loadgen-longtx: ## Relay/worker throughput and dead tuples with and without a snapshot held open for the whole run.
+loadgen-longtx: ## Relay and direct delivery (LOADGEN_DELIVERIES, default relay postgres): throughput, p50/p99 and dead tuples with and without a snapshot held open for the whole run (the hour-long form: make bench-churn).
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	mkdir -p $(BENCH_OUT)
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLongTransaction$$' -v -timeout 30m ./bench/ \

@@ -63,6 +63,6 @@ st=0
 (cd tests/bench && KFS_LOADGEN=1 KFS_CHURN=1 KFS_BENCH_DATABASE_URL="$url" CHURN_OUT="$out" \
 	CHURN_FLOOR_BIN="$bin/floor" CHURN_KFSDB_BIN="$bin/kfsdb" CHURN_RIVER_BIN="$bin/riverbench" \
 	"$bin/bench.test" -test.run '^TestChurn$' -test.count=1 -test.v -test.timeout 0) 2>&1 \
-	| grep -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} )' | tee "$out/run.txt" || st=$?
+	| grep --line-buffered -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} )' | tee "$out/run.txt" || st=$?
 echo "== wall time $((SECONDS - start)) s; output in ${out#"$repo"/}/ (minutes.csv, plans-*.txt, summary.md)"
 exit $st

@@ -69,7 +69,7 @@ var churnSeedShape = churnShape{
 	ready:  `SELECT EXISTS (SELECT 1 FROM document_compilation_attempts WHERE run_state = 'succeeded')`,
 	latency: churnLatencyPercentiles + `
           FROM document_compilation_attempts
-         WHERE tenant_id = ANY((SELECT array_agg(DISTINCT tenant_id) FROM knowledge_spaces)) AND run_state = 'succeeded'
+         WHERE tenant_id = ANY(ARRAY(SELECT DISTINCT tenant_id FROM knowledge_spaces)) AND run_state = 'succeeded'
            AND completed_at >= $1::timestamptz - interval '1 minute' AND completed_at < $2) d
  WHERE committed >= $1 AND committed < $2`,
 }
@@ -223,10 +223,17 @@ func (s *churnSampler) plan(ctx context.Context, conn *pgx.Conn, k int) (hash st
 			return "", false // not seen yet (every connection busy with another statement)
 		}
 	}
-	rows, err := conn.Query(ctx, "EXPLAIN (GENERIC_PLAN, COSTS OFF) "+s.claimSQL)
+	// The simple protocol: the text's $n stay placeholders of the
+	// generic plan, with no arguments bound.
+	results, err := conn.PgConn().Exec(ctx, "EXPLAIN (GENERIC_PLAN, COSTS OFF) "+s.claimSQL).ReadAll()
 	var lines []string
-	if err == nil {
-		lines, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, r := range results {
+		if err == nil {
+			err = r.Err
+		}
+		for _, row := range r.Rows {
+			lines = append(lines, string(row[0]))
+		}
 	}
 	text := strings.Join(lines, "\n")
 	if err != nil {

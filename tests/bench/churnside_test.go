@@ -151,13 +151,16 @@ func (c *churnConfig) runSide(ctx context.Context, t *testing.T, side, variant s
 			s := newChurnSampler(c, side, variant, churnDatabaseURL(c.adminURL, dbName), sampling)
 			res.minutes, sampleErr = s.run(ctx, finished)
 		}
+		if sampleErr != nil {
+			cancel() // nothing more to record: stop the side
+		}
 	}
 	<-finished
-	if sideErr != nil {
-		return nil, sideErr
-	}
 	if sampleErr != nil {
 		return nil, fmt.Errorf("sampler: %w", sampleErr)
+	}
+	if sideErr != nil {
+		return nil, sideErr
 	}
 	switch side {
 	case "postgres":
