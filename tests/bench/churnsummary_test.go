@@ -125,7 +125,7 @@ func writeChurnSummary(w io.Writer, in *churnSummaryInput) {
 				fmt.Fprintf(w, "| %s | %d | minute %d: %.1f vs %.1f ms = %.2f× | %d | %s |\n", side, c.compared, c.worstMinute, c.side, c.floor, c.worstRatio, c.over, verdict)
 			}
 		}
-		fmt.Fprintf(w, "\ngrowth last/first: total size (every index and TOAST) of the side's hot tables grown over the last %d minutes against the first (≤ 0.5: levelling off; ~1: growing steadily, e.g. terminal rows kept).\n", churnEdgeMinutes)
+		fmt.Fprintf(w, "\ngrowth last/first: total size (every index and TOAST) of the side's hot tables grown over the last k minutes against the first k (k = %d, or a third of a shorter run; ≤ 0.5: levelling off; ~1: growing steadily, as terminal rows are kept).\n", churnEdgeMinutes)
 	}
 	held := churnBySide(in.Minutes, "held")
 	if len(held) > 0 {
