@@ -329,8 +329,12 @@ soak: ## The long forms: model-based soak, fault injection and multi-process rac
 	$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE))
 	cd tests && KFS_SOAK=1 KFS_MODEL_CHECKS=$${KFS_MODEL_CHECKS:-20000} GOWORK=off go test -race -count=1 -timeout 60m ./model/ ./faults/ ./multiproc/
 
+.PHONY: bench-churn
+bench-churn: ## An hour of churn on one fsync-on server (default autovacuum): kfsdb direct, the seed floor (and River) paced at CHURN_FRACTION (0.7) of the measured capacity (or CHURN_RATE) for CHURN_MINUTES (60), then with a snapshot held CHURN_HOLD_MINUTES (10) from the middle; sizes, dead tuples, autovacuums, plans, p50/p99 per minute; bench/out/churn/.
+	scripts/bench-churn.sh
+
 .PHONY: loadgen-longtx
-loadgen-longtx: ## Relay/worker throughput and dead tuples with and without a snapshot held open for the whole run.
+loadgen-longtx: ## Relay and direct delivery (LOADGEN_DELIVERIES, default relay postgres): throughput, p50/p99 and dead tuples with and without a snapshot held open for the whole run (the hour-long form: make bench-churn).
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
 	mkdir -p $(BENCH_OUT)
 	cd tests && KFS_LOADGEN=1 GOWORK=off go test -count=1 -run '^TestLongTransaction$$' -v -timeout 30m ./bench/ \

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/loadgen"
 )
 
@@ -101,29 +102,43 @@ func envInt(t *testing.T, name string, def int) int {
 }
 
 // TestLongTransaction measures, when KFS_LOADGEN=1, the same load twice in
-// one run: alone, and while another session holds a REPEATABLE READ
-// snapshot open for the whole run. It reports throughput and dead tuples
-// side by side; it asserts nothing about them (a measurement, not a
-// timing test).
+// one run for each delivery of LOADGEN_DELIVERIES [relay postgres]: alone,
+// and while another session holds a REPEATABLE READ snapshot open for the
+// whole run. It reports throughput, start → succeeded at the worker and at
+// the commit (zero unless the server runs with track_commit_timestamp =
+// on) and dead tuples side by side; it asserts nothing about them (a
+// measurement, not a timing test). The hour-long form, beside the floor
+// and River, is make bench-churn (TestChurn).
 func TestLongTransaction(t *testing.T) {
 	if os.Getenv("KFS_LOADGEN") != "1" {
 		t.Skip("set KFS_LOADGEN=1 (make loadgen-longtx)")
 	}
 	requireEnv(t)
 	secs := envInt(t, "LOADGEN_SECONDS", 10)
-	var sb strings.Builder
-	for _, hold := range []bool{false, true} {
-		res, err := loadgen.Run(context.Background(), &loadgen.Config{
-			DatabaseURL: env.url, Duration: time.Duration(secs) * time.Second, HoldSnapshot: hold,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, o := res.Tables["document_compilation_attempts"], res.Tables["document_compilation_outbox"]
-		fmt.Fprintf(&sb, "| %t | %.0f attempts/s | %s / %s | %d | %d |\n", hold, res.Throughput,
-			res.StartToSucceededP50.Round(time.Millisecond), res.StartToSucceededP99.Round(time.Millisecond), a.DeadTuples, o.DeadTuples)
+	deliveries := strings.Fields(os.Getenv("LOADGEN_DELIVERIES"))
+	if len(deliveries) == 0 {
+		deliveries = []string{string(delivery.Relay), string(delivery.Postgres)}
 	}
-	t.Logf("\n| snapshot held | throughput | start→succeeded p50 / p99 | attempts dead tuples | outbox dead tuples |\n|---|---|---|---|---|\n%s", sb.String())
+	var sb strings.Builder
+	for _, d := range deliveries {
+		mode, err := delivery.Parse(d)
+		if err != nil || mode == delivery.NATS {
+			t.Fatalf("LOADGEN_DELIVERIES=%q: want relay and/or postgres", d)
+		}
+		for _, hold := range []bool{false, true} {
+			res, err := loadgen.Run(context.Background(), &loadgen.Config{
+				DatabaseURL: env.url, Delivery: mode, Duration: time.Duration(secs) * time.Second, HoldSnapshot: hold,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, o := res.Tables["document_compilation_attempts"], res.Tables["document_compilation_outbox"]
+			fmt.Fprintf(&sb, "| %s | %t | %.0f attempts/s | %s / %s | %s / %s | %d | %d |\n", mode, hold, res.Throughput,
+				res.StartToSucceededP50.Round(time.Millisecond), res.StartToSucceededP99.Round(time.Millisecond),
+				res.StartToCommittedP50.Round(time.Millisecond), res.StartToCommittedP99.Round(time.Millisecond), a.DeadTuples, o.DeadTuples)
+		}
+	}
+	t.Logf("\n| delivery | snapshot held | throughput | start→succeeded p50 / p99 | at the commit p50 / p99 | attempts dead tuples | outbox dead tuples |\n|---|---|---|---|---|---|---|\n%s", sb.String())
 }
 
 // indexVariants are what-ifs for LOADGEN_INDEXES, measuring what the
