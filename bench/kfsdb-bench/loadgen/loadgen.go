@@ -297,18 +297,20 @@ func holdSnapshot(ctx context.Context, url string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: connect snapshot holder: %w", err)
 	}
-	release = func() { _ = conn.Close(context.WithoutCancel(ctx)) }
+	// Not the named result: the closure returned below calls it, and would
+	// call itself once returned.
+	closeConn := func() { _ = conn.Close(context.WithoutCancel(ctx)) }
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
-		release()
+		closeConn()
 		return nil, fmt.Errorf("loadgen: begin snapshot holder: %w", err)
 	}
 	var n int64
 	if err := tx.QueryRow(ctx, "SELECT count(*) FROM document_compilation_outbox").Scan(&n); err != nil {
-		release()
+		closeConn()
 		return nil, fmt.Errorf("loadgen: take snapshot: %w", err)
 	}
-	return func() { _ = tx.Rollback(context.WithoutCancel(ctx)); release() }, nil
+	return func() { _ = tx.Rollback(context.WithoutCancel(ctx)); closeConn() }, nil
 }
 
 func walPosition(ctx context.Context, pool *pgxpool.Pool) (string, error) {
