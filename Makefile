@@ -293,7 +293,7 @@ bench-ageing: ## Issue 40 item 1: Start, FetchLeases, drain, CompleteMany and th
 	mkdir -p $(BENCH_OUT)
 	cd tests && KFS_AGEING=1 AGEING_LEVELS=$(AGEING_LEVELS) KFS_AGEING_OUT=$(CURDIR)/$(BENCH_OUT) GOWORK=off \
 		go test -count=1 -run '^TestAgeing$$' -v -timeout 600m ./bench/ 2>&1 \
-		| grep -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} |  [A-Z][A-Za-z ]+: |Testcontainers|github.com/testcontainers)' \
+		| grep --line-buffered -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} |  [A-Z][A-Za-z ]+: |Testcontainers|github.com/testcontainers)' \
 		| tee $(CURDIR)/$(BENCH_OUT)/ageing.txt; test $${PIPESTATUS[0]} -eq 0
 	cd tests && for p in worker operator; do GOWORK=off go run ./bench/plot -in $(CURDIR)/$(BENCH_OUT)/ageing-$$p.csv -out $(CURDIR)/$(BENCH_OUT)/ageing-$$p.svg \
 		-title "Ageing: p50 against history, over its figure on empty tables ($$p)" -ylabel "p50 / p50 at no history (drain: rate ratio)" \
