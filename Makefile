@@ -284,6 +284,21 @@ bench-scale: ## Hot statements' p50/p99 at 0, 10^4, 10^5, 10^6 historical attemp
 	mkdir -p $(BENCH_OUT)
 	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkScale' -benchtime 200x -timeout 60m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/scale.txt
 
+# History levels of bench-ageing (cumulative terminal attempts).
+AGEING_LEVELS ?= 0,10000,100000,1000000,10000000
+
+.PHONY: bench-ageing
+bench-ageing: ## Issue 40 item 1: Start, FetchLeases, drain, CompleteMany and the console's and CLI's reads, p50/p99 at AGEING_LEVELS historical attempts (to 10^7, 10^4 tenants, a year of ages) against level 0, on an fsync-on server; goal 1.1x; writes bench/out/ageing*.{txt,csv,svg}.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	cd tests && KFS_AGEING=1 AGEING_LEVELS=$(AGEING_LEVELS) KFS_AGEING_OUT=$(CURDIR)/$(BENCH_OUT) GOWORK=off \
+		go test -count=1 -run '^TestAgeing$$' -v -timeout 600m ./bench/ 2>&1 \
+		| grep --line-buffered -vE '^(=== |[0-9]{4}/[0-9]{2}/[0-9]{2} |  [A-Z][A-Za-z ]+: |Testcontainers|github.com/testcontainers)' \
+		| tee $(CURDIR)/$(BENCH_OUT)/ageing.txt; test $${PIPESTATUS[0]} -eq 0
+	cd tests && for p in worker operator; do GOWORK=off go run ./bench/plot -in $(CURDIR)/$(BENCH_OUT)/ageing-$$p.csv -out $(CURDIR)/$(BENCH_OUT)/ageing-$$p.svg \
+		-title "Ageing: p50 against history, over its figure on empty tables ($$p)" -ylabel "p50 / p50 at no history (drain: rate ratio)" \
+		-xlabel "terminal attempts of history (log scale)" -subtitle "TestAgeing, 10^4 tenants, a year of ages; see ageing.txt for the server"; done
+
 .PHONY: bench-start
 bench-start: ## Start vs its floor (issue 15): pgbench floor scripts, Start's statement and repo.Start interleaved on one fsync-on server; writes bench/out/start-floor.txt.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))

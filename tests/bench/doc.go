@@ -15,5 +15,7 @@
 // TestLoadgen (KFS_LOADGEN=1) runs the lifecycle load driver of package
 // loadgen against the same server. TestStartFloor (KFS_START_FLOOR=1, `make
 // bench-start`) compares repo.Start with its pgbench floor on a server of
-// its own (fsync on, Docker volume).
+// its own (fsync on, Docker volume). TestAgeing (KFS_AGEING=1, `make
+// bench-ageing`) measures the hot and operator statements as terminal
+// history grows to 10^7 attempts, on a server of its own likewise.
 package bench

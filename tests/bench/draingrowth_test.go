@@ -178,15 +178,21 @@ func drainKfsdbWith(ctx context.Context, url string, cands map[string]candidate,
 			if err := <-ran; err != nil && !errors.Is(err, context.Canceled) {
 				return 0, err
 			}
-			return took, checkDrained(ctx, pool, backlog)
+			return took, checkDrained(ctx, pool, cands, backlog)
 		}
 	}
 }
 
-// checkDrained fails unless every attempt of the backlog succeeded.
-func checkDrained(ctx context.Context, db *pgxpool.Pool, backlog int) error {
+// checkDrained fails unless every attempt of the backlog (its tenants'
+// attempts: the history beside is other tenants') succeeded.
+func checkDrained(ctx context.Context, db *pgxpool.Pool, cands map[string]candidate, backlog int) error {
+	tenants := make([]string, 0, len(cands))
+	for t := range cands {
+		tenants = append(tenants, t)
+	}
 	var succeeded int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE run_state = 'succeeded'`).Scan(&succeeded); err != nil {
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE run_state = 'succeeded' AND tenant_id = ANY($1)`,
+		tenants).Scan(&succeeded); err != nil {
 		return err
 	}
 	if succeeded != backlog {
@@ -347,5 +353,5 @@ func drainFloor(ctx context.Context, url string, cands map[string]candidate, bac
 	end := time.Now()
 	stop()
 	wg.Wait()
-	return end.Sub(first), checkDrained(ctx, pool, backlog)
+	return end.Sub(first), checkDrained(ctx, pool, cands, backlog)
 }
