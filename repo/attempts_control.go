@@ -439,7 +439,7 @@ func (r *Repo) Purge(ctx context.Context, db DBTX, p *PurgeParams) (int, error) 
 	if batch == 0 {
 		batch = PurgeBatchSizeDefault
 	}
-	ids, err := r.q.Purge(ctx, db, &gen.PurgeParams{TenantID: p.TenantID, CompletedBefore: p.CompletedBefore, BatchSize: batch})
+	ids, err := r.q.Purge(ctx, customPlanned{db}, &gen.PurgeParams{TenantID: p.TenantID, CompletedBefore: p.CompletedBefore, BatchSize: batch})
 	if err != nil {
 		return 0, fmt.Errorf("purge attempts of tenant %q: %w", p.TenantID, mapError(err))
 	}

@@ -140,7 +140,7 @@ func (r *Repo) ListAttempts(ctx context.Context, db DBTX, p *ListAttemptsParams)
 	if p.After != nil {
 		q.AfterID, q.AfterCompletedAt = &p.After.ID, p.After.CompletedAt
 	}
-	rows, err := r.q.ListAttempts(ctx, db, q)
+	rows, err := r.q.ListAttempts(ctx, customPlanned{db}, q)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts of tenant %q: %w", p.TenantID, mapError(err))
 	}
@@ -201,13 +201,13 @@ func (r *Repo) CountAttempts(ctx context.Context, db DBTX, p *CountAttemptsParam
 	limit := capOrDefault(p.Cap) + 1
 	var n [8]int64
 	if p.AllTenants {
-		row, err := r.q.CountAttemptsAllTenants(ctx, db, limit)
+		row, err := r.q.CountAttemptsAllTenants(ctx, customPlanned{db}, limit)
 		if err != nil {
 			return nil, fmt.Errorf("count attempts of all tenants: %w", mapError(err))
 		}
 		n = [8]int64{row.DispatchPending, row.Queued, row.Running, row.RetryWait, row.Succeeded, row.Failed, row.Canceled, row.Superseded}
 	} else {
-		row, err := r.q.CountAttempts(ctx, db, &gen.CountAttemptsParams{TenantID: p.TenantID, CountLimit: limit})
+		row, err := r.q.CountAttempts(ctx, customPlanned{db}, &gen.CountAttemptsParams{TenantID: p.TenantID, CountLimit: limit})
 		if err != nil {
 			return nil, fmt.Errorf("count attempts of tenant %q: %w", p.TenantID, mapError(err))
 		}
@@ -403,7 +403,7 @@ func (r *Repo) Throughput(ctx context.Context, db DBTX, p *ThroughputParams) ([]
 	if limit == 0 {
 		limit = ThroughputCapDefault
 	}
-	rows, err := r.q.Throughput(ctx, db, &gen.ThroughputParams{
+	rows, err := r.q.Throughput(ctx, customPlanned{db}, &gen.ThroughputParams{
 		AllTenants: p.AllTenants, TenantID: p.TenantID, Now: r.now(), Minutes: minutes, MaxRows: limit,
 	})
 	if err != nil {

@@ -108,7 +108,7 @@ func (r *Repo) ListStuck(ctx context.Context, db DBTX, p *ListStuckParams) ([]*S
 	if overdue == 0 {
 		overdue = PendingOverdueDefault
 	}
-	rows, err := r.q.ListStuck(ctx, db, &gen.ListStuckParams{
+	rows, err := r.q.ListStuck(ctx, customPlanned{db}, &gen.ListStuckParams{
 		Now: r.now(), RowLimit: p.Limit, AllTenants: p.AllTenants, TenantID: p.TenantID, PendingOverdue: overdue,
 	})
 	if err != nil {
