@@ -122,9 +122,11 @@ func warmPlanning(ctx context.Context, conn *pgx.Conn, sql string, params int) e
 	if params > 0 {
 		args = "(" + args + ")"
 	}
-	// No arguments: pgx sends it in one simple-protocol message.
+	// No arguments: pgx sends it in one simple-protocol message. The
+	// newline ends a text that ends in a line comment (FetchLeases' plan
+	// class suffix), which would otherwise swallow the rest.
 	_, err := conn.Exec(ctx, "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan; "+
-		"PREPARE kfsdb_prepare_warm AS "+sql+"; "+
+		"PREPARE kfsdb_prepare_warm AS "+sql+"\n; "+
 		"EXPLAIN (COSTS OFF) EXECUTE kfsdb_prepare_warm"+args+"; "+
 		"DEALLOCATE kfsdb_prepare_warm; COMMIT")
 	if err != nil && conn.PgConn().TxStatus() != 'I' {

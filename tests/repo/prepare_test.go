@@ -168,3 +168,33 @@ func requireNoWarmStatement(ctx context.Context, t *testing.T, conn *pgx.Conn) {
 		pgx.QueryExecModeSimpleProtocol).Scan(&n))
 	require.Zero(t, n, "the warm-up's statement was left behind")
 }
+
+// TestPrepareOnGrownTables: once the attempts and the outbox are past four
+// pages, FetchLeases is prepared in a plan class whose text ends in a line
+// comment ("-- plan class N"); Prepare must still plan every statement
+// and leave the session idle. It failed before: the comment swallowed the
+// rest of the warm-up's message, its transaction stayed open, and the
+// next statement's warm-up found kfsdb_prepare_warm already there, so
+// every connection an application's pool opened on a database of more
+// than a few dozen attempts failed in AfterConnect.
+func TestPrepareOnGrownTables(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	for i := 0; ; i++ {
+		var size int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT pg_relation_size('document_compilation_attempts')
+			+ pg_relation_size('document_compilation_outbox')`).Scan(&size))
+		if size >= 4*8192 {
+			break
+		}
+		require.Less(t, i, 2000, "the tables did not grow past four pages")
+		_, err := b.repo.Start(ctx, b.db.Pool, b.scope(t).StartParams())
+		require.NoError(t, err)
+	}
+	conn, err := pgx.Connect(ctx, b.db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	require.NoError(t, b.repo.Prepare(ctx, conn))
+	require.Equal(t, byte('I'), conn.PgConn().TxStatus(), "Prepare left a transaction open")
+	requireNoWarmStatement(ctx, t, conn)
+}
