@@ -21,11 +21,15 @@
 #
 # Usage: scripts/bench-fleet.sh [OUT]   (make bench-fleet)
 # Knobs (defaults): FLEET_PROCESSES (50), FLEET_SLOTS (8), FLEET_SECONDS
-# (30), FLEET_RATES ("150 300"; unpaced always runs), FLEET_PRODUCERS (8),
+# (30), FLEET_RATES ("0 150 300"; 0 is unpaced), FLEET_PRODUCERS (8),
 # FLEET_IDLE_SECONDS (60), FLEET_MODES ("direct pgbouncer idle fanout"),
 # FLEET_STEP_DELAY (10ms, per checkpoint of the stand-in handler),
 # FLEET_POLL_INTERVAL (the source's, 1s), FLEET_POLL_JITTER (the
-# source's), FLEET_PGBOUNCER_POOL (20), FLEET_FANOUT_STARTS (200),
+# source's, 0), FLEET_PGBOUNCER_POOL (20), FLEET_PGBOUNCER_POLL_INTERVAL
+# (100ms: a poll-only source waits that long for work it was not woken
+# for), FLEET_WAKEUPS ("targeted broadcast": migration 0010's wake-ups and
+# 0007's it replaced, the before and after, for direct and fanout),
+# FLEET_FANOUT_STARTS (200),
 # FLEET_FANOUT_GAP (50ms), FLEET_FANOUT_SECONDS (5), FLEET_MAX_CONNS (each
 # fleet process's pool; default 2*slots+4), FLEET_MAX_CONNECTIONS (the
 # server's max_connections, 1500). Without KFS_BENCH_DATABASE_URL it
