@@ -318,6 +318,11 @@ bench-wakeup: ## An idle relay's wake-up latency: Start on the pool, a caller's 
 	mkdir -p $(BENCH_OUT)
 	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkWakeup' -benchtime 50x -count $(BENCH_COUNT) -timeout 30m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/wakeup.txt
 
+.PHONY: bench-fleet
+bench-fleet: ## A fleet on one fsync-on server: FLEET_PROCESSES (50) kfsdb-bench work processes vs one process with as many slots, direct (LISTEN) and poll-only through PgBouncer, an idle fleet's cost, NOTIFY fan-out per Start (FLEET_* knobs: scripts/bench-fleet.sh); writes bench/out/fleet.txt.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	scripts/bench-fleet.sh $(BENCH_OUT)/fleet.txt
+
 # The failover tests make failover runs (go test -run): all of them by
 # default; make failover-ci the plain test and each path with a
 # synchronous standby.

@@ -10,8 +10,9 @@
 // free (up to BatchSize), again at once after a full batch, and sleeps
 // when nothing is due: on LISTEN, woken by the commit that makes a row due
 // (migration 0007: only idle listeners are notified, so a busy system's
-// commits never notify), or at the next due time, or after PollInterval
-// at the latest. PollOnly (for PgBouncer in transaction mode, where LISTEN
+// commits never notify; migration 0010: one idle listener per row, not
+// every one), or at the next due time, or after PollInterval (less
+// PollJitter) at the latest. PollOnly (for PgBouncer in transaction mode, where LISTEN
 // does not work) only polls.
 //
 // A running source keeps the connections it fetches on between fetches:
@@ -82,6 +83,12 @@ type Config struct {
 	// PollInterval is the longest sleep when nothing wakes the source.
 	// Defaults to 1 s.
 	PollInterval time.Duration
+	// PollJitter (0..1) shortens each idle sleep of a whole PollInterval
+	// by a random part of up to PollJitter of it, so that a fleet of
+	// sources started together (a deploy, a restart after a failover)
+	// does not poll in lockstep; it matters most with PollOnly, where
+	// every source polls. Defaults to 0: no jitter.
+	PollJitter float64
 	// PollOnly disables LISTEN (PgBouncer in transaction mode): the source
 	// polls every PollInterval, or sooner when a row comes due.
 	PollOnly bool
@@ -154,6 +161,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Source, error) {
 		return nil, runcfg.Invalid("pgsource", "Config.PerTenant", fmt.Sprintf("must be 0 (default) or 1..%d, got %d", repo.MaxBatchSize, c.PerTenant))
 	case c.MaxTenants < 1 || c.MaxTenants > repo.MaxFetchTenants:
 		return nil, runcfg.Invalid("pgsource", "Config.MaxTenants", fmt.Sprintf("must be 0 (default) or 1..%d, got %d", repo.MaxFetchTenants, c.MaxTenants))
+	case !(c.PollJitter >= 0 && c.PollJitter <= 1): // also refuses NaN
+		return nil, runcfg.Invalid("pgsource", "Config.PollJitter", fmt.Sprintf("must be 0..1 (a fraction of PollInterval), got %v", c.PollJitter))
 	case nilvalue.Is(c.Metrics):
 		return nil, runcfg.Invalid("pgsource", "Config.Metrics", fmt.Sprintf("is a nil %T", c.Metrics))
 	}

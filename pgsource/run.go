@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,7 +41,7 @@ func (s *Source) Run(ctx context.Context) error {
 		lctx, cancel := context.WithCancel(ctx)
 		go func() {
 			defer close(listenDone)
-			l := &pglisten.Listener{Pool: s.pool, Wake: s.wake, Log: s.log, Name: "source",
+			l := &pglisten.Listener{Pool: s.pool, Wake: s.wake, Log: s.log, Name: "source", ID: s.workerID,
 				Listening: s.listening.Store, Lost: s.awake, CallTimeout: s.cfg.WriteTimeout}
 			l.Listen(lctx)
 		}()
@@ -247,13 +248,26 @@ func (l *fetchLoop) idleWait(ctx context.Context) (time.Duration, bool) {
 		// again within seconds.
 		return backoff.Retry(l.failures, s.cfg.PollInterval), false
 	}
+	if s.wake.TakeTaken() {
+		// A commit took the registration out as it woke this source
+		// (migration 0010): register again, and look once more.
+		l.idle.Reset()
+	}
 	wait, again := l.idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
 		PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval, CallTimeout: s.cfg.WriteTimeout,
 		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true})
 	if again {
 		l.short = false
 	}
+	if wait == s.cfg.PollInterval {
+		wait = jittered(wait, s.cfg.PollJitter, rand.Float64)
+	}
 	return wait, again
+}
+
+// jittered is d shortened by up to frac of it, by r's draw (0 ≤ r() < 1).
+func jittered(d time.Duration, frac float64, r func() float64) time.Duration {
+	return d - time.Duration(frac*r()*float64(d))
 }
 
 // collect adds the requests waiting in the channel to pending.

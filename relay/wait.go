@@ -92,7 +92,7 @@ func (r *Relay) sleep(ctx context.Context, timer *time.Timer, deadline time.Time
 // listen holds one pooled connection in LISTEN and notes notifications in
 // wake, reconnecting with backoff until ctx ends.
 func (r *Relay) listen(ctx context.Context) {
-	l := &pglisten.Listener{Pool: r.pool, Wake: r.wake, Log: r.log, Name: "relay", CallTimeout: r.cfg.WriteTimeout,
+	l := &pglisten.Listener{Pool: r.pool, Wake: r.wake, Log: r.log, Name: "relay", ID: r.cfg.ID, CallTimeout: r.cfg.WriteTimeout,
 		Listening: func(on bool) {
 			r.listening.Store(on)
 			if on {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 
 // Channel is the channel on which a commit that made an outbox row due
 // notifies idle listeners (migration 0007's trigger); the payload is the
-// row's due time.
+// row's due time, followed since migration 0010 by "|" and the id of the
+// one listener it wakes (ParsePayload).
 const Channel = "kfsdb_outbox"
 
 // Wakeup keeps the earliest due time announced since its owner last
@@ -26,6 +28,9 @@ const Channel = "kfsdb_outbox"
 type Wakeup struct {
 	mu  sync.Mutex
 	due time.Time // zero: none pending
+	// taken: a notification named the owner, so the commit took its idle
+	// registration out (migration 0010); the owner registers again.
+	taken bool
 	// C receives a value when a due time is noted (at most one pending).
 	C chan struct{}
 }
@@ -44,6 +49,25 @@ func (w *Wakeup) Note(due time.Time) {
 	case w.C <- struct{}{}:
 	default: // a poke is pending; Take reads the earliest time
 	}
+}
+
+// NoteTaken records a notification that named the owner: its idle
+// registration is gone, and it looks now.
+func (w *Wakeup) NoteTaken() {
+	w.mu.Lock()
+	w.taken = true
+	w.mu.Unlock()
+	w.Note(time.Now())
+}
+
+// TakeTaken reports, and clears, whether a notification took the owner's
+// idle registration since the last call.
+func (w *Wakeup) TakeTaken() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	taken := w.taken
+	w.taken = false
+	return taken
 }
 
 // Take returns and clears the earliest due time noted, if any.
@@ -91,11 +115,24 @@ func ParseDue(s string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("unparsable due time %q", s)
 }
 
+// ParsePayload reads a notification payload: the row's due time, and the
+// listener it wakes after a "|" (migration 0010), empty when it wakes
+// every listener (migration 0007's payload, or a commit that found only
+// registrations other transactions held).
+func ParsePayload(s string) (due time.Time, listener string, err error) {
+	s, listener, _ = strings.Cut(s, "|")
+	due, err = ParseDue(s)
+	return due, listener, err
+}
+
 // Listener is what Listen reports to.
 type Listener struct {
 	Pool *pgxpool.Pool
 	Wake *Wakeup
 	Log  *slog.Logger
+	// ID is the owner's listener id, under which it registers idle:
+	// notifications that name another listener are not for it.
+	ID string
 	// Name says who listens, in log lines ("relay", "source").
 	Name string
 	// Listening is told true once LISTEN is in place, false when the
@@ -178,11 +215,17 @@ func (l *Listener) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		due := time.Now()
-		if t, perr := ParseDue(n.Payload); perr == nil {
-			due = t
+		due, target, perr := ParsePayload(n.Payload)
+		switch {
+		case target != "" && target == l.ID:
+			l.Wake.NoteTaken()
+		case target != "":
+			// Another listener's wake-up.
+		case perr != nil:
+			l.Wake.Note(time.Now())
+		default:
+			l.Wake.Note(due)
 		}
-		l.Wake.Note(due)
 	}
 }
 

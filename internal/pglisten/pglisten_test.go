@@ -82,3 +82,40 @@ func TestIdleTrustsOnlyAFreshRegistration(t *testing.T) {
 		t.Fatal("fresh after a refused registration")
 	}
 }
+
+// A payload names the listener it wakes after a "|" (migration 0010);
+// without one (migration 0007's, or a commit that found every
+// registration held) it wakes every listener. An id may hold "|" itself.
+func TestParsePayload(t *testing.T) {
+	for _, c := range []struct {
+		payload, listener string
+		due               time.Time
+		bad               bool
+	}{
+		{payload: "2026-12-06 17:12:37.651+00", due: time.Date(2026, 12, 6, 17, 12, 37, 651e6, time.UTC)},
+		{payload: "2026-12-06 17:12:37.651+00|work-host-1-w0", listener: "work-host-1-w0", due: time.Date(2026, 12, 6, 17, 12, 37, 651e6, time.UTC)},
+		{payload: "2026-12-06 17:12:37+00|a|b", listener: "a|b", due: time.Date(2026, 12, 6, 17, 12, 37, 0, time.UTC)},
+		{payload: "soon|relay-a", listener: "relay-a", bad: true},
+	} {
+		due, listener, err := ParsePayload(c.payload)
+		if (err != nil) != c.bad || listener != c.listener || (!c.bad && !due.Equal(c.due)) {
+			t.Errorf("ParsePayload(%q) = %v, %q, %v; want %v, %q, error %v", c.payload, due, listener, err, c.due, c.listener, c.bad)
+		}
+	}
+}
+
+// A notification that took the owner's registration is remembered until
+// the owner asks, once, and wakes it now.
+func TestWakeupNoteTaken(t *testing.T) {
+	w := NewWakeup()
+	if w.TakeTaken() {
+		t.Fatal("TakeTaken() before any notification")
+	}
+	w.NoteTaken()
+	if _, ok := w.Take(); !ok {
+		t.Fatal("NoteTaken must wake the owner")
+	}
+	if !w.TakeTaken() || w.TakeTaken() {
+		t.Fatal("TakeTaken() must report the taking once")
+	}
+}

@@ -238,6 +238,9 @@ func TestDownStandaloneKeepsRows(t *testing.T) {
 
 	code, out, errOut := down()
 	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "00010_targeted_wakeups.sql") // a function: rolled back
+	code, out, errOut = down()
+	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "00009_attempt_trace_contexts.sql") // empty: rolled back
 	require.Contains(t, out, "version: 8\n")
 
@@ -295,6 +298,8 @@ func TestDownPlatformKeepsFloorAndRows(t *testing.T) {
 	}
 
 	code, _, errOut := down()
+	require.Equal(t, 0, code, errOut) // 0010: a function
+	code, _, errOut = down()
 	require.Equal(t, 0, code, errOut) // 0009: empty
 	code, out, errOut := down()
 	require.Equal(t, 1, code, out)

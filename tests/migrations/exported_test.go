@@ -38,7 +38,9 @@ func TestStatusOnExportedDatabase(t *testing.T) {
 			p := provider(ctx, t, dbURL)
 			var want []int64
 			for _, v := range migrationVersions(t, p) {
-				if v >= migrate.SeedVersion {
+				// 0010 replaces a function only: no object tells whether it
+				// ran, and running it again changes nothing.
+				if v >= migrate.SeedVersion && v != functionOnlyVersion {
 					want = append(want, v)
 				}
 			}
@@ -89,3 +91,7 @@ func TestStatusOnExportedDatabase(t *testing.T) {
 		})
 	}
 }
+
+// functionOnlyVersion is the migration (0010, targeted wake-ups) that only
+// replaces a function, so no table, index or trigger shows it applied.
+const functionOnlyVersion = 10

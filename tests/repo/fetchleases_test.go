@@ -289,6 +289,10 @@ func TestFetchLeases(t *testing.T) {
 		// A full batch: the worker is behind and fetches again at once;
 		// its registration ends, and only its own.
 		b.startN(t, "tenant-a", 2)
+		// The two commits woke both workers, taking their registrations
+		// (migration 0010); each registers again before it sleeps.
+		register("worker-direct")
+		register("worker-other")
 		require.Len(t, b.fetch(t, "worker-direct", 2).Leased, 2)
 		require.False(t, registered("worker-direct"))
 		require.True(t, registered("worker-other"))

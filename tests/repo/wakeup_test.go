@@ -3,6 +3,8 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,6 +204,9 @@ func TestCommitNotifiesOnlyIdleRelays(t *testing.T) {
 	parked, err := b.repo.Start(b.ctx, b.db.Pool, deferred)
 	require.NoError(t, err)
 	require.Empty(t, n.next(t), "a deferred row wakes nobody")
+	// The commit above took relay-a's registration as it woke it
+	// (migration 0010); it registers again before it sleeps.
+	b.idle(t, "relay-a", time.Minute)
 	_, err = b.repo.ReleaseDeferred(b.ctx, b.db.Pool, &repo.ReleaseDeferredParams{AttemptRef: parkedScope.Ref(parked.Attempt.ID)})
 	require.NoError(t, err)
 	require.Len(t, n.next(t), 1, "releasing it does")
@@ -227,4 +232,63 @@ func TestCommitNotifiesOnlyIdleRelays(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rr.Commit(b.ctx))
 	require.Len(t, n.next(t), 1)
+}
+
+// TestCommitWakesOneIdleListenerPerRow: a commit wakes one registered idle
+// listener for each row it made due, naming it in the payload and taking
+// its registration out (migration 0010), not every listener: a fleet of
+// idle processes is not woken whole by every Start (issue 40). Before
+// 0010 every commit notified everyone, naming nobody.
+func TestCommitWakesOneIdleListenerPerRow(t *testing.T) {
+	b := setup(t)
+	n := listenRelay(t, b)
+	for _, id := range []string{"worker-a", "worker-b", "worker-c"} {
+		b.idle(t, id, time.Minute)
+	}
+	named := func(payloads []string) []string {
+		var ids []string
+		for _, p := range payloads {
+			_, id, ok := strings.Cut(p, "|")
+			require.True(t, ok, "payload %q names no listener: every listener wakes", p)
+			ids = append(ids, id)
+		}
+		return ids
+	}
+
+	b.drv.Start(b.ctx, t, b.scope(t), nil)
+	woken := named(n.next(t))
+	require.Len(t, woken, 1, "one row due: one listener woken")
+	left := b.listeners(t)
+	require.Len(t, left, 2)
+	require.NotContains(t, left, woken[0], "the woken listener's registration is taken out")
+
+	tx, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	for range 3 {
+		_, err = b.repo.Start(b.ctx, tx, b.scope(t).StartParams())
+		require.NoError(t, err)
+	}
+	require.NoError(t, tx.Commit(b.ctx))
+	woken = named(n.next(t))
+	slices.Sort(woken)
+	require.Equal(t, left, woken, "three rows due, two listeners left: both woken, once each")
+	require.Empty(t, b.listeners(t))
+
+	b.drv.Start(b.ctx, t, b.scope(t), nil)
+	require.Empty(t, n.next(t), "nobody registered: nobody notified")
+
+	// A registration another transaction holds (its listener refreshing
+	// it) is skipped; with no other left, the commit wakes everyone.
+	b.idle(t, "worker-a", time.Minute)
+	holder, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(context.WithoutCancel(b.ctx)) }()
+	_, err = holder.Exec(b.ctx, `SELECT 1 FROM document_compilation_outbox_idle_listeners WHERE listener_id = 'worker-a' FOR UPDATE`)
+	require.NoError(t, err)
+	b.drv.Start(b.ctx, t, b.scope(t), nil)
+	got := n.next(t)
+	require.Len(t, got, 1)
+	require.NotContains(t, got[0], "|", "a held registration: the commit names nobody, every listener wakes")
+	require.NoError(t, holder.Rollback(b.ctx))
+	require.Equal(t, []string{"worker-a"}, b.listeners(t))
 }

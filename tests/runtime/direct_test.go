@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -199,6 +200,13 @@ func TestSourceRefusesBadUse(t *testing.T) {
 		_, err := pgsource.New(pool, &cfg)
 		require.Error(t, err, name)
 	}
+	for _, j := range []float64{-0.1, 1.5, math.NaN(), math.Inf(1)} {
+		_, err := pgsource.New(pool, &pgsource.Config{PollJitter: j})
+		require.ErrorIs(t, err, repo.ErrInvalidInput, "PollJitter %v", j)
+		require.ErrorContains(t, err, "Config.PollJitter", "PollJitter %v", j)
+	}
+	_, err = pgsource.New(pool, &pgsource.Config{PollJitter: 1})
+	require.NoError(t, err)
 	src, err := pgsource.New(pool, nil)
 	require.NoError(t, err)
 	_, err = src.Receive(context.Background())

@@ -1,6 +1,7 @@
 package benchcli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -83,6 +84,18 @@ type WorkOpts struct {
 	NATSURL string
 	// Out receives the counters at the end, and the logs. Required.
 	Out io.Writer
+	// MaxConns bounds the process's pool (1..10000). Defaults to 0: a
+	// connection per handler and per heartbeat, plus the relay's and the
+	// listeners' (2*Workers*Concurrency+4). A fleet of processes on one
+	// server sets it lower, or goes through PgBouncer.
+	MaxConns int
+	// PollInterval is the sources' and relay's longest sleep when nothing
+	// wakes them (pgsource.Config.PollInterval). Defaults to 0: theirs
+	// (1 s for a source, 200 ms for the relay).
+	PollInterval time.Duration
+	// PollJitter is the sources' pgsource.Config.PollJitter (0..1).
+	// Defaults to 0.
+	PollJitter float64
 	// PollOnly disables LISTEN/NOTIFY (the relay's or the sources').
 	// Defaults to false.
 	// AsyncProgressCommits is repo.Config.AsyncProgressCommits for the
@@ -126,8 +139,12 @@ func (o *WorkOpts) Validate() error {
 		return fmt.Errorf("invalid options: Concurrency must be 1..64 (or 0 for %d), got %d", WorkConcurrencyDefault, o.Concurrency)
 	case o.FailRate < 0 || o.FailRate > 1:
 		return fmt.Errorf("invalid options: FailRate must be 0..1, got %g", o.FailRate)
-	case o.LeaseDuration < 0 || o.StepDelay < 0 || o.VisibilityTimeout < 0:
-		return errors.New("invalid options: LeaseDuration, StepDelay and VisibilityTimeout must not be negative")
+	case o.LeaseDuration < 0 || o.StepDelay < 0 || o.VisibilityTimeout < 0 || o.PollInterval < 0:
+		return errors.New("invalid options: LeaseDuration, StepDelay, VisibilityTimeout and PollInterval must not be negative")
+	case !(o.PollJitter >= 0 && o.PollJitter <= 1):
+		return fmt.Errorf("invalid options: PollJitter must be 0..1, got %v", o.PollJitter)
+	case o.MaxConns < 0 || o.MaxConns > 10000:
+		return fmt.Errorf("invalid options: MaxConns must be 1..10000 (or 0 for 2*Workers*Concurrency+4), got %d", o.MaxConns)
 	case len(o.ID) > 200:
 		return errors.New("invalid options: ID must be at most 200 characters")
 	}
@@ -196,6 +213,9 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	// A connection per handler and per heartbeat, the relay's claims and
 	// its listener.
 	maxConns := int32(2*opts.Workers*opts.Concurrency + 4)
+	if opts.MaxConns > 0 {
+		maxConns = int32(opts.MaxConns)
+	}
 	pool, reg, closeAll, err := cli.OpenServedPool(ctx, opts.DatabaseURL, maxConns, opts.MetricsListen, out, log)
 	if err != nil {
 		return nil, err
@@ -277,11 +297,14 @@ func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, geten
 	fs.DurationVar(&opts.StepDelay, "step-delay", WorkStepDelayDefault, "time the handler spends on each checkpoint")
 	fs.Float64Var(&opts.FailRate, "fail-rate", 0, "fraction (0..1) of executions that fail on purpose ("+ErrorCodeInjectedFailure+")")
 	fs.StringVar(&opts.ID, "id", "", "prefix of the workers' (and relay's) ids (default work-<host>-<pid>)")
+	fs.IntVar(&opts.MaxConns, "max-conns", 0, "bound the process's pool (default 2*workers*concurrency+4)")
+	fs.DurationVar(&opts.PollInterval, "poll-interval", 0, "longest sleep of an idle source or relay (default: theirs, 1s and 200ms)")
+	fs.Float64Var(&opts.PollJitter, "poll-jitter", 0, "postgres delivery: shorten each idle poll by a random part of up to this fraction (0..1) of the interval")
 	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
 	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
 	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
 	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", cli.MetricsListenUsage)
-	if err := parseCommand(fs, args, "Usage: kfsdb-bench work [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]"); err != nil {
+	if err := parseCommand(fs, args, "Usage: kfsdb-bench work [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--max-conns N] [--poll-interval D] [--poll-jitter F] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]"); err != nil {
 		return err
 	}
 	if opts.DatabaseURL == "" {
@@ -312,7 +335,7 @@ func startDelivery(ctx context.Context, opts *WorkOpts, pool *pgxpool.Pool, r *r
 	switch opts.Delivery {
 	case delivery.Postgres:
 		d.source = func(context.Context) (worker.Source, error) {
-			return pgsource.New(pool, &pgsource.Config{Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r})
+			return pgsource.New(pool, &pgsource.Config{Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, PollInterval: opts.PollInterval, PollJitter: opts.PollJitter, Repo: r})
 		}
 		return d, nil
 	case delivery.Relay:
@@ -333,7 +356,7 @@ func startDelivery(ctx context.Context, opts *WorkOpts, pool *pgxpool.Pool, r *r
 	}
 	rl, err := relay.New(pool, pub, &relay.Config{
 		ID: opts.ID + "-relay", Logger: log, Metrics: metrics, PollOnly: opts.PollOnly, Repo: r,
-		PollInterval: 200 * time.Millisecond, VisibilityTimeout: opts.VisibilityTimeout,
+		PollInterval: cmp.Or(opts.PollInterval, 200*time.Millisecond), VisibilityTimeout: opts.VisibilityTimeout,
 	})
 	if err != nil {
 		d.broker.Close()
