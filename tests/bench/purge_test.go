@@ -95,22 +95,9 @@ func purgeBenchConfig(t *testing.T) *purgeBench {
 	if c.history%100 != 0 {
 		t.Fatalf("PURGE_HISTORY=%d: want a multiple of 100", c.history)
 	}
-	c.pause = purgeEnvDuration(t, "PURGE_PAUSE", 100*time.Millisecond)
-	c.olderThan = purgeEnvDuration(t, "PURGE_OLDER_THAN", 24*time.Hour)
+	c.pause = envDuration(t, "PURGE_PAUSE", 100*time.Millisecond)
+	c.olderThan = envDuration(t, "PURGE_OLDER_THAN", 24*time.Hour)
 	return c
-}
-
-func purgeEnvDuration(t *testing.T, name string, def time.Duration) time.Duration {
-	t.Helper()
-	s := os.Getenv(name)
-	if s == "" {
-		return def
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		t.Fatalf("%s=%q: want a duration >= 0", name, s)
-	}
-	return d
 }
 
 // purgeRun is one run's figures.
