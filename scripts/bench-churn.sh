@@ -3,7 +3,8 @@
 # direct delivery, the seed schema's floor (../shared/bench/lifecyclefloor,
 # built from FLOOR_DIR) and River (bench/river), one after the other, each
 # paced at CHURN_FRACTION of kfsdb's measured capacity for CHURN_MINUTES,
-# then again with a REPEATABLE READ snapshot held for CHURN_HOLD_MINUTES
+# (or, with CHURN_TOGETHER=1, all at once in their own databases, sharing
+# the rate), then again with a REPEATABLE READ snapshot held for CHURN_HOLD_MINUTES
 # from the middle. The server keeps PostgreSQL's default autovacuum. A
 # sampler reads each run's database from outside every minute (sizes,
 # dead tuples, autovacuum runs, the claim statement's plan, p50/p99 of

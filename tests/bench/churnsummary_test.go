@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -15,8 +16,9 @@ import (
 // churnCSV writes minutes.csv: one line per minute per side, flushed as
 // it comes (a long run can be read while it runs).
 type churnCSV struct {
-	f *os.File
-	w *bufio.Writer
+	mu sync.Mutex // sides sampled together write at once
+	f  *os.File
+	w  *bufio.Writer
 }
 
 // churnCSVTables is how many tables a line has room for (the seed's two;
@@ -41,6 +43,8 @@ func newChurnCSV(path string) (*churnCSV, error) {
 }
 
 func (c *churnCSV) write(m *churnMinute) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	fields := []string{m.Variant, m.Side, fmt.Sprint(m.Minute), m.End.UTC().Format(time.RFC3339), churnBool(m.Held),
 		fmt.Sprint(m.Completed), fmt.Sprintf("%.2f", m.P50), fmt.Sprintf("%.2f", m.P99), fmt.Sprintf("%.2f", m.Max)}
 	for i := range churnCSVTables {
