@@ -77,8 +77,7 @@ func stopsAtExpiry(t *testing.T, pool *pgxpool.Pool, lease func(expires time.Tim
 
 	lostCh := make(chan bool, 1)
 	go func() {
-		_, lost := w.runWithHeartbeat(context.Background(), job, nil, w.log)
-		lostCh <- lost
+		lostCh <- w.runWithHeartbeat(context.Background(), job, nil, w.log, nil).lost
 	}()
 	select {
 	case e := <-endedCh:
