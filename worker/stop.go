@@ -131,6 +131,19 @@ func (w *Worker) StopAndCancel(ctx context.Context) (StopReport, error) {
 	return w.stop(ctx, true)
 }
 
+// LastStopReport returns the StopReport of the Run that returned last
+// (the zero report before any did): what Run's context ending, which
+// returns no report, did to the handlers. Stop and StopAndCancel return
+// theirs.
+func (w *Worker) LastStopReport() StopReport {
+	if w == nil {
+		return StopReport{}
+	}
+	w.runsMu.Lock()
+	defer w.runsMu.Unlock()
+	return w.lastStop
+}
+
 func (w *Worker) stop(ctx context.Context, cancelNow bool) (StopReport, error) {
 	if err := w.usable(ctx); err != nil {
 		return StopReport{}, err
@@ -217,6 +230,7 @@ func (r *run) end() {
 	r.cancelHandlers(context.Canceled)
 	r.w.runsMu.Lock()
 	delete(r.w.runs, r)
+	r.w.lastStop = r.report()
 	r.w.runsMu.Unlock()
 	close(r.done)
 }

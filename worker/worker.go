@@ -148,8 +148,9 @@ type Worker struct {
 	// events counts what Config.Events dropped.
 	eventsDropped atomic.Int64
 	// runs are the Runs running, for Stop.
-	runsMu sync.Mutex
-	runs   map[*run]struct{}
+	runsMu   sync.Mutex
+	runs     map[*run]struct{}
+	lastStop StopReport
 }
 
 // New returns a worker. cfg may be nil. Bad arguments and Config fields
