@@ -73,7 +73,12 @@ type PayloadError struct {
 	Reason  string
 }
 
+// Error says why the payload was refused; it is safe on a nil
+// *PayloadError.
 func (e *PayloadError) Error() string {
+	if e == nil {
+		return "outcomes.PayloadError(nil)"
+	}
 	return fmt.Sprintf("outcomes: not an outcome payload (%s): %q", e.Reason, e.Payload)
 }
 
