@@ -122,7 +122,8 @@ type LeasedMessage interface {
 
 // LeasingSource is a Source that leases as it fetches: every message it
 // returns is a LeasedMessage. New binds it to the worker (its id, lease
-// duration and slots), and Run runs it beside the slots until ctx ends.
+// duration and slots), and Run runs it beside the slots until the worker
+// stops taking deliveries (a stop's first moment, or Run's ctx ending).
 type LeasingSource interface {
 	Source
 	// Bind names the worker the source leases for. It fails when the
@@ -208,7 +209,8 @@ func (w *Worker) usable(ctx context.Context) error {
 // StopAndCancel stop it (see them: a bounded drain, then the handlers'
 // contexts canceled, then handlers that still run abandoned, their
 // attempts handed back), and Run then returns nil; ctx's end stops it like
-// StopAndCancel, and Run returns ctx.Err(). Either way it returns within
+// StopAndCancel, and Run returns ctx.Err() (LastStopReport has that
+// stop's report). Either way it returns within
 // Config.CancelGrace of the handlers' cancellation plus the final writes,
 // whatever the handlers do. A handler's context carries ctx's values, not
 // its cancellation: the stop cancels it, with a cause that says why
