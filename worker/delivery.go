@@ -154,6 +154,9 @@ func (w *Worker) handle(ctx context.Context, msg Message, r *run, end func(Resul
 		// Stopping with a lease (the source's, or one just taken): hand
 		// the attempt back for another run at once rather than at the
 		// lease's expiry.
+		if !preleased {
+			w.cfg.Metrics.Add(observe.LeasesAcquired, 1)
+		}
 		res.Lease, res.TenantID = lease, attempt.TenantID
 		v := verdict{shutdown: true, retry: true, code: ErrorCodeWorkerShutdown,
 			message: "the worker stopped before running the attempt", err: stopErr}

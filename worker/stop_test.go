@@ -213,3 +213,62 @@ func TestEventsNeverBlock(t *testing.T) {
 		t.Fatalf("EventsDropped %d, want 2", got)
 	}
 }
+
+// gatedSource returns one message, once gate opens, whatever the context
+// (as pgsource does with a lease it handed a slot as the slot gave up),
+// then waits for the context.
+type gatedSource struct {
+	called chan struct{}
+	gate   chan struct{}
+	msg    Message
+	served bool
+}
+
+func (s *gatedSource) Receive(ctx context.Context) (Message, error) {
+	if s.served {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	s.served = true
+	close(s.called)
+	<-s.gate
+	return s.msg, nil
+}
+
+// TestStopHandsBackWhatArrivesAsItBegins: a delivery a slot receives
+// once the stop has begun is handed back without running its handler,
+// and counted Unstarted. Mutation: handle not checking the stop after
+// the lease (the handler runs).
+func TestStopHandsBackWhatArrivesAsItBegins(t *testing.T) {
+	src := &gatedSource{called: make(chan struct{}), gate: make(chan struct{})}
+	h := HandlerFunc(func(context.Context, *Job) error {
+		t.Error("the handler ran after the stop began")
+		return nil
+	})
+	w, err := New(unreachablePool(t), src, h, &Config{Concurrency: 1, LeaseDuration: time.Hour,
+		WriteTimeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.msg = newLeasedMsg(w.ID())
+	w.TestSignals().Stopping.Init()
+	runDone := make(chan error, 1)
+	go func() { runDone <- w.Run(context.Background()) }()
+	<-src.called
+	stopped := make(chan StopReport, 1)
+	go func() {
+		rep, err := w.Stop(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		stopped <- rep
+	}()
+	w.TestSignals().Stopping.WaitOrTimeout(t, time.Minute)
+	close(src.gate)
+	if rep := <-stopped; rep != (StopReport{Unstarted: 1}) {
+		t.Fatalf("report %+v, want one unstarted delivery", rep)
+	}
+	if err := <-runDone; err != nil {
+		t.Fatal(err)
+	}
+}
