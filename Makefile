@@ -231,6 +231,15 @@ bench: ## Benchmarks: each transition repo vs raw pgx, relay dispatch, pgbench; 
 	@echo "== repo/raw summary (medians of $(BENCH_COUNT) runs; benchstat: benchstat -col /impl $(BENCH_OUT)/bench.txt)"
 	cd tests && GOWORK=off go run ./bench/benchsummary $(CURDIR)/$(BENCH_OUT)/bench.txt | tee $(CURDIR)/$(BENCH_OUT)/summary.md
 
+.PHONY: bench-outcome-notify
+bench-outcome-notify: ## What migration 0012's outcome NOTIFY costs: Heartbeat, Cancel and Complete with its trigger absent, off (as shipped) and on, BENCH_COUNT interleaved runs; writes bench/out/outcome-notify.txt (benchstat -col /notify).
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	cd tests && GOWORK=off go test -c -o $(CURDIR)/$(BENCH_OUT)/bench.test ./bench/
+	cd tests/bench && for i in $$(seq $(BENCH_COUNT)); do \
+		$(CURDIR)/$(BENCH_OUT)/bench.test -test.run '^$$' -test.bench 'OutcomeNotify' -test.benchtime=$(BENCH_TIME) -test.count=1 -test.timeout 60m; \
+	done | tee $(CURDIR)/$(BENCH_OUT)/outcome-notify.txt
+
 # Flags of `kfsdb-bench bench` for bench-kfsdb, e.g. BENCH_ARGS='--duration 30s --rate 300'.
 BENCH_ARGS ?=
 

@@ -36,6 +36,13 @@ const (
 	// PendingWaits counts the in-slot waits for a delivery that arrived
 	// before its relay's MarkDispatched committed.
 	PendingWaits Counter = "worker_pending_delivery_waits"
+	// HandlersAbandoned counts the handlers a stopping worker abandoned
+	// (they had not returned within its CancelGrace); their attempts were
+	// handed back.
+	HandlersAbandoned Counter = "worker_handlers_abandoned"
+	// EventsDropped counts the outcome events the worker's Events channel
+	// had no room for.
+	EventsDropped Counter = "worker_events_dropped"
 	// PostgreSQL source (direct delivery).
 	Fetches        Counter = "source_fetches"
 	FetchedLeases  Counter = "source_fetched_leases"
@@ -52,7 +59,7 @@ func Counters() []Counter {
 	return []Counter{
 		Claimed, Published, PublishFailed, DeadLettered, MarkRefused,
 		LeasesAcquired, LeasesLost, Completed, Failed, Retried, Exhausted, Panicked,
-		StaleDeliveries, DeferredDelivery, PendingWaits,
+		StaleDeliveries, DeferredDelivery, PendingWaits, HandlersAbandoned, EventsDropped,
 		Fetches, FetchedLeases, FetchExhausted, FetchFailed, LeasesHandedBack,
 	}
 }

@@ -117,7 +117,7 @@ func (c *completer) flush(batch []*pendingCompletion) {
 		if p.end != nil {
 			p.end(res)
 		}
-		w.testSignals.Processed.Signal(res)
+		w.finish(res)
 	}
 }
 

@@ -21,6 +21,8 @@ const (
 	RetryBackoffBaseDefault    = 5 * time.Second
 	RetryBackoffCapDefault     = 300 * time.Second
 	WriteTimeoutDefault        = 10 * time.Second
+	StopTimeoutDefault         = 15 * time.Second
+	CancelGraceDefault         = 5 * time.Second
 )
 
 // pendingDeliveryDelay is how soon a delivery that beat its relay's
@@ -84,6 +86,24 @@ type Config struct {
 	// attempt (DOCUMENT_COMPILATION_FAILED), and only Retryable errors and
 	// transient database errors (repo.IsRetryable) are retried.
 	RetryPlainErrors bool
+	// StopTimeout bounds the drain of a graceful Stop: how long running
+	// handlers may go on, their leases heartbeated, before their contexts
+	// are canceled (cause ErrStopTimeout). Stop's context ends it sooner.
+	// Defaults to 15 s (Oban's shutdown grace period).
+	StopTimeout time.Duration
+	// CancelGrace is how long a handler whose context a stop canceled
+	// (Stop after StopTimeout, StopAndCancel, Run's context ending) has to
+	// return before it is abandoned: its attempt is handed back for another
+	// run (ScheduleRetry, WORKER_SHUTDOWN) under the lease it still holds,
+	// and Run returns without waiting for it. Defaults to 5 s.
+	CancelGrace time.Duration
+	// Events, when set, receives an Event for every outcome the worker
+	// records (Run's and Process's). The worker never waits for it: an
+	// event that finds the channel full is dropped and counted
+	// (EventsDropped, observe.EventsDropped), so give it a buffer and a
+	// reader that keeps up. The worker never closes it. Defaults to nil:
+	// no events.
+	Events chan<- Event
 }
 
 func (c *Config) withDefaults() *Config {
@@ -95,6 +115,8 @@ func (c *Config) withDefaults() *Config {
 	out.RetryBackoffCap = cmp.Or(c.RetryBackoffCap, RetryBackoffCapDefault)
 	out.WriteTimeout = cmp.Or(c.WriteTimeout, WriteTimeoutDefault)
 	out.PendingDeliveryWait = cmp.Or(c.PendingDeliveryWait, PendingDeliveryWaitDefault)
+	out.StopTimeout = cmp.Or(c.StopTimeout, StopTimeoutDefault)
+	out.CancelGrace = cmp.Or(c.CancelGrace, CancelGraceDefault)
 	out.ID = runcfg.ID(c.ID, "worker")
 	out.Logger = runcfg.Logger(c.Logger)
 	out.Metrics = runcfg.Metrics(c.Metrics)
@@ -109,7 +131,9 @@ func (c *Config) validate() error {
 		runcfg.Duration{Field: "Config.HeartbeatInterval", Value: c.HeartbeatInterval},
 		runcfg.Duration{Field: "Config.RetryBackoffBase", Value: c.RetryBackoffBase},
 		runcfg.Duration{Field: "Config.RetryBackoffCap", Value: c.RetryBackoffCap},
-		runcfg.Duration{Field: "Config.WriteTimeout", Value: c.WriteTimeout}); err != nil {
+		runcfg.Duration{Field: "Config.WriteTimeout", Value: c.WriteTimeout},
+		runcfg.Duration{Field: "Config.StopTimeout", Value: c.StopTimeout},
+		runcfg.Duration{Field: "Config.CancelGrace", Value: c.CancelGrace}); err != nil {
 		return err
 	}
 	switch {

@@ -41,7 +41,15 @@ const (
 	OutcomeStale     Outcome = "stale"
 	OutcomeDeferred  Outcome = "deferred"
 	OutcomeLeaseLost Outcome = "lease_lost"
-	OutcomeReleased  Outcome = "released"
+	// OutcomeReleased: the worker was stopping; the attempt was handed
+	// back for another run (ScheduleRetry, WORKER_SHUTDOWN) before its
+	// handler ran, or after it returned its context's error.
+	OutcomeReleased Outcome = "released"
+	// OutcomeAbandoned: the stop abandoned the handler, which had not
+	// returned within Config.CancelGrace of its context's cancellation;
+	// the attempt was handed back (ScheduleRetry, WORKER_SHUTDOWN) under
+	// its lease, and the handler's late writes are refused.
+	OutcomeAbandoned Outcome = "abandoned"
 	// OutcomeRejected: Process was called on a nil Worker, with a nil
 	// context or a nil Message; nothing was done.
 	OutcomeRejected Outcome = "rejected"
@@ -57,10 +65,21 @@ type Result struct {
 	TenantID string
 	// Err is the handler's error or the error that decided the outcome.
 	Err error
+	// ErrorCode is the error code the outcome recorded
+	// (last_error_code): "" for a completion and for an outcome that
+	// recorded nothing.
+	ErrorCode string
+	// HandlerDuration is how long the handler ran (until it returned, or
+	// was abandoned); zero when it did not run.
+	HandlerDuration time.Duration
 }
 
 // Process handles one delivery: lease, run, record, acknowledge. It never
-// returns an error; what it did is in the Result (and the logs and metrics).
+// returns an error; what it did is in the Result (and the logs, metrics
+// and Config.Events). ctx is the handler's: its end cancels the handler,
+// whose attempt is then handed back (WORKER_SHUTDOWN) if it returns the
+// context's error; Process waits for the handler to return, however long
+// it takes (Run's stop abandons a handler that does not).
 func (w *Worker) Process(ctx context.Context, msg Message) Result {
 	if err := w.usable(ctx); err != nil {
 		return Result{Outcome: OutcomeRejected, Err: err}
@@ -69,16 +88,17 @@ func (w *Worker) Process(ctx context.Context, msg Message) Result {
 		return Result{Outcome: OutcomeRejected, Err: runcfg.Invalid("worker", "msg", "must not be nil")}
 	}
 	res := w.process(ctx, msg, nil)
-	w.testSignals.Processed.Signal(res)
+	w.finish(res)
 	return res
 }
 
 // process handles one delivery inside the Tracer's span, when there is a
 // Tracer. A completion handed to the completer ends its span there, after
-// its commit.
-func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result {
+// its commit. r is the Run the delivery came to (nil for Process); ctx is
+// the parent of the handler's context.
+func (w *Worker) process(ctx context.Context, msg Message, r *run) Result {
 	if w.cfg.Tracer == nil {
-		return w.handle(ctx, msg, c, nil)
+		return w.handle(ctx, msg, r, nil)
 	}
 	sctx, end := w.cfg.Tracer.StartProcess(ctx, msg)
 	if sctx == nil {
@@ -87,7 +107,7 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 	if end == nil {
 		end = func(Result) {}
 	}
-	res := w.handle(sctx, msg, c, end)
+	res := w.handle(sctx, msg, r, end)
 	if res.Outcome != outcomeHandedOff {
 		end(res)
 	}
@@ -96,40 +116,55 @@ func (w *Worker) process(ctx context.Context, msg Message, c *completer) Result 
 
 // handle is process without the span; end goes with a completion handed
 // to the completer.
-func (w *Worker) handle(ctx context.Context, msg Message, c *completer, end func(Result)) Result {
+func (w *Worker) handle(ctx context.Context, msg Message, r *run, end func(Result)) Result {
 	d := msg.Delivery()
 	res := Result{AttemptID: d.AttemptID}
 	log := w.log.With("attempt_id", d.AttemptID, "queue_job_id", d.QueueJobID)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WriteTimeout)
 	defer cancel()
+	// stopping ends when the worker stops taking deliveries: Run's stop,
+	// or Process's ctx.
+	stopping, stopErr := ctx, error(nil)
+	var c *completer
+	if r != nil {
+		stopping, stopErr, c = r.taking, ErrStopping, r.c
+	}
 
 	attempt, lease, preleased := leasedBySource(msg)
-	switch {
-	case preleased && ctx.Err() != nil:
-		// Stopping with a lease the source took for this slot: hand the
-		// attempt back for another run at once rather than at the lease's
-		// expiry.
+	if !preleased && stopping.Err() == nil {
+		// Not on ctx: a cancel arriving while the lease commits would leave
+		// the lease taken but unreported, and the attempt stranded until it
+		// expires. Once leased, a stopping worker releases it (below).
+		var err error
+		if attempt, lease, err = w.acquireLease(stopping, wctx, d); err != nil {
+			return w.refused(ctx, wctx, log, msg, d, err)
+		}
+	}
+	if stopping.Err() != nil {
+		if r != nil {
+			r.unstarted.Add(1)
+		}
+		stopErr = cmp.Or(stopErr, stopping.Err())
+		if lease == nil {
+			// Stopping before the lease: hand the delivery back untouched.
+			res.Outcome, res.Err = OutcomeDeferred, stopErr
+			w.retryDelivery(wctx, log, msg, time.Now())
+			return res
+		}
+		// Stopping with a lease (the source's, or one just taken): hand
+		// the attempt back for another run at once rather than at the
+		// lease's expiry.
+		if !preleased {
+			w.cfg.Metrics.Add(observe.LeasesAcquired, 1)
+		}
 		res.Lease, res.TenantID = lease, attempt.TenantID
 		v := verdict{shutdown: true, retry: true, code: ErrorCodeWorkerShutdown,
-			message: "the worker stopped before running the attempt", err: ctx.Err()}
+			message: "the worker stopped before running the attempt", err: stopErr}
 		werr := w.retry(wctx, lease, attempt, v, time.Second, &res)
 		if res.Outcome == OutcomeRetried {
 			res.Outcome = OutcomeReleased
 		}
 		return w.settle(ctx, wctx, log, msg, lease, werr, res)
-	case ctx.Err() != nil:
-		// Stopping before the lease: hand the delivery back untouched.
-		res.Outcome, res.Err = OutcomeDeferred, ctx.Err()
-		w.retryDelivery(wctx, log, msg, time.Now())
-		return res
-	case !preleased:
-		// Not on ctx: a cancel arriving while the lease commits would leave
-		// the lease taken but unreported, and the attempt stranded until it
-		// expires. Once leased, a stopping worker releases it (below).
-		var err error
-		if attempt, lease, err = w.acquireLease(ctx, wctx, d); err != nil {
-			return w.refused(ctx, wctx, log, msg, d, err)
-		}
 	}
 	w.cfg.Metrics.Add(observe.LeasesAcquired, 1)
 	res.Lease, res.TenantID = lease, attempt.TenantID
@@ -138,10 +173,16 @@ func (w *Worker) handle(ctx context.Context, msg Message, c *completer, end func
 
 	job := &Job{Attempt: attempt, repo: w.cfg.Repo, pool: w.pool}
 	job.lease.Store(lease)
-	herr, lost := w.runWithHeartbeat(ctx, job, msg, log)
+	ran := w.runWithHeartbeat(ctx, job, msg, log, r)
+	herr := ran.err
 	lease = job.Lease()
-	res.Lease = lease
-	if lost {
+	res.Lease, res.HandlerDuration = lease, ran.took
+	if ran.abandoned {
+		// attempt, not job.Attempt: the handler still runs and may write
+		// job.Attempt.
+		return w.abandon(ctx, wctx, log, msg, lease, attempt, ran.lost, r, res)
+	}
+	if ran.lost {
 		w.cfg.Metrics.Add(observe.LeasesLost, 1)
 		var why string
 		if herr != nil {
@@ -154,7 +195,6 @@ func (w *Worker) handle(ctx context.Context, msg Message, c *completer, end func
 		w.ack(wctx, log, msg)
 		return res
 	}
-
 	if herr == nil {
 		done := completionOf(job, lease)
 		if c != nil {
@@ -237,7 +277,8 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 		w.retryDelivery(wctx, log, msg, time.Now().Add(pendingDeliveryDelay))
 		return res
 	case errors.Is(err, repo.ErrAttemptsExhausted):
-		if _, ferr := w.cfg.Repo.FailExhausted(wctx, w.pool, &repo.FailExhaustedParams{Delivery: d}); ferr != nil && !errors.Is(ferr, repo.ErrInvalidTransition) && !errors.Is(ferr, repo.ErrDeliveryMismatch) {
+		a, ferr := w.cfg.Repo.FailExhausted(wctx, w.pool, &repo.FailExhaustedParams{Delivery: d})
+		if ferr != nil && !errors.Is(ferr, repo.ErrInvalidTransition) && !errors.Is(ferr, repo.ErrDeliveryMismatch) {
 			log.ErrorContext(ctx, "fail exhausted attempt", "err", ferr)
 			res.Outcome, res.Err = OutcomeDeferred, ferr
 			w.retryDelivery(wctx, log, msg, time.Now().Add(time.Second))
@@ -245,6 +286,10 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 		}
 		w.cfg.Metrics.Add(observe.Exhausted, 1)
 		res.Outcome = OutcomeExhausted
+		if ferr == nil {
+			// Failed here, not by another worker first.
+			res.ErrorCode, res.TenantID = kfstype.ErrorCodeExecutionAttemptsExhausted, a.TenantID
+		}
 	case errors.As(err, &te) && te.From.Terminal():
 		res.Outcome = OutcomeStale
 	case errors.As(err, &te):
@@ -283,11 +328,24 @@ func (w *Worker) refused(ctx, wctx context.Context, log *slog.Logger, msg Messag
 	return res
 }
 
+// handlerRun is what became of one run of the handler.
+type handlerRun struct {
+	err error
+	// lost: the lease was lost while the handler ran.
+	lost bool
+	// abandoned: the stop abandoned the handler (it has not returned).
+	abandoned bool
+	// took is how long the handler ran, until it returned or was
+	// abandoned.
+	took time.Duration
+}
+
 // runWithHeartbeat runs the handler while a goroutine extends the lease.
 // It reports whether the lease was lost; the handler's context is canceled
 // with cause repo.ErrLeaseLost the moment it is. Each renewal also extends
-// msg when it is an Extender.
-func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, msg Message, log *slog.Logger) (err error, lost bool) {
+// msg when it is an Extender. Under Run (r not nil) the handler runs on a
+// goroutine of its own, so that the stop can abandon it.
+func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, msg Message, log *slog.Logger, r *run) handlerRun {
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var lostFlag atomic.Bool
@@ -301,10 +359,60 @@ func (w *Worker) runWithHeartbeat(ctx context.Context, job *Job, msg Message, lo
 			cancel(cause)
 		})
 	}()
-	err = w.call(hctx, job)
+	start := time.Now()
+	var ran handlerRun
+	if r == nil {
+		ran.err = w.call(hctx, job)
+	} else {
+		ran = w.callUnderStop(hctx, job, r)
+	}
+	ran.took = time.Since(start)
+	// Stopped before an abandoned attempt is handed back: a renewal after
+	// the hand-back would only be refused.
 	stopBeat()
 	<-done
-	return err, lostFlag.Load()
+	ran.lost = lostFlag.Load()
+	return ran
+}
+
+// returned is a handler's return, with what its Run's stop had done by
+// then.
+type returned struct {
+	err error
+	// stopping: the Run had stopped taking deliveries; canceled: it had
+	// canceled the handlers' contexts.
+	stopping, canceled bool
+}
+
+// callUnderStop runs the handler on a goroutine of its own and waits for
+// it to return, or for r's stop to abandon it; a handler that returns
+// after the stop began is counted in r's report. An abandoned handler's
+// goroutine ends when the handler returns; its return goes to nobody.
+func (w *Worker) callUnderStop(ctx context.Context, job *Job, r *run) handlerRun {
+	ch := make(chan returned, 1)
+	go func() {
+		err := w.call(ctx, job)
+		ch <- returned{err: err, stopping: r.stopping(), canceled: r.handlers.Err() != nil}
+	}()
+	var got returned
+	select {
+	case got = <-ch:
+	case <-r.abandoned:
+		select {
+		case got = <-ch: // returned as the grace ended: not abandoned
+		default:
+			r.abandonedN.Add(1)
+			return handlerRun{abandoned: true}
+		}
+	}
+	switch {
+	case !got.stopping:
+	case got.canceled:
+		r.canceled.Add(1)
+	default:
+		r.finished.Add(1)
+	}
+	return handlerRun{err: got.err}
 }
 
 // heartbeat extends the lease every HeartbeatInterval until ctx ends. A
@@ -398,7 +506,8 @@ type verdict struct {
 // error. A nil pointer fails the attempt (DOCUMENT_COMPILATION_FAILED)
 // without calling its methods; a method that panics fails it with
 // DOCUMENT_COMPILATION_PANIC, like a handler that panicked. stopping
-// says the worker's context has ended.
+// says the stop canceled the handler's context: its context's error, or
+// the cause (ErrStopping, ErrStopTimeout), hands the attempt back.
 func (w *Worker) judge(herr error, stopping bool) (v verdict) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -413,7 +522,7 @@ func (w *Worker) judge(herr error, stopping bool) (v verdict) {
 	var e *Error
 	marked := errors.As(herr, &e) && e != nil
 	switch {
-	case stopping && errors.Is(herr, context.Canceled):
+	case stopping && (errors.Is(herr, context.Canceled) || errors.Is(herr, ErrStopping)):
 		v.shutdown, v.retry, v.code = true, true, ErrorCodeWorkerShutdown
 		v.message = repo.TruncateMessage("the worker stopped while the handler ran: " + herr.Error())
 		return v

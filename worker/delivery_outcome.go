@@ -69,7 +69,7 @@ func (w *Worker) retry(ctx context.Context, lease *repo.Lease, a *kfstype.Attemp
 			Lease: lease, ErrorCode: kfstype.ErrorCodeExecutionAttemptsExhausted,
 			ErrorMessage: fmt.Sprintf("execution attempts exhausted (%d of %d); last error: %s: %s", a.ExecutionAttempts, a.MaxExecutionAttempts, v.code, v.message),
 		})
-		res.Outcome = OutcomeExhausted
+		res.Outcome, res.ErrorCode = OutcomeExhausted, kfstype.ErrorCodeExecutionAttemptsExhausted
 		return err
 	}
 	_, err := w.cfg.Repo.ScheduleRetry(ctx, w.pool, &repo.ScheduleRetryParams{
@@ -78,7 +78,7 @@ func (w *Worker) retry(ctx context.Context, lease *repo.Lease, a *kfstype.Attemp
 	if err == nil {
 		w.cfg.Metrics.Add(observe.Retried, 1)
 	}
-	res.Outcome = OutcomeRetried
+	res.Outcome, res.ErrorCode = OutcomeRetried, v.code
 	return err
 }
 
@@ -88,8 +88,38 @@ func (w *Worker) fail(ctx context.Context, lease *repo.Lease, v verdict, res *Re
 	if err == nil {
 		w.cfg.Metrics.Add(observe.Failed, 1)
 	}
-	res.Outcome = OutcomeFailed
+	res.Outcome, res.ErrorCode = OutcomeFailed, v.code
 	return err
+}
+
+// abandon hands back the attempt of a handler the stop abandoned (r's
+// third phase), under the lease it still holds: ScheduleRetry with
+// WORKER_SHUTDOWN, or Fail as exhausted with no execution attempt left.
+// Its fence (the lease token and worker id) is what keeps the handler's
+// late writes out, since the handler runs on. With the lease lost
+// already, there is nothing to hand back.
+func (w *Worker) abandon(ctx, wctx context.Context, log *slog.Logger, msg Message, lease *repo.Lease, a *kfstype.Attempt, lost bool, r *run, res Result) Result {
+	w.cfg.Metrics.Add(observe.HandlersAbandoned, 1)
+	res.Err = ErrHandlerAbandoned
+	if lost {
+		r.notHandedBack.Add(1)
+		w.cfg.Metrics.Add(observe.LeasesLost, 1)
+		log.WarnContext(ctx, "handler abandoned after its lease was lost", "cancel_grace", w.cfg.CancelGrace)
+		res.Outcome = OutcomeLeaseLost
+		w.ack(wctx, log, msg)
+		return res
+	}
+	v := verdict{shutdown: true, retry: true, code: ErrorCodeWorkerShutdown, err: ErrHandlerAbandoned,
+		message: fmt.Sprintf("the worker stopped and abandoned the handler: it had not returned %s after its context was canceled", w.cfg.CancelGrace)}
+	werr := w.retry(wctx, lease, a, v, time.Second, &res)
+	if res.Outcome == OutcomeRetried {
+		res.Outcome = OutcomeAbandoned
+	}
+	res = w.settle(ctx, wctx, log, msg, lease, werr, res)
+	if werr != nil {
+		r.notHandedBack.Add(1)
+	}
+	return res
 }
 
 // settle acknowledges the delivery once its outcome is recorded (werr ==
@@ -97,6 +127,7 @@ func (w *Worker) fail(ctx context.Context, lease *repo.Lease, v verdict, res *Re
 // lease.
 func (w *Worker) settle(ctx, wctx context.Context, log *slog.Logger, msg Message, lease *repo.Lease, werr error, res Result) Result {
 	if werr != nil {
+		res.ErrorCode = "" // nothing was recorded
 		if errors.Is(werr, repo.ErrLeaseLost) {
 			w.cfg.Metrics.Add(observe.LeasesLost, 1)
 			res.Outcome, res.Err = OutcomeLeaseLost, werr
@@ -124,6 +155,8 @@ func logOutcome(ctx context.Context, log *slog.Logger, res Result) {
 		log.DebugContext(ctx, "attempt succeeded")
 	case OutcomeReleased:
 		log.DebugContext(ctx, "attempt handed back", "outcome", res.Outcome)
+	case OutcomeAbandoned:
+		log.WarnContext(ctx, "handler abandoned; attempt handed back", "outcome", res.Outcome)
 	case OutcomeRetried:
 		log.WarnContext(ctx, "attempt failed; retry scheduled", "outcome", res.Outcome, "err", res.Err)
 	case OutcomeFailed, OutcomeExhausted:

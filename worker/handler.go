@@ -14,7 +14,11 @@ import (
 // the attempt. A handler with nothing to persist in between can instead
 // call job.CompleteThrough and return nil: the worker then completes from
 // any checkpoint in one write. ctx is canceled the moment the lease is
-// lost (context.Cause is repo.ErrLeaseLost) or the worker stops.
+// lost (context.Cause is repo.ErrLeaseLost), or when a stop cancels the
+// handlers it found running (context.Cause errors.Is ErrStopping:
+// ErrStopTimeout after a graceful Stop's drain); returning ctx.Err() or
+// the cause then hands the attempt back for another run. A handler that
+// does not return within Config.CancelGrace of that is abandoned.
 type Handler interface {
 	Work(ctx context.Context, job *Job) error
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -24,17 +23,7 @@ import (
 // repo.ErrLeaseLost. tests/partition checks the same on a worker process
 // cut off from its database.
 func TestHandlerStopsAtLeaseExpiry(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there: every connection is refused
-	pool, err := pgxpool.New(context.Background(), "postgres://kfsdb@"+addr+"/kfsdb?connect_timeout=5")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := unreachablePool(t)
 
 	// As read on this host's clock, the database's ExpiresAt is an hour
 	// away when this host's clock runs an hour behind the database's: the
@@ -77,8 +66,7 @@ func stopsAtExpiry(t *testing.T, pool *pgxpool.Pool, lease func(expires time.Tim
 
 	lostCh := make(chan bool, 1)
 	go func() {
-		_, lost := w.runWithHeartbeat(context.Background(), job, nil, w.log)
-		lostCh <- lost
+		lostCh <- w.runWithHeartbeat(context.Background(), job, nil, w.log, nil).lost
 	}()
 	select {
 	case e := <-endedCh:

@@ -9,6 +9,8 @@ type TestSignals struct {
 	// Processed carries each delivery's result once it was acknowledged or
 	// handed back.
 	Processed testsignal.Signal[Result]
+	// Stopping fires when a Run stops taking deliveries (its stop began).
+	Stopping testsignal.Signal[struct{}]
 }
 
 // TestSignals returns the worker's test signals, for tests only. A test

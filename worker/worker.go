@@ -11,6 +11,17 @@
 // errors (repo.IsRetryable) retry it after a backoff while execution
 // attempts remain. [Config.RetryPlainErrors] retries plain errors too.
 //
+// [Worker.Stop] stops a running worker gracefully, like River's Stop: no
+// more deliveries, running handlers finish until [Config.StopTimeout] or
+// Stop's context ends, then their contexts are canceled (cause
+// [ErrStopTimeout]); [Worker.StopAndCancel] (and Run's context ending)
+// cancels them at once (cause [ErrStopping]). A handler that has not
+// returned [Config.CancelGrace] after the cancellation is abandoned: its
+// attempt is handed back for another run under the lease it still holds,
+// and its late writes are fenced off. Both return a [StopReport].
+// [Config.Events] receives an [Event] for every outcome the worker
+// records.
+//
 // Package github.com/knowledgefs/kfsdb/kfsdbtest runs one attempt through a
 // handler with [Worker.Process], for tests, and holds a runnable example of
 // a worker on pgsource (Example_workerPgsource).
@@ -21,6 +32,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -110,7 +122,8 @@ type LeasedMessage interface {
 
 // LeasingSource is a Source that leases as it fetches: every message it
 // returns is a LeasedMessage. New binds it to the worker (its id, lease
-// duration and slots), and Run runs it beside the slots until ctx ends.
+// duration and slots), and Run runs it beside the slots until the worker
+// stops taking deliveries (a stop's first moment, or Run's ctx ending).
 type LeasingSource interface {
 	Source
 	// Bind names the worker the source leases for. It fails when the
@@ -133,6 +146,12 @@ type Worker struct {
 	// testSignals are for tests (TestSignals); they do nothing until a
 	// test initializes them.
 	testSignals TestSignals
+	// events counts what Config.Events dropped.
+	eventsDropped atomic.Int64
+	// runs are the Runs running, for Stop.
+	runsMu   sync.Mutex
+	runs     map[*run]struct{}
+	lastStop StopReport
 }
 
 // New returns a worker. cfg may be nil. Bad arguments and Config fields
@@ -186,49 +205,65 @@ func (w *Worker) usable(ctx context.Context) error {
 }
 
 // Run receives and processes deliveries with Concurrency goroutines until
-// ctx ends, then waits for them and returns ctx.Err(). Handlers see ctx's
-// cancellation; their outcome is still recorded.
+// it is stopped, then records the outcomes and returns. Stop and
+// StopAndCancel stop it (see them: a bounded drain, then the handlers'
+// contexts canceled, then handlers that still run abandoned, their
+// attempts handed back), and Run then returns nil; ctx's end stops it like
+// StopAndCancel, and Run returns ctx.Err() (LastStopReport has that
+// stop's report). Either way it returns within
+// Config.CancelGrace of the handlers' cancellation plus the final writes,
+// whatever the handlers do. A handler's context carries ctx's values, not
+// its cancellation: the stop cancels it, with a cause that says why
+// (ErrStopping, ErrStopTimeout).
+//
+// A worker may run several Runs at once (Stop stops them all); a
+// LeasingSource runs once at a time.
 func (w *Worker) Run(ctx context.Context) error {
 	if err := w.usable(ctx); err != nil {
 		return err
 	}
-	var c *completer
+	r := w.newRun(ctx)
+	defer r.end()
 	if !w.cfg.SingleCompletions {
-		c = w.startCompleter(ctx)
+		r.c = w.startCompleter(ctx)
 	}
-	var wg sync.WaitGroup
+	var source, slots sync.WaitGroup
 	if ls, ok := w.src.(LeasingSource); ok {
-		// The source stops with ctx, like the slots, and hands back what
-		// it fetched for slots that stopped meanwhile.
-		wg.Go(func() {
-			if err := ls.Run(ctx); err != nil && ctx.Err() == nil {
+		// The source stops as the run stops taking deliveries, like the
+		// slots, and hands back what it fetched for slots that stopped
+		// meanwhile.
+		source.Go(func() {
+			if err := ls.Run(r.taking); err != nil && r.taking.Err() == nil {
 				w.log.ErrorContext(ctx, "source stopped", "err", err)
 			}
 		})
 	}
 	for range w.cfg.Concurrency {
-		wg.Go(func() {
+		slots.Go(func() {
 			var down slotBackoff
-			for ctx.Err() == nil {
-				msg, err := w.src.Receive(ctx)
+			for r.taking.Err() == nil {
+				msg, err := w.src.Receive(r.taking)
 				if err != nil {
-					if ctx.Err() == nil {
+					if r.taking.Err() == nil {
 						w.log.ErrorContext(ctx, "receive failed", "err", err)
-						sleep(ctx, time.Second)
+						sleep(r.taking, time.Second)
 					}
 					continue
 				}
-				res := w.process(ctx, msg, c)
+				res := w.process(r.handlers, msg, r)
 				if res.Outcome != outcomeHandedOff {
-					w.testSignals.Processed.Signal(res)
+					w.finish(res)
 				}
-				sleep(ctx, down.next(res))
+				sleep(r.taking, down.next(res))
 			}
 		})
 	}
-	wg.Wait()
-	if c != nil {
-		c.close() // records and acknowledges what the slots handed off
+	slotsDone := make(chan struct{})
+	go func() { slots.Wait(); close(slotsDone) }()
+	r.supervise(ctx, slotsDone)
+	source.Wait()
+	if r.c != nil {
+		r.c.close() // records and acknowledges what the slots handed off
 	}
 	return ctx.Err()
 }

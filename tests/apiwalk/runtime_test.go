@@ -15,6 +15,7 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/outcomes"
 	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -104,6 +105,12 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 			"Worker.ID":          {Fn: (*worker.Worker).ID, Args: []any{w}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}}}},
 			"Worker.Run":         {Fn: (*worker.Worker).Run, Args: []any{w, canceled}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}, canceled}}},
 			"Worker.TestSignals": {Fn: (*worker.Worker).TestSignals, Args: []any{w}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}}}},
+			// Not running: ErrNotRunning, which is not a refusal of input.
+			"Worker.Stop": {Fn: (*worker.Worker).Stop, Args: []any{w, ctx}, Extra: map[string][]any{"zero Worker": {&worker.Worker{}, ctx}}},
+			"Worker.StopAndCancel": {Fn: (*worker.Worker).StopAndCancel, Args: []any{w, ctx},
+				Extra: map[string][]any{"zero Worker": {&worker.Worker{}, ctx}}},
+			"Worker.LastStopReport": {Fn: (*worker.Worker).LastStopReport, Args: []any{w}},
+			"Worker.EventsDropped":  {Fn: (*worker.Worker).EventsDropped, Args: []any{w}},
 			"Worker.Process": {Fn: (*worker.Worker).Process, Args: []any{w, canceled, msg}, Err: resultErr,
 				Extra: map[string][]any{"zero Worker": {&worker.Worker{}, canceled, msg}, "malformed delivery": {w, ctx, forged}}},
 			"HandlerFunc.Work": {Fn: worker.HandlerFunc.Work, Args: []any{h, ctx, job},
@@ -141,6 +148,21 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 			"Source.Run": {Fn: (*pgsource.Source).Run, Args: []any{bound, canceled}, SkipValidCall: true,
 				Extra: map[string][]any{"zero Source": {&pgsource.Source{}, canceled}}},
 		}, runtimeRules, inputRefused, notRefused)
+	})
+
+	t.Run("outcomes", func(t *testing.T) {
+		apiwalk.Walk(t, "../../outcomes", map[string]apiwalk.Case{
+			// The valid calls reach for the server, which is not there.
+			"Enable":  {Fn: outcomes.Enable, Args: []any{ctx, pool, time.Second}, Valid: []string{"arg2=zero(time.Duration)"}},
+			"Disable": {Fn: outcomes.Disable, Args: []any{ctx, pool, time.Second}, Valid: []string{"arg2=zero(time.Duration)"}},
+			"Enabled": {Fn: outcomes.Enabled, Args: []any{ctx, pool}},
+			"Listen": {Fn: outcomes.Listen, Args: []any{canceled, pool, func(outcomes.Outcome) {}, &outcomes.ListenConfig{}},
+				Valid: []string{"arg3=nil", "arg3=zero(*outcomes.ListenConfig)"}},
+			"PayloadError.Error": {Fn: (*outcomes.PayloadError).Error, Args: []any{&outcomes.PayloadError{Payload: "x", Reason: "y"}}},
+			// Its error describes a payload (a *PayloadError, outcomes'
+			// TestParse), not a refused argument: only a panic fails here.
+			"Parse": {Fn: outcomes.Parse, Args: []any{`{"attempt_id": "` + id.String() + `", "tenant_id": "t", "run_state": "failed"}`}, Unwrap: true},
+		}, apiwalk.Rules{}, inputRefused, notRefused)
 	})
 
 	t.Run("memqueue", func(t *testing.T) {
