@@ -46,9 +46,13 @@ func fetchListCases() []fetchListCase {
 		{"tenants=1000", "include=1000", 1000, 10_000, 0, fetchLists{include: all1000, served: 1000}},
 		{"tenants=1000", "exclude=100", 1000, 10_000, 0, fetchLists{exclude: everyNth(1000, 10), served: 900}},
 		// Half the tenants excluded: their rows are half the due index.
+		// Every other tenant is the worst case for the walk (an excluded
+		// tenant, one descent, between any two it serves); ten in a row,
+		// a block the walk passes once per round.
 		{"tenants=20", "none", 20, 10_000, 0, fetchLists{}},
 		{"tenants=20", "include=10", 20, 10_000, 0, fetchLists{include: everyNth(20, 2), served: 10}},
 		{"tenants=20", "exclude=10", 20, 10_000, 0, fetchLists{exclude: everyNth(20, 2), served: 10}},
+		{"tenants=20", "exclude=10-in-a-row", 20, 10_000, 0, fetchLists{exclude: everyNth(10, 1), served: 10}},
 		// One tenant's backlog beside 10^5 terminal attempts of 50 others:
 		// excluded, the history tenants are passed by one descent each.
 		{"tenants=1/history=100000", "none", 1, 10_000, 100_000, fetchLists{}},
