@@ -99,7 +99,11 @@ tenant_walk (tenant_id, first_tenant, pos, looked, first_due, dues) AS (
                     -- The list's next entry; none past its end (it holds
                     -- each tenant once, so the walk stops there).
                     ELSE (SELECT i.tenants[w.pos + 1] FROM include_walk i)
-                    END AS tenant_id) n
+                    END AS tenant_id
+              -- Once per step: read twice (the column, the exclusion),
+              -- it would otherwise be copied into both, and the descent
+              -- run twice.
+              OFFSET 0) n
      -- Computed once per step (OFFSET 0 keeps the planner from copying
      -- the subquery into every expression that uses it).
      OFFSET 0
