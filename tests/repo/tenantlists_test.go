@@ -140,8 +140,9 @@ func TestFetchLeasesTenantLists(t *testing.T) {
 		a := analyze(t, b.ctx, pool, rec.last["FetchLeases"])
 		t.Logf("empty fetch beside 300 excluded due rows: %d buffers, %.2f ms, rows read %v", a.buffers, a.ms, a.rowsRead)
 		// The walk's descents, quiet's one live attempt and its outbox
-		// row, the due index's first row and its attempt: a handful (8 and
-		// 4 when written).
+		// row, the due index's first row and its attempt: a handful (6
+		// attempt and 2-4 outbox rows, 22 buffers, on PostgreSQL 17 and
+		// 15).
 		require.Less(t, a.rowsRead["document_compilation_outbox"], int64(20), "the fetch read past the excluded tenant's due rows")
 		require.Less(t, a.rowsRead["document_compilation_attempts"], int64(20), "the fetch read the excluded tenant's attempts")
 		require.Less(t, a.buffers, int64(150))
