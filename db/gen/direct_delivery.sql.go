@@ -493,7 +493,10 @@ type FetchLeasesRow struct {
 // join's condition is false otherwise, and no row is probed.
 // The walk's end, after a fetch that took nothing though its walk stopped
 // at max_tenants (the header says why): no attempt, only tenant_id (the
-// last tenant walked) is meant; the other columns are placeholders.
+// last tenant walked) is meant; the other columns are placeholders, one
+// per column of document_compilation_attempts in its order (a column
+// added to the table needs one here: the UNION refuses the statement
+// until it has it).
 func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesParams) ([]*FetchLeasesRow, error) {
 	rows, err := db.Query(ctx, fetchLeases,
 		arg.AfterTenant,

@@ -419,7 +419,10 @@ SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS
 UNION ALL
 -- The walk's end, after a fetch that took nothing though its walk stopped
 -- at max_tenants (the header says why): no attempt, only tenant_id (the
--- last tenant walked) is meant; the other columns are placeholders.
+-- last tenant walked) is meant; the other columns are placeholders, one
+-- per column of document_compilation_attempts in its order (a column
+-- added to the table needs one here: the UNION refuses the statement
+-- until it has it).
 SELECT '00000000-0000-0000-0000-000000000000'::uuid, last_walked.tenant_id, '00000000-0000-0000-0000-000000000000'::uuid,
        '00000000-0000-0000-0000-000000000000'::uuid, 0, '00000000-0000-0000-0000-000000000000'::uuid, 0, NULL, NULL,
        '', '', NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
