@@ -103,6 +103,12 @@ type Config struct {
 	// distinct tenant ids; an empty, non-nil list is refused, as it would
 	// serve nobody (a list read from an empty setting, most likely). Not
 	// with ExcludeTenants. Defaults to nil: every tenant.
+	//
+	// Wake-ups are not tenant-aware: a commit wakes one idle listener
+	// (migration 0010), which may be a source that does not serve the
+	// row's tenant; that one fetches once and sleeps again, and an idle
+	// source that serves the tenant takes the row at its next fetch, within
+	// its PollInterval. A busy source fetches again at once anyway.
 	Tenants []string
 	// ExcludeTenants are tenants the source never serves, e.g. a fleet for
 	// every tenant but those with dedicated sources (a source with Tenants
