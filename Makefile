@@ -293,6 +293,15 @@ bench-scale: ## Hot statements' p50/p99 at 0, 10^4, 10^5, 10^6 historical attemp
 	mkdir -p $(BENCH_OUT)
 	cd tests && GOWORK=off go test -run '^$$' -bench 'BenchmarkScale' -benchtime 200x -timeout 60m ./bench/ | tee $(CURDIR)/$(BENCH_OUT)/scale.txt
 
+.PHONY: bench-fetch-lists
+bench-fetch-lists: ## Issue 41 item 1: FetchLeases' buffers and statements per lease with tenant lists (include, exclude) beside the same scenarios without, under pgx's plan choice and generic plans (a source's kept connections); goal 1.1x; writes bench/out/fetch-lists.txt.
+	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
+	mkdir -p $(BENCH_OUT)
+	cd tests && GOWORK=off go test -c -o $(CURDIR)/$(BENCH_OUT)/bench.test ./bench/
+	cd tests/bench && { $(CURDIR)/$(BENCH_OUT)/bench.test -test.run '^$$' -test.bench 'FetchLists' -test.benchtime 1x -test.v -test.timeout 60m; \
+		PGOPTIONS='-c plan_cache_mode=force_generic_plan' $(CURDIR)/$(BENCH_OUT)/bench.test -test.run '^$$' -test.bench 'FetchLists' -test.benchtime 1x -test.v -test.timeout 60m; } \
+		| grep -E '^fetch-lists|^(ok|FAIL|---)' | tee $(CURDIR)/$(BENCH_OUT)/fetch-lists.txt
+
 # History levels of bench-ageing (cumulative terminal attempts).
 AGEING_LEVELS ?= 0,10000,100000,1000000,10000000
 

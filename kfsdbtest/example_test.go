@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -175,7 +177,7 @@ func Example_workerPgsource() {
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Run(runCtx) }()
 
-	a := waitEnded(ctx, r, db, res.Attempt.ID)
+	a := waitEnded(ctx, r, db, res.Attempt)
 	stop()
 	fmt.Println("Run:", <-stopped)
 	fmt.Println(a.RunState, a.Checkpoint, "candidate bound:", *a.CandidatePublicationID == doc.Candidate.ID)
@@ -185,9 +187,9 @@ func Example_workerPgsource() {
 }
 
 // waitEnded reads the attempt until it has ended (at most a minute).
-func waitEnded(ctx context.Context, r *repo.Repo, db *kfsdbtest.DB, id uuid.UUID) *kfstype.Attempt {
+func waitEnded(ctx context.Context, r *repo.Repo, db *kfsdbtest.DB, started *kfstype.Attempt) *kfstype.Attempt {
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		a, err := r.GetAttempt(ctx, db.Pool, &repo.GetAttemptParams{TenantID: "acme", AttemptID: id})
+		a, err := r.GetAttempt(ctx, db.Pool, &repo.GetAttemptParams{TenantID: started.TenantID, AttemptID: started.ID})
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -195,6 +197,74 @@ func waitEnded(ctx context.Context, r *repo.Repo, db *kfsdbtest.DB, id uuid.UUID
 			return a
 		}
 	}
+}
+
+// Serve chosen tenants: a worker whose source has Config.Tenants serves
+// only those (dedicated capacity for a large tenant), one with
+// Config.ExcludeTenants every tenant but those (a fleet for the rest).
+// Both fetch with the same fairness among their tenants and the same caps
+// (repo.SetTenantLimit holds across every source), and neither ever
+// leases the other's attempts.
+func Example_workerPgsourceTenantLists() {
+	ctx := context.Background()
+	db, acme := exampleDB()
+	defer db.Drop(ctx)
+	pool := db.Pool
+	globex, err := kfsdbtest.InsertDocument(ctx, pool, "globex")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r := repo.New(nil)
+	var started []*kfstype.Attempt
+	for _, doc := range []kfsdbtest.Document{acme, globex} {
+		res, err := r.Start(ctx, pool, startParams(doc.Asset, 0))
+		if err != nil {
+			log.Fatal(err)
+		}
+		started = append(started, res.Attempt)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 2)
+	ran := make(chan string, 2)
+	for _, cfg := range []struct {
+		name string
+		src  pgsource.Config
+	}{
+		{"dedicated", pgsource.Config{Tenants: []string{"acme"}, Logger: quiet}},
+		{"fleet", pgsource.Config{ExcludeTenants: []string{"acme"}, Logger: quiet}},
+	} {
+		src, err := pgsource.New(pool, &cfg.src)
+		if err != nil {
+			log.Fatal(err)
+		}
+		h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
+			ran <- cfg.name + " ran " + job.Attempt.TenantID
+			c := acme.Candidate
+			if job.Attempt.TenantID == "globex" {
+				c = globex.Candidate
+			}
+			job.CompleteThrough(c.ID, c.Fingerprint)
+			return nil
+		})
+		w, err := worker.New(pool, src, h, &worker.Config{Concurrency: 2, Logger: quiet})
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() { stopped <- w.Run(runCtx) }()
+	}
+	for _, a := range started {
+		waitEnded(ctx, r, db, a)
+	}
+	stop()
+	<-stopped
+	<-stopped
+	lines := []string{<-ran, <-ran}
+	slices.Sort(lines)
+	fmt.Println(strings.Join(lines, "\n"))
+	// Output:
+	// dedicated ran acme
+	// fleet ran globex
 }
 
 // Cancel a live attempt (repo.Repo.Cancel): it ends canceled with its

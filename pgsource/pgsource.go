@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,27 @@ type Config struct {
 	PollOnly bool
 	// Repo runs FetchLeases. Defaults to repo.New(nil).
 	Repo *repo.Repo
+	// Tenants, when not nil, are the only tenants the source serves (an
+	// include list), e.g. dedicated capacity for a large tenant: each
+	// fetch walks this list (at most MaxTenants of it) instead of every
+	// tenant, with the same fairness among them and the same caps
+	// (repo.SetTenantLimit, across every source). 1..repo.MaxTenantList
+	// distinct tenant ids; an empty, non-nil list is refused, as it would
+	// serve nobody (a list read from an empty setting, most likely). Not
+	// with ExcludeTenants. Defaults to nil: every tenant.
+	//
+	// Wake-ups are not tenant-aware: a commit wakes one idle listener
+	// (migration 0010), which may be a source that does not serve the
+	// row's tenant; that one fetches once and sleeps again, and an idle
+	// source that serves the tenant takes the row at its next fetch, within
+	// its PollInterval. A busy source fetches again at once anyway.
+	Tenants []string
+	// ExcludeTenants are tenants the source never serves, e.g. a fleet for
+	// every tenant but those with dedicated sources (a source with Tenants
+	// beside it). Excluded tenants cost a fetch one index descent each,
+	// whatever their backlog or history. At most repo.MaxTenantList
+	// distinct tenant ids; nil or empty: none.
+	ExcludeTenants []string
 	// TraceContexts makes the source fetch the leased attempts' Start trace
 	// contexts with the leases (FetchLeasesParams.TraceContexts, no extra
 	// round trip) and carry them in its messages (worker.TracedMessage),
@@ -166,6 +188,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Source, error) {
 	case nilvalue.Is(c.Metrics):
 		return nil, runcfg.Invalid("pgsource", "Config.Metrics", fmt.Sprintf("is a nil %T", c.Metrics))
 	}
+	var ie *repo.InputError
+	if err := repo.ValidateTenantLists(c.Tenants, c.ExcludeTenants); errors.As(err, &ie) {
+		return nil, runcfg.Invalid("pgsource", "Config."+ie.Field, ie.Reason)
+	}
+	// The source's own copies: the caller's slices may change after New.
+	c.Tenants, c.ExcludeTenants = slices.Clone(c.Tenants), slices.Clone(c.ExcludeTenants)
 	if err := runcfg.NonNegative("pgsource", runcfg.Duration{Field: "Config.FollowUpInterval", Value: c.FollowUpInterval},
 		runcfg.Duration{Field: "Config.PollInterval", Value: c.PollInterval},
 		runcfg.Duration{Field: "Config.WriteTimeout", Value: c.WriteTimeout}); err != nil {

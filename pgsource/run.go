@@ -183,7 +183,7 @@ func (l *fetchLoop) start(ctx context.Context, pending int) {
 		res, err := s.cfg.Repo.FetchLeases(fctx, conn, &repo.FetchLeasesParams{
 			WorkerID: s.workerID, BatchSize: n, LeaseDuration: s.leaseDuration,
 			AfterTenant: after, MaxTenants: s.cfg.MaxTenants, PerTenant: s.cfg.PerTenant,
-			TraceContexts: s.cfg.TraceContexts,
+			TraceContexts: s.cfg.TraceContexts, Tenants: s.cfg.Tenants, ExcludeTenants: s.cfg.ExcludeTenants,
 		})
 		l.conns.Put(conn, err)
 		l.results <- fetched{n: n, res: res, err: err}
@@ -255,7 +255,8 @@ func (l *fetchLoop) idleWait(ctx context.Context) (time.Duration, bool) {
 	}
 	wait, again := l.idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
 		PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval, CallTimeout: s.cfg.WriteTimeout,
-		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true})
+		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true,
+		Partial: s.cfg.Tenants != nil || len(s.cfg.ExcludeTenants) > 0})
 	if again {
 		l.short = false
 	}

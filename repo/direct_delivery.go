@@ -24,6 +24,11 @@ const (
 // fetch walks, each an index descent and a probe.
 const MaxFetchTenants = 1000
 
+// MaxTenantList bounds FetchLeasesParams.Tenants and ExcludeTenants: each
+// fetch sends its list, and checks a walked tenant against the exclude
+// list entry by entry.
+const MaxTenantList = 1000
+
 // FetchLeasesParams asks for due attempts to run, leased to one worker.
 type FetchLeasesParams struct {
 	// WorkerID names the worker the leases are taken for (worker_id),
@@ -51,6 +56,18 @@ type FetchLeasesParams struct {
 	// 0009) in the same round trip, in LeasedAttempt.TraceContext.
 	// Defaults to false.
 	TraceContexts bool
+	// Tenants, when not nil, are the only tenants the fetch serves (an
+	// include list): the walk goes down this list (bytewise order, from
+	// the first after AfterTenant, wrapping) instead of every tenant, at
+	// most MaxTenants of it per fetch, with the same fairness and caps.
+	// 1..MaxTenantList distinct tenant ids; an empty list is refused (it
+	// would serve nobody). Not with ExcludeTenants (ValidateTenantLists).
+	Tenants []string
+	// ExcludeTenants are tenants the fetch never serves; every other
+	// tenant is walked as without a list, and an excluded one costs one
+	// index descent, never a read of its attempts. At most MaxTenantList
+	// distinct tenant ids; nil or empty: none.
+	ExcludeTenants []string
 }
 
 // LeasedAttempt is one attempt a fetch leased, with its lease.
@@ -75,7 +92,11 @@ type FetchLeasesResult struct {
 	// fetch failed them (EXECUTION_ATTEMPTS_EXHAUSTED) instead.
 	Exhausted []*kfstype.Attempt
 	// NextAfterTenant is the AfterTenant for the next fetch: the last
-	// tenant served, so the next fetch starts with the one after it.
+	// tenant served, so the next fetch starts with the one after it; after
+	// a fetch that leased nothing though it walked MaxTenants tenants, the
+	// last tenant walked, so the next fetch looks further on (tenants with
+	// nothing due, or with due rows this fetch may not take, never hold the
+	// cursor in place).
 	NextAfterTenant string
 }
 
@@ -116,6 +137,7 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 		if p.PerTenant < 0 || p.PerTenant > MaxBatchSize {
 			v.fail("PerTenant", fmt.Sprintf("must be 0 (default) or 1..%d", MaxBatchSize))
 		}
+		v.tenantLists(p.Tenants, p.ExcludeTenants)
 	}
 	if err := v.result(); err != nil {
 		return nil, err
@@ -130,13 +152,18 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 		AsyncCommit: r.asyncProgress, Now: r.now(), WorkerID: p.WorkerID, LeaseDuration: lease,
 		BatchSize: p.BatchSize, AfterTenant: p.AfterTenant,
 		MaxTenants: cmp.Or(p.MaxTenants, FetchMaxTenantsDefault), PerTenant: cmp.Or(p.PerTenant, p.BatchSize),
-		WithTraceContexts: p.TraceContexts,
+		WithTraceContexts: p.TraceContexts, IncludeTenants: p.Tenants, ExcludeTenants: nilIfEmpty(p.ExcludeTenants),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fetch leases for worker %q: %w", p.WorkerID, mapError(err))
 	}
-	r.fetched(rows)
 	res := &FetchLeasesResult{NextAfterTenant: p.AfterTenant}
+	if len(rows) == 1 && rows[0].WalkEnd {
+		// Nothing taken; the walk's end is the next fetch's start.
+		res.NextAfterTenant = rows[0].TenantID
+		rows = nil
+	}
+	r.fetched(rows)
 	var leased []*gen.FetchLeasesRow
 	for _, row := range rows {
 		if row.Exhausted {
@@ -179,6 +206,14 @@ func walkedBefore(after, x, y string) bool {
 		return !xWrapped
 	}
 	return x < y
+}
+
+// nilIfEmpty is s, or nil (SQL NULL: no list) when s is empty.
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
 }
 
 func nonEmpty(s string) *string {

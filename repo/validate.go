@@ -128,6 +128,46 @@ func ValidateWorkerID(id string) error {
 	return v.result()
 }
 
+// ValidateTenantLists reports whether include and exclude are usable
+// tenant lists for FetchLeasesParams.Tenants and ExcludeTenants (and
+// pgsource's Config.Tenants and ExcludeTenants): at most one of them set;
+// include nil (every tenant) or 1..MaxTenantList entries, exclude at most
+// MaxTenantList; each entry a tenant id (1..255 characters of valid UTF-8
+// without NUL), none twice. The *InputError names the field ("Tenants",
+// "ExcludeTenants[2]").
+func ValidateTenantLists(include, exclude []string) error {
+	var v validator
+	v.tenantLists(include, exclude)
+	return v.result()
+}
+
+func (v *validator) tenantLists(include, exclude []string) {
+	switch {
+	case include != nil && len(exclude) > 0:
+		v.fail("ExcludeTenants", "must be empty when Tenants is set (an include list or an exclude list, not both)")
+	case include != nil && len(include) == 0:
+		v.fail("Tenants", "must not be empty when set (it would serve no tenant); nil serves every tenant")
+	}
+	v.tenantList("Tenants", include)
+	v.tenantList("ExcludeTenants", exclude)
+}
+
+func (v *validator) tenantList(field string, ids []string) {
+	if len(ids) > MaxTenantList {
+		v.fail(field, fmt.Sprintf("must hold at most %d tenants, got %d", MaxTenantList, len(ids)))
+		return
+	}
+	seen := make(map[string]bool, len(ids))
+	for i, id := range ids {
+		name := fmt.Sprintf("%s[%d]", field, i)
+		v.text(name, id, MaxTenantIDLength)
+		if seen[id] {
+			v.fail(name, fmt.Sprintf("repeats tenant %q", id))
+		}
+		seen[id] = true
+	}
+}
+
 // ValidateJobID reports whether id is a usable queue (or external) job
 // id, as a Publisher returns it: 1..255 characters of valid UTF-8 without
 // NUL.

@@ -14,29 +14,50 @@ import (
 
 const fetchLeases = `-- name: FetchLeases :many
 
-WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
+WITH RECURSIVE
+included AS (
+  SELECT listed.tenant_id, listed.tenant_id COLLATE "C" <= $1::text AS wrapped
+    FROM (SELECT unnest($2::text[]) AS tenant_id) listed
+),
+include_walk AS (
+  SELECT ARRAY(SELECT i.tenant_id FROM included i ORDER BY i.wrapped, i.tenant_id COLLATE "C") AS tenants
+),
+tenant_walk (tenant_id, first_tenant, pos, looked, first_due, dues) AS (
   -- Position 0 is the cursor itself, not walked.
-  SELECT $1::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, NULL::uuid AS first_due, 0 AS dues
+  SELECT $1::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, 0 AS looked, NULL::uuid AS first_due, 0 AS dues
   UNION ALL
   -- The next tenant, or the lowest again (the walk wraps) until the first,
   -- and its oldest live attempt with a due row, if any (its first offer:
   -- the offers start there, past its running attempts); until batch_size
   -- tenants with due rows are found: their first offers fill the batch,
   -- so a tenant further on could only take a spare's place.
-  SELECT nxt.tenant_id, coalesce(w.first_tenant, nxt.tenant_id), w.pos + 1, due.first_due,
+  -- An excluded tenant is passed: no probe, and not counted in looked,
+  -- the tenants max_tenants bounds.
+  SELECT nxt.tenant_id, coalesce(w.first_tenant, nxt.tenant_id), w.pos + 1,
+         w.looked + (NOT nxt.excluded)::integer, due.first_due,
          w.dues + (due.first_due IS NOT NULL)::integer
     FROM tenant_walk w
    CROSS JOIN LATERAL (
-     SELECT coalesce((SELECT a.tenant_id FROM document_compilation_attempts a
-                       WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
-                     (SELECT a.tenant_id FROM document_compilation_attempts a
-                       ORDER BY a.tenant_id LIMIT 1)) AS tenant_id
+     SELECT n.tenant_id, coalesce(n.tenant_id = ANY ($3::text[]), false) AS excluded
+       FROM (SELECT CASE WHEN $2::text[] IS NULL
+                    THEN coalesce((SELECT a.tenant_id FROM document_compilation_attempts a
+                                    WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
+                                  (SELECT a.tenant_id FROM document_compilation_attempts a
+                                    ORDER BY a.tenant_id LIMIT 1))
+                    -- The list's next entry; none past its end (it holds
+                    -- each tenant once, so the walk stops there).
+                    ELSE (SELECT i.tenants[w.pos + 1] FROM include_walk i)
+                    END AS tenant_id
+              -- Once per step: read twice (the column, the exclusion),
+              -- it would otherwise be copied into both, and the descent
+              -- run twice.
+              OFFSET 0) n
      -- Computed once per step (OFFSET 0 keeps the planner from copying
      -- the subquery into every expression that uses it).
      OFFSET 0
    ) nxt
    CROSS JOIN LATERAL (
-     SELECT (SELECT a.id
+     SELECT CASE WHEN nxt.excluded THEN NULL ELSE (SELECT a.id
                FROM document_compilation_attempts a
                JOIN document_compilation_outbox o ON o.attempt_id = a.id
               WHERE a.tenant_id = nxt.tenant_id
@@ -44,18 +65,18 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
                 -- One test (IS TRUE): the outbox row is found by attempt_id
                 -- alone (see offers).
                 AND ((o.status IN ('pending', 'dispatched', 'leased')
-                      AND o.available_at <= coalesce($2::timestamptz, now()))
+                      AND o.available_at <= coalesce($4::timestamptz, now()))
                      OR (o.status = 'dispatching'
-                         AND o.locked_until <= coalesce($2::timestamptz, now()))) IS TRUE
+                         AND o.locked_until <= coalesce($4::timestamptz, now()))) IS TRUE
               ORDER BY a.tenant_id, a.completed_at, a.id
-              LIMIT 1) AS first_due
+              LIMIT 1) END AS first_due
      -- Once per step too: first_due is read twice below (the column and
      -- the count of tenants with due rows), and without OFFSET 0 each read
      -- ran the probe again, a second walk of the tenant's live attempts.
      OFFSET 0
    ) due
-   WHERE w.pos < $3::integer
-     AND w.dues < $4::integer
+   WHERE w.looked < $5::integer
+     AND w.dues < $6::integer
      AND nxt.tenant_id IS NOT NULL
      AND nxt.tenant_id IS DISTINCT FROM w.first_tenant
 ),
@@ -69,31 +90,36 @@ walked AS MATERIALIZED (
             -- first page, through all its history).
             FROM ((SELECT o.attempt_id FROM document_compilation_outbox o
                     WHERE o.status = 'pending'
-                      AND o.available_at <= coalesce($2::timestamptz, now())
+                      AND o.available_at <= coalesce($4::timestamptz, now())
                     ORDER BY o.status, o.available_at LIMIT 1)
                   UNION ALL
                   (SELECT o.attempt_id FROM document_compilation_outbox o
                     WHERE o.status = 'leased'
-                      AND o.available_at <= coalesce($2::timestamptz, now())
+                      AND o.available_at <= coalesce($4::timestamptz, now())
                     ORDER BY o.status, o.available_at LIMIT 1)
                   UNION ALL
                   (SELECT o.attempt_id FROM document_compilation_outbox o
                     WHERE o.status = 'dispatched'
-                      AND o.available_at <= coalesce($2::timestamptz, now())
+                      AND o.available_at <= coalesce($4::timestamptz, now())
                     ORDER BY o.status, o.available_at LIMIT 1)
                   UNION ALL
                   (SELECT o.attempt_id FROM document_compilation_outbox o
                     WHERE o.status = 'dispatching'
-                      AND o.locked_until <= coalesce($2::timestamptz, now())
+                      AND o.locked_until <= coalesce($4::timestamptz, now())
                     ORDER BY o.status, o.locked_until LIMIT 1)
                   LIMIT 1) due
             JOIN document_compilation_attempts a ON a.id = due.attempt_id) d
    -- Only when the walk stopped at max_tenants short of a batch: one that
-   -- came back to its first tenant walked them all (and one that filled
-   -- the batch needs no other tenant), so the probe is not run at all.
-   WHERE (SELECT max(w.pos) FROM tenant_walk w) >= $3::integer
-     AND (SELECT max(w.dues) FROM tenant_walk w) < $4::integer
+   -- came back to its first tenant (or to the end of the include list)
+   -- walked them all, and one that filled the batch needs no other
+   -- tenant, so the probe is not run at all.
+   WHERE (SELECT max(w.looked) FROM tenant_walk w) >= $5::integer
+     AND (SELECT max(w.dues) FROM tenant_walk w) < $6::integer
      AND NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
+     -- The one row found, checked against the lists; never a search for
+     -- another (it would read every due row of the tenants left out).
+     AND ($2::text[] IS NULL OR d.tenant_id = ANY ($2::text[]))
+     AND NOT coalesce(d.tenant_id = ANY ($3::text[]), false)
 ),
 capped AS (
   SELECT l.tenant_id, l.max_running, l.leased_by_xid
@@ -104,23 +130,23 @@ capped AS (
 quotas AS (
   SELECT w.tenant_id, w.pos, w.first_due,
          CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
-                THEN $5::integer
+                THEN $7::integer
               WHEN c.tenant_id IS NULL
                    OR (c.leased_by_xid IS NOT NULL
                        AND NOT pg_visible_in_snapshot(c.leased_by_xid, pg_current_snapshot()))
                 THEN 0
-              ELSE least($5::integer, c.max_running - (
+              ELSE least($7::integer, c.max_running - (
                      SELECT count(*)::integer
                        FROM (SELECT 1
                                FROM document_compilation_attempts a
                               WHERE a.tenant_id = w.tenant_id
                                 AND a.completed_at IS NULL
                                 AND a.run_state = 'running'
-                                AND a.lease_expires_at > coalesce($2::timestamptz, now())
+                                AND a.lease_expires_at > coalesce($4::timestamptz, now())
                               LIMIT c.max_running) live))
          END AS quota,
          (SELECT count(*) FROM walked)::integer AS tenants,
-         CASE WHEN true THEN $4::integer END AS batch,
+         CASE WHEN true THEN $6::integer END AS batch,
          EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id) AS capped
     FROM walked w
     LEFT JOIN capped c ON c.tenant_id = w.tenant_id
@@ -150,9 +176,9 @@ offers AS MATERIALIZED (
         -- every probe (about 100 buffers each at a backlog of 2,000, per
         -- attempt walked; seen in a drain).
         AND ((o.status IN ('pending', 'dispatched', 'leased')
-              AND o.available_at <= coalesce($2::timestamptz, now()))
+              AND o.available_at <= coalesce($4::timestamptz, now()))
              OR (o.status = 'dispatching'
-                 AND o.locked_until <= coalesce($2::timestamptz, now()))) IS TRUE
+                 AND o.locked_until <= coalesce($4::timestamptz, now()))) IS TRUE
       -- The index's own order (tenant and completed_at are fixed here):
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.
@@ -187,18 +213,18 @@ picked AS (
    -- lease_recovery_idx and scanned every due row per fetch. PostgreSQL
    -- still re-evaluates the test on a locked row's newest version.
    WHERE (((o.status IN ('pending', 'dispatched', 'leased')
-            AND o.available_at <= coalesce($2::timestamptz, now()))
+            AND o.available_at <= coalesce($4::timestamptz, now()))
            OR (o.status = 'dispatching'
-               AND o.locked_until <= coalesce($2::timestamptz, now())))
+               AND o.locked_until <= coalesce($4::timestamptz, now())))
      -- guard:awaiting-delivery
      AND (a.run_state IN ('dispatch_pending', 'retry_wait', 'queued')
           OR (a.run_state = 'running'
-              AND a.lease_expires_at <= coalesce($2::timestamptz, now())))
+              AND a.lease_expires_at <= coalesce($4::timestamptz, now())))
      -- end guard
      AND (a.run_state <> 'retry_wait'
-          OR a.retry_at <= coalesce($2::timestamptz, now()))) IS TRUE
+          OR a.retry_at <= coalesce($4::timestamptz, now()))) IS TRUE
    ORDER BY offers.round, offers.pos
-   LIMIT $4::integer
+   LIMIT $6::integer
      FOR UPDATE OF a, o SKIP LOCKED
 ),
 chosen AS (
@@ -210,16 +236,16 @@ chosen AS (
 leased_outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'leased',
-         available_at = coalesce($2::timestamptz, now()) + $6::interval,
+         available_at = coalesce($4::timestamptz, now()) + $8::interval,
          dispatch_attempts = o.dispatch_attempts + 1,
-         delivered_at = coalesce($2::timestamptz, now()),
+         delivered_at = coalesce($4::timestamptz, now()),
          -- Deterministic and never reused: the attempt's row_version only
          -- grows, so a redelivery (a lost worker's lease fetched again, a
          -- retry) carries another id than the delivery before it.
          queue_job_id = 'pg:' || o.id::text || ':' || (o.dispatch_attempts + 1)::text || ':' || (chosen.row_version + 1)::text,
          external_job_id = NULL,
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($2::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
     FROM chosen
    WHERE o.id = chosen.outbox_id
      AND NOT chosen.exhausted
@@ -229,16 +255,16 @@ leased AS (
   UPDATE document_compilation_attempts a
      SET run_state = 'running',
          execution_attempts = a.execution_attempts + 1,
-         worker_id = $7::text,
+         worker_id = $9::text,
          lease_token = gen_random_uuid(),
-         lease_expires_at = coalesce($2::timestamptz, now()) + $6::interval,
-         heartbeat_at = coalesce($2::timestamptz, now()),
-         started_at = coalesce(a.started_at, coalesce($2::timestamptz, now())),
+         lease_expires_at = coalesce($4::timestamptz, now()) + $8::interval,
+         heartbeat_at = coalesce($4::timestamptz, now()),
+         started_at = coalesce(a.started_at, coalesce($4::timestamptz, now())),
          retry_at = NULL,
          queue_job_id = leased_outbox.queue_job_id,
          external_job_id = NULL,
          row_version = a.row_version + 1,
-         updated_at = coalesce($2::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
     FROM leased_outbox
    WHERE a.id = leased_outbox.attempt_id
   RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
@@ -247,7 +273,7 @@ exhausted_outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'dead',
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($2::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
     FROM chosen
    WHERE o.id = chosen.outbox_id
      AND chosen.exhausted
@@ -258,7 +284,7 @@ exhausted AS (
      -- block:exhausted
      SET run_state = 'failed',
          active_slot = NULL,
-         completed_at = coalesce($2::timestamptz, now()),
+         completed_at = coalesce($4::timestamptz, now()),
          -- block:lease-end
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
          -- end block
@@ -266,7 +292,7 @@ exhausted AS (
          last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
          last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
          row_version = a.row_version + 1,
-         updated_at = coalesce($2::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
      -- end block
     FROM exhausted_outbox
    WHERE a.id = exhausted_outbox.attempt_id
@@ -275,32 +301,45 @@ exhausted AS (
 stamped AS (
   UPDATE document_compilation_tenant_limits l
      SET leased_by_xid = pg_current_xact_id(),
-         updated_at = coalesce($2::timestamptz, now())
+         updated_at = coalesce($4::timestamptz, now())
     FROM capped
    WHERE l.tenant_id = capped.tenant_id
      AND EXISTS (SELECT 1 FROM chosen WHERE chosen.tenant_id = l.tenant_id AND NOT chosen.exhausted)
 ),
 awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l
-   WHERE l.listener_id = $7::text
-     AND (SELECT count(*) FROM chosen) >= $4::integer
+   WHERE l.listener_id = $9::text
+     AND (SELECT count(*) FROM chosen) >= $6::integer
 ),
 sizes AS (
   SELECT (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
 )
-SELECT leased.id, leased.tenant_id, leased.knowledge_space_id, leased.document_asset_id, leased.document_version, leased.publication_generation_id, leased.base_head_revision, leased.candidate_publication_id, leased.candidate_fingerprint, leased.checkpoint, leased.run_state, leased.active_slot, leased.execution_attempts, leased.max_execution_attempts, leased.queue_job_id, leased.external_job_id, leased.worker_id, leased.lease_token, leased.lease_expires_at, leased.heartbeat_at, leased.retry_at, leased.last_error_code, leased.last_error_message, leased.row_version, leased.created_at, leased.updated_at, leased.started_at, leased.completed_at, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes
+SELECT leased.id, leased.tenant_id, leased.knowledge_space_id, leased.document_asset_id, leased.document_version, leased.publication_generation_id, leased.base_head_revision, leased.candidate_publication_id, leased.candidate_fingerprint, leased.checkpoint, leased.run_state, leased.active_slot, leased.execution_attempts, leased.max_execution_attempts, leased.queue_job_id, leased.external_job_id, leased.worker_id, leased.lease_token, leased.lease_expires_at, leased.heartbeat_at, leased.retry_at, leased.last_error_code, leased.last_error_message, leased.row_version, leased.created_at, leased.updated_at, leased.started_at, leased.completed_at, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes,
+       false AS walk_end
   FROM sizes, leased
   LEFT JOIN document_compilation_trace_contexts t
-    ON $8::boolean AND t.attempt_id = leased.id
- WHERE CASE WHEN $9::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
+    ON $10::boolean AND t.attempt_id = leased.id
+ WHERE CASE WHEN $11::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
             THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 UNION ALL
-SELECT exhausted.id, exhausted.tenant_id, exhausted.knowledge_space_id, exhausted.document_asset_id, exhausted.document_version, exhausted.publication_generation_id, exhausted.base_head_revision, exhausted.candidate_publication_id, exhausted.candidate_fingerprint, exhausted.checkpoint, exhausted.run_state, exhausted.active_slot, exhausted.execution_attempts, exhausted.max_execution_attempts, exhausted.queue_job_id, exhausted.external_job_id, exhausted.worker_id, exhausted.lease_token, exhausted.lease_expires_at, exhausted.heartbeat_at, exhausted.retry_at, exhausted.last_error_code, exhausted.last_error_message, exhausted.row_version, exhausted.created_at, exhausted.updated_at, exhausted.started_at, exhausted.completed_at, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes
+SELECT exhausted.id, exhausted.tenant_id, exhausted.knowledge_space_id, exhausted.document_asset_id, exhausted.document_version, exhausted.publication_generation_id, exhausted.base_head_revision, exhausted.candidate_publication_id, exhausted.candidate_fingerprint, exhausted.checkpoint, exhausted.run_state, exhausted.active_slot, exhausted.execution_attempts, exhausted.max_execution_attempts, exhausted.queue_job_id, exhausted.external_job_id, exhausted.worker_id, exhausted.lease_token, exhausted.lease_expires_at, exhausted.heartbeat_at, exhausted.retry_at, exhausted.last_error_code, exhausted.last_error_message, exhausted.row_version, exhausted.created_at, exhausted.updated_at, exhausted.started_at, exhausted.completed_at, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes,
+       false AS walk_end
   FROM sizes, exhausted
+UNION ALL
+SELECT '00000000-0000-0000-0000-000000000000'::uuid, last_walked.tenant_id, '00000000-0000-0000-0000-000000000000'::uuid,
+       '00000000-0000-0000-0000-000000000000'::uuid, 0, '00000000-0000-0000-0000-000000000000'::uuid, 0, NULL, NULL,
+       '', '', NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
+       'epoch'::timestamptz, 'epoch'::timestamptz, NULL, NULL,
+       false, NULL, NULL, sizes.table_bytes, true
+  FROM sizes, (SELECT w.tenant_id FROM tenant_walk w ORDER BY w.pos DESC LIMIT 1) last_walked
+ WHERE (SELECT max(w.looked) FROM tenant_walk w) >= $5::integer
+   AND NOT EXISTS (SELECT 1 FROM chosen)
 `
 
 type FetchLeasesParams struct {
 	AfterTenant       string
+	IncludeTenants    []string
+	ExcludeTenants    []string
 	Now               *time.Time
 	MaxTenants        int32
 	BatchSize         int32
@@ -344,6 +383,7 @@ type FetchLeasesRow struct {
 	TraceParent             *string
 	TraceState              *string
 	TableBytes              int64
+	WalkEnd                 bool
 }
 
 // Direct delivery: PostgreSQL itself as the queue. A worker fetches due
@@ -393,6 +433,25 @@ type FetchLeasesRow struct {
 // migration 0008, whose header says why it holds across processes) is
 // offered only its free places. A fetch that filled its batch ends its
 // worker's idle registration (OutboxListenerIdle; see awake below).
+//
+// Tenant lists (pgsource's Config.Tenants / ExcludeTenants; at most one is
+// set): with include_tenants the walk goes down that list itself, sorted
+// bytewise (COLLATE "C", Go's string order) from the first entry after
+// after_tenant, wrapping, one probe each and no descent to find the next
+// tenant; with exclude_tenants it walks every tenant as without a list,
+// and an excluded one it meets costs the one descent that found it (the
+// next descent starts past all its entries): it is neither probed nor
+// counted in max_tenants. The tenant of the due outbox row found after the
+// walk is offered only when the lists allow it, else nothing is: a backlog
+// of excluded tenants at the head of delivery_due_idx is never read past
+// its first row. A fetch that leased nothing after a walk stopped at
+// max_tenants returns one walk_end row (no attempt: the last tenant walked,
+// for the next fetch's after_tenant), so that tenants with nothing due, or
+// due rows it may not take, cannot hold the cursor in place (repo turns it
+// into NextAfterTenant).
+// The include list in walk order: the entries after after_tenant first,
+// bytewise, then the others (the walk wraps); built once, and each step
+// reads its entry by subscript.
 // The tenants offered: those of the walk with due rows, and, after them,
 // the tenant of a due outbox row (delivery_due_idx's first) if the walk
 // did not reach it. Without it, max_tenants tenants with nothing due after
@@ -432,9 +491,17 @@ type FetchLeasesRow struct {
 // With with_trace_contexts, each lease comes with the trace context its
 // Start stored (migration 0009), by primary key, in this round trip; the
 // join's condition is false otherwise, and no row is probed.
+// The walk's end, after a fetch that took nothing though its walk stopped
+// at max_tenants (the header says why): no attempt, only tenant_id (the
+// last tenant walked) is meant; the other columns are placeholders, one
+// per column of document_compilation_attempts in its order (a column
+// added to the table needs one here: the UNION refuses the statement
+// until it has it).
 func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesParams) ([]*FetchLeasesRow, error) {
 	rows, err := db.Query(ctx, fetchLeases,
 		arg.AfterTenant,
+		arg.IncludeTenants,
+		arg.ExcludeTenants,
 		arg.Now,
 		arg.MaxTenants,
 		arg.BatchSize,
@@ -484,6 +551,7 @@ func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesPara
 			&i.TraceParent,
 			&i.TraceState,
 			&i.TableBytes,
+			&i.WalkEnd,
 		); err != nil {
 			return nil, err
 		}

@@ -47,29 +47,69 @@
 -- migration 0008, whose header says why it holds across processes) is
 -- offered only its free places. A fetch that filled its batch ends its
 -- worker's idle registration (OutboxListenerIdle; see awake below).
-WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
+--
+-- Tenant lists (pgsource's Config.Tenants / ExcludeTenants; at most one is
+-- set): with include_tenants the walk goes down that list itself, sorted
+-- bytewise (COLLATE "C", Go's string order) from the first entry after
+-- after_tenant, wrapping, one probe each and no descent to find the next
+-- tenant; with exclude_tenants it walks every tenant as without a list,
+-- and an excluded one it meets costs the one descent that found it (the
+-- next descent starts past all its entries): it is neither probed nor
+-- counted in max_tenants. The tenant of the due outbox row found after the
+-- walk is offered only when the lists allow it, else nothing is: a backlog
+-- of excluded tenants at the head of delivery_due_idx is never read past
+-- its first row. A fetch that leased nothing after a walk stopped at
+-- max_tenants returns one walk_end row (no attempt: the last tenant walked,
+-- for the next fetch's after_tenant), so that tenants with nothing due, or
+-- due rows it may not take, cannot hold the cursor in place (repo turns it
+-- into NextAfterTenant).
+WITH RECURSIVE
+-- The include list in walk order: the entries after after_tenant first,
+-- bytewise, then the others (the walk wraps); built once, and each step
+-- reads its entry by subscript.
+included AS (
+  SELECT listed.tenant_id, listed.tenant_id COLLATE "C" <= @after_tenant::text AS wrapped
+    FROM (SELECT unnest(sqlc.narg('include_tenants')::text[]) AS tenant_id) listed
+),
+include_walk AS (
+  SELECT ARRAY(SELECT i.tenant_id FROM included i ORDER BY i.wrapped, i.tenant_id COLLATE "C") AS tenants
+),
+tenant_walk (tenant_id, first_tenant, pos, looked, first_due, dues) AS (
   -- Position 0 is the cursor itself, not walked.
-  SELECT @after_tenant::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, NULL::uuid AS first_due, 0 AS dues
+  SELECT @after_tenant::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, 0 AS looked, NULL::uuid AS first_due, 0 AS dues
   UNION ALL
   -- The next tenant, or the lowest again (the walk wraps) until the first,
   -- and its oldest live attempt with a due row, if any (its first offer:
   -- the offers start there, past its running attempts); until batch_size
   -- tenants with due rows are found: their first offers fill the batch,
   -- so a tenant further on could only take a spare's place.
-  SELECT nxt.tenant_id, coalesce(w.first_tenant, nxt.tenant_id), w.pos + 1, due.first_due,
+  -- An excluded tenant is passed: no probe, and not counted in looked,
+  -- the tenants max_tenants bounds.
+  SELECT nxt.tenant_id, coalesce(w.first_tenant, nxt.tenant_id), w.pos + 1,
+         w.looked + (NOT nxt.excluded)::integer, due.first_due,
          w.dues + (due.first_due IS NOT NULL)::integer
     FROM tenant_walk w
    CROSS JOIN LATERAL (
-     SELECT coalesce((SELECT a.tenant_id FROM document_compilation_attempts a
-                       WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
-                     (SELECT a.tenant_id FROM document_compilation_attempts a
-                       ORDER BY a.tenant_id LIMIT 1)) AS tenant_id
+     SELECT n.tenant_id, coalesce(n.tenant_id = ANY (sqlc.narg('exclude_tenants')::text[]), false) AS excluded
+       FROM (SELECT CASE WHEN sqlc.narg('include_tenants')::text[] IS NULL
+                    THEN coalesce((SELECT a.tenant_id FROM document_compilation_attempts a
+                                    WHERE a.tenant_id > w.tenant_id ORDER BY a.tenant_id LIMIT 1),
+                                  (SELECT a.tenant_id FROM document_compilation_attempts a
+                                    ORDER BY a.tenant_id LIMIT 1))
+                    -- The list's next entry; none past its end (it holds
+                    -- each tenant once, so the walk stops there).
+                    ELSE (SELECT i.tenants[w.pos + 1] FROM include_walk i)
+                    END AS tenant_id
+              -- Once per step: read twice (the column, the exclusion),
+              -- it would otherwise be copied into both, and the descent
+              -- run twice.
+              OFFSET 0) n
      -- Computed once per step (OFFSET 0 keeps the planner from copying
      -- the subquery into every expression that uses it).
      OFFSET 0
    ) nxt
    CROSS JOIN LATERAL (
-     SELECT (SELECT a.id
+     SELECT CASE WHEN nxt.excluded THEN NULL ELSE (SELECT a.id
                FROM document_compilation_attempts a
                JOIN document_compilation_outbox o ON o.attempt_id = a.id
               WHERE a.tenant_id = nxt.tenant_id
@@ -81,13 +121,13 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
                      OR (o.status = 'dispatching'
                          AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))) IS TRUE
               ORDER BY a.tenant_id, a.completed_at, a.id
-              LIMIT 1) AS first_due
+              LIMIT 1) END AS first_due
      -- Once per step too: first_due is read twice below (the column and
      -- the count of tenants with due rows), and without OFFSET 0 each read
      -- ran the probe again, a second walk of the tenant's live attempts.
      OFFSET 0
    ) due
-   WHERE w.pos < @max_tenants::integer
+   WHERE w.looked < @max_tenants::integer
      AND w.dues < @batch_size::integer
      AND nxt.tenant_id IS NOT NULL
      AND nxt.tenant_id IS DISTINCT FROM w.first_tenant
@@ -128,11 +168,16 @@ walked AS MATERIALIZED (
                   LIMIT 1) due
             JOIN document_compilation_attempts a ON a.id = due.attempt_id) d
    -- Only when the walk stopped at max_tenants short of a batch: one that
-   -- came back to its first tenant walked them all (and one that filled
-   -- the batch needs no other tenant), so the probe is not run at all.
-   WHERE (SELECT max(w.pos) FROM tenant_walk w) >= @max_tenants::integer
+   -- came back to its first tenant (or to the end of the include list)
+   -- walked them all, and one that filled the batch needs no other
+   -- tenant, so the probe is not run at all.
+   WHERE (SELECT max(w.looked) FROM tenant_walk w) >= @max_tenants::integer
      AND (SELECT max(w.dues) FROM tenant_walk w) < @batch_size::integer
      AND NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
+     -- The one row found, checked against the lists; never a search for
+     -- another (it would read every due row of the tenants left out).
+     AND (sqlc.narg('include_tenants')::text[] IS NULL OR d.tenant_id = ANY (sqlc.narg('include_tenants')::text[]))
+     AND NOT coalesce(d.tenant_id = ANY (sqlc.narg('exclude_tenants')::text[]), false)
 ),
 -- Capped tenants of the walk (migration 0008), locked without waiting:
 -- a fetch leasing for a capped tenant makes the others skip it.
@@ -360,15 +405,32 @@ sizes AS (
 -- With with_trace_contexts, each lease comes with the trace context its
 -- Start stored (migration 0009), by primary key, in this round trip; the
 -- join's condition is false otherwise, and no row is probed.
-SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes
+SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes,
+       false AS walk_end
   FROM sizes, leased
   LEFT JOIN document_compilation_trace_contexts t
     ON @with_trace_contexts::boolean AND t.attempt_id = leased.id
  WHERE CASE WHEN @async_commit::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
             THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 UNION ALL
-SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes
-  FROM sizes, exhausted;
+SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes,
+       false AS walk_end
+  FROM sizes, exhausted
+UNION ALL
+-- The walk's end, after a fetch that took nothing though its walk stopped
+-- at max_tenants (the header says why): no attempt, only tenant_id (the
+-- last tenant walked) is meant; the other columns are placeholders, one
+-- per column of document_compilation_attempts in its order (a column
+-- added to the table needs one here: the UNION refuses the statement
+-- until it has it).
+SELECT '00000000-0000-0000-0000-000000000000'::uuid, last_walked.tenant_id, '00000000-0000-0000-0000-000000000000'::uuid,
+       '00000000-0000-0000-0000-000000000000'::uuid, 0, '00000000-0000-0000-0000-000000000000'::uuid, 0, NULL, NULL,
+       '', '', NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0,
+       'epoch'::timestamptz, 'epoch'::timestamptz, NULL, NULL,
+       false, NULL, NULL, sizes.table_bytes, true
+  FROM sizes, (SELECT w.tenant_id FROM tenant_walk w ORDER BY w.pos DESC LIMIT 1) last_walked
+ WHERE (SELECT max(w.looked) FROM tenant_walk w) >= @max_tenants::integer
+   AND NOT EXISTS (SELECT 1 FROM chosen);
 
 -- name: FetchTableBytes :one
 -- The size of the two tables FetchLeases reads, in bytes (their main

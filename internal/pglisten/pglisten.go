@@ -277,6 +277,13 @@ type IdleParams struct {
 	// seen at the next poll. A direct source sets it; its registration
 	// outlives the fetches that do not fill their batch.
 	TrustFresh bool
+	// Partial: the owner serves only some tenants (pgsource's tenant
+	// lists), so a row due now that its look did not take may well be
+	// another tenant's, not one whose lock another transaction holds: it
+	// is no reason to look again soon. The owner sleeps as if none were
+	// due (until a commit notifies it, a later row comes due, or the
+	// poll), and sees a locked row of its own at its next look.
+	Partial bool
 }
 
 // TTL outlives the sleep between two refreshes of a registration by a
@@ -314,6 +321,11 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 			w.recheck = res
 			return 0, true
 		}
+	}
+	if p.Partial && res.NextDueIn != nil && *res.NextDueIn <= 0 {
+		notNow := *res
+		notNow.NextDueIn = nil
+		res = &notNow
 	}
 	w.noteRegistration(res)
 	if !res.Registered || res.NextDueIn != nil && *res.NextDueIn <= 0 {

@@ -119,3 +119,30 @@ func TestWakeupNoteTaken(t *testing.T) {
 		t.Fatal("TakeTaken() must report the taking once")
 	}
 }
+
+// A source that serves only some tenants (Partial) is told a row is due
+// now that its fetch did not take: most likely another tenant's, so it
+// sleeps the poll (a commit still wakes it) instead of looking again
+// every few milliseconds while that tenant's backlog lasts; a source of
+// every tenant takes it for a locked row and looks again soon.
+func TestIdlePartialSleepsPastOthersDueRows(t *testing.T) {
+	in := func(d time.Duration) *time.Duration { return &d }
+	for _, partial := range []bool{false, true} {
+		p := &IdleParams{PollInterval: time.Hour, FollowUp: 20 * time.Millisecond, Listening: true, Partial: partial}
+		w := Idle{recheck: &repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(-time.Millisecond)}}
+		wait, again := w.Next(t.Context(), p)
+		switch {
+		case again:
+			t.Fatalf("partial=%v: again after a recheck", partial)
+		case partial && wait != time.Hour:
+			t.Fatalf("partial: wait %v; want the poll interval", wait)
+		case !partial && wait > p.FollowUp:
+			t.Fatalf("every tenant: wait %v; want at most the follow-up interval", wait)
+		}
+		// And a row due later still bounds the sleep.
+		w = Idle{recheck: &repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(time.Minute)}}
+		if wait, _ := w.Next(t.Context(), p); wait != time.Minute {
+			t.Fatalf("partial=%v: wait %v; want until the next due row", partial, wait)
+		}
+	}
+}

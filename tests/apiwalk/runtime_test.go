@@ -139,8 +139,15 @@ func TestRuntimeAPIRefusesBadInput(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, bound.Bind("walker", time.Minute, 4))
 		apiwalk.Walk(t, "../../pgsource", map[string]apiwalk.Case{
-			"New": {Fn: pgsource.New, Args: []any{pool, &pgsource.Config{Logger: quiet}}, Deep: []int{1},
-				Valid: []string{"arg1=zero(*pgsource.Config)", "arg1=nil", "arg1.GatherWindow=-1ns"}, SkipValidCall: true},
+			// Tenants holds an entry, so each malformed entry is tried.
+			"New": {Fn: pgsource.New, Args: []any{pool, &pgsource.Config{Logger: quiet, Tenants: []string{"acme"}}}, Deep: []int{1},
+				Valid: []string{"arg1=zero(*pgsource.Config)", "arg1=nil", "arg1.GatherWindow=-1ns"}, SkipValidCall: true,
+				Extra: map[string][]any{
+					"both lists":       {pool, &pgsource.Config{Logger: quiet, Tenants: []string{"a"}, ExcludeTenants: []string{"b"}}},
+					"empty include":    {pool, &pgsource.Config{Logger: quiet, Tenants: []string{}}},
+					"excluded twice":   {pool, &pgsource.Config{Logger: quiet, ExcludeTenants: []string{"a", "a"}}},
+					"excluded invalid": {pool, &pgsource.Config{Logger: quiet, ExcludeTenants: []string{"\xff"}}},
+				}},
 			"Source.Bind": {Fn: (*pgsource.Source).Bind, Args: []any{src, "walker", time.Minute, 4}, SkipValidCall: true,
 				Extra: map[string][]any{"zero Source": {&pgsource.Source{}, "walker", time.Minute, 4}, "bound twice": {bound, "other", time.Minute, 4}}},
 			"Source.Receive": {Fn: (*pgsource.Source).Receive, Args: []any{bound, canceled}, SkipValidCall: true,

@@ -132,6 +132,21 @@ func BenchmarkFetchBudget(b *testing.B) {
 // empty queue) and the backlog is inserted after, with no ANALYZE to
 // invalidate that plan.
 func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEmpty bool) (*fetchCost, error) {
+	return measureFetchCostWith(ctx, tenants, backlog, history, warmEmpty, fetchLists{})
+}
+
+// fetchLists are the tenant lists a measured fetch passes
+// (FetchLeasesParams.Tenants and ExcludeTenants), and how many of the
+// backlog's tenants they leave it (all when zero).
+type fetchLists struct {
+	include, exclude []string
+	served           int
+}
+
+// measureFetchCostWith is measureFetchCost with tenant lists: the fetches
+// stop at half of what the lists leave them, so each still finds a full
+// batch.
+func measureFetchCostWith(ctx context.Context, tenants, backlog, history int, warmEmpty bool, lists fetchLists) (*fetchCost, error) {
 	name := scratch.RandomName("kfsfetch")
 	url, err := env.srv.CreateDatabase(ctx, name, "")
 	if err != nil {
@@ -186,11 +201,16 @@ func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEm
 	}
 	c := &fetchCost{}
 	after := ""
+	servable := backlog
+	if lists.served > 0 {
+		servable = backlog / tenants * lists.served
+	}
 	// At most half the backlog, so every fetch finds a full batch.
-	for range min(fetchBudgetFetches, backlog/(2*fetchBudgetBatch)) {
+	for range min(fetchBudgetFetches, servable/(2*fetchBudgetBatch)) {
 		plans.Reset()
 		s0 := counter.n.Load()
-		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: benchWorker, BatchSize: fetchBudgetBatch, AfterTenant: after})
+		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: benchWorker, BatchSize: fetchBudgetBatch, AfterTenant: after,
+			Tenants: lists.include, ExcludeTenants: lists.exclude})
 		if err != nil {
 			return nil, err
 		}
@@ -224,6 +244,9 @@ func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEm
 	return c, nil
 }
 
+// budgetTenant is the name of insertBacklog's i-th tenant.
+func budgetTenant(i int) string { return fmt.Sprintf("budget-%05d", i) }
+
 type candidate struct {
 	id          uuid.UUID
 	fingerprint string
@@ -245,7 +268,7 @@ func insertBacklog(ctx context.Context, db *pgxpool.Pool, tenants, backlog, hist
 	cands := make(map[string]candidate, tenants)
 	spaces, ids, fps, names := make([]uuid.UUID, tenants), make([]uuid.UUID, tenants), make([]string, tenants), make([]string, tenants)
 	for i := range tenants {
-		names[i] = fmt.Sprintf("budget-%05d", i)
+		names[i] = budgetTenant(i)
 		spaces[i], ids[i] = uuid.New(), uuid.New()
 		fps[i] = testfactory.Fingerprint(ids[i].String())
 		cands[names[i]] = candidate{id: ids[i], fingerprint: fps[i]}

@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ var inputRules = apiwalk.Rules{
 		"MarkDispatchedParams.VisibilityTimeout": true, "ReleaseOutboxParams.MaxDispatchAttempts": true,
 		"FetchLeasesParams.LeaseDuration": true, "FetchLeasesParams.AfterTenant": true,
 		"FetchLeasesParams.MaxTenants": true, "FetchLeasesParams.PerTenant": true,
+		"FetchLeasesParams.Tenants": true, "FetchLeasesParams.ExcludeTenants": true,
 		"ListAttemptsParams.KnowledgeSpaceID": true, "ListAttemptsParams.After": true, "AttemptCursor.CompletedAt": true,
 		"CountAttemptsParams.Cap": true, "OutboxBacklogParams.Cap": true, "ListStuckParams.PendingOverdue": true,
 		"ThroughputParams.Minutes": true, "ThroughputParams.Cap": true,
@@ -156,7 +158,18 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.ScheduleRetry": {Fn: (*repo.Repo).ScheduleRetry, Args: []any{r, ctx, pool, &repo.ScheduleRetryParams{Lease: lease(),
 			RetryDelay: time.Second, ErrorCode: "E", ErrorMessage: "m"}}, Deep: []int{3}},
 		"Repo.CompleteMany": {Fn: (*repo.Repo).CompleteMany, Args: []any{r, ctx, pool, &repo.CompleteManyParams{Entries: []repo.CompleteManyEntry{entry(), entry()}}}, Deep: []int{3}},
-		"Repo.FetchLeases":  {Fn: (*repo.Repo).FetchLeases, Args: []any{r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1}}, Deep: []int{3}},
+		// Tenants holds an entry, so each malformed entry is tried.
+		"Repo.FetchLeases": {Fn: (*repo.Repo).FetchLeases, Args: []any{r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1,
+			Tenants: []string{"tenant"}}}, Deep: []int{3}, Extra: map[string][]any{
+			"both lists":        {r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1, Tenants: []string{"a"}, ExcludeTenants: []string{"b"}}},
+			"excluded twice":    {r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1, ExcludeTenants: []string{"a", "a"}}},
+			"excluded NUL":      {r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1, ExcludeTenants: []string{"a\x00b"}}},
+			"empty include":     {r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1, Tenants: []string{}}},
+			"included too long": {r, ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker", BatchSize: 1, Tenants: []string{strings.Repeat("é", 256)}}},
+		}},
+		// nil: every tenant (not refused); an empty include list is.
+		"ValidateTenantLists": {Fn: repo.ValidateTenantLists, Args: []any{[]string{"tenant"}, []string(nil)}, Deep: []int{0, 1},
+			Valid: []string{"arg0=zero([]string)", "arg0=nil", "arg1=nil", "arg1=empty"}},
 		"Repo.ClaimOutbox": {Fn: (*repo.Repo).ClaimOutbox, Args: []any{r, ctx, pool, &repo.ClaimOutboxParams{RelayID: "relay",
 			BatchSize: 10, LockDuration: time.Minute}}, Deep: []int{3}},
 		"Repo.MarkDispatched": {Fn: (*repo.Repo).MarkDispatched, Args: []any{r, ctx, pool, &repo.MarkDispatchedParams{

@@ -3,7 +3,9 @@ package runtime_test
 import (
 	"context"
 	"maps"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,18 +30,21 @@ type fetchTracer struct {
 	sizes []int32
 }
 
-// fetchLeasesBatchSizeArg is where db/gen's FetchLeases passes BatchSize
-// ($4 of direct_delivery.sql's FetchLeases).
-const fetchLeasesBatchSizeArg = 3
+// fetchLeasesBatchSize finds the parameter that carries BatchSize in the
+// text of direct_delivery.sql's FetchLeases (sqlc numbers the parameters
+// by first use, so the number moves when one is added before it).
+var fetchLeasesBatchSize = regexp.MustCompile(`w\.dues < \$(\d+)::integer`)
 
 func (f *fetchTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	if strings.HasPrefix(data.SQL, "-- name: FetchLeases ") {
 		// A non-int32 here (-1) fails the tests that read sizes: the
-		// statement's parameters moved.
+		// statement's text changed.
 		size := int32(-1)
-		if len(data.Args) > fetchLeasesBatchSizeArg {
-			if n, ok := data.Args[fetchLeasesBatchSizeArg].(int32); ok {
-				size = n
+		if m := fetchLeasesBatchSize.FindStringSubmatch(data.SQL); m != nil {
+			if i, err := strconv.Atoi(m[1]); err == nil && i >= 1 && i <= len(data.Args) {
+				if n, ok := data.Args[i-1].(int32); ok {
+					size = n
+				}
 			}
 		}
 		f.mu.Lock()

@@ -35,13 +35,26 @@ func SeedDocuments(ctx context.Context, t testing.TB, db DBTX, spaces, perSpace 
 	t.Helper()
 	var docs []Document
 	for range spaces {
-		s := NewScope(ctx, t, db, nil)
-		id, fp := s.Publication(ctx, t, db, "candidate")
-		c := Candidate{ID: id, Fingerprint: fp}
-		docs = append(docs, Document{Scope: *s, Candidate: c})
-		if perSpace <= 1 {
-			continue
-		}
+		docs = append(docs, seedSpace(ctx, t, db, nil, perSpace)...)
+	}
+	return docs
+}
+
+// SeedTenantDocuments is SeedDocuments' one space, of tenant.
+func SeedTenantDocuments(ctx context.Context, t testing.TB, db DBTX, tenant string, perSpace int) []Document {
+	t.Helper()
+	return seedSpace(ctx, t, db, &ScopeOpts{TenantID: &tenant}, perSpace)
+}
+
+// seedSpace creates one knowledge space (NewScope's opts) with perSpace
+// asset rows and one candidate publication.
+func seedSpace(ctx context.Context, t testing.TB, db DBTX, opts *ScopeOpts, perSpace int) []Document {
+	t.Helper()
+	s := NewScope(ctx, t, db, opts)
+	id, fp := s.Publication(ctx, t, db, "candidate")
+	c := Candidate{ID: id, Fingerprint: fp}
+	docs := []Document{{Scope: *s, Candidate: c}}
+	if perSpace > 1 {
 		rows, err := db.Query(ctx, `
 			INSERT INTO document_assets (id, knowledge_space_id, filename, mime_type, object_key, sha256, size_bytes, version)
 			SELECT g.id, $1, 'doc.pdf', 'application/pdf', 'objects/' || g.id, encode(sha256(g.id::text::bytea), 'hex'), 1024, $2
