@@ -325,3 +325,34 @@ func tenantLimit(row *gen.ListTenantLimitsRow) TenantLimit {
 	}
 	return l
 }
+
+// CountTenantLimitsParams selects what CountTenantLimits counts: every
+// tenant's limits, as it has no fields yet.
+type CountTenantLimitsParams struct{}
+
+// TenantLimitCounts are how many tenants have each limit; a tenant with
+// several is counted under each.
+type TenantLimitCounts struct {
+	// Capped tenants have a cap on running attempts.
+	Capped int64
+	// RateLimited tenants have a rate limit.
+	RateLimited int64
+	// Paused tenants are paused.
+	Paused int64
+}
+
+// CountTenantLimits counts the tenants with each limit, for metrics.
+//
+// Errors: *InputError (a nil ctx, db or params).
+func (r *Repo) CountTenantLimits(ctx context.Context, db DBTX, p *CountTenantLimitsParams) (*TenantLimitCounts, error) {
+	v := r.call(ctx, db)
+	set(v, "CountTenantLimitsParams", p)
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	row, err := r.q.CountTenantLimits(ctx, db)
+	if err != nil {
+		return nil, fmt.Errorf("count tenant limits: %w", mapError(err))
+	}
+	return &TenantLimitCounts{Capped: row.Capped, RateLimited: row.RateLimited, Paused: row.Paused}, nil
+}

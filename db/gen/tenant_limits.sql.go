@@ -10,6 +10,28 @@ import (
 	"time"
 )
 
+const countTenantLimits = `-- name: CountTenantLimits :one
+SELECT count(*) FILTER (WHERE l.max_running IS NOT NULL) AS capped,
+       count(*) FILTER (WHERE l.leases_per_second IS NOT NULL) AS rate_limited,
+       count(*) FILTER (WHERE l.paused_at IS NOT NULL) AS paused
+  FROM document_compilation_tenant_limits l
+`
+
+type CountTenantLimitsRow struct {
+	Capped      int64
+	RateLimited int64
+	Paused      int64
+}
+
+// How many tenants are capped, rate-limited and paused (the metrics'
+// gauges): one pass over the table, one row per limited tenant.
+func (q *Queries) CountTenantLimits(ctx context.Context, db DBTX) (*CountTenantLimitsRow, error) {
+	row := db.QueryRow(ctx, countTenantLimits)
+	var i CountTenantLimitsRow
+	err := row.Scan(&i.Capped, &i.RateLimited, &i.Paused)
+	return &i, err
+}
+
 const liftTenantLimit = `-- name: LiftTenantLimit :one
 WITH cur AS (
   SELECT l.tenant_id,

@@ -28,35 +28,44 @@
 --
 -- Every new column is NULL when it says nothing (paused_at is the pause:
 -- NULL when not paused), so the Down's guarded column drops lose nothing
--- when they run, and refuse while a rate or a pause is set.
+-- when they run, and refuse while a rate or a pause is set. The Up runs
+-- again harmlessly (IF NOT EXISTS, each check dropped and added again):
+-- it creates no table, index or trigger, so a database whose migrations
+-- another tool applied does not show it (migrate's UnrecordedError), and
+-- `kfsdb migrate sql --up --from` an earlier version runs it again.
 
 -- +goose Up
 ALTER TABLE "document_compilation_tenant_limits"
   ALTER COLUMN "max_running" DROP NOT NULL,
   -- Leases per second; NULL: no rate limit.
-  ADD COLUMN "leases_per_second" NUMERIC,
+  ADD COLUMN IF NOT EXISTS "leases_per_second" NUMERIC,
   -- The most leases at once after a quiet spell (the bucket's size).
-  ADD COLUMN "burst" INTEGER,
+  ADD COLUMN IF NOT EXISTS "burst" INTEGER,
   -- The bucket: tokens left at tokens_at.
-  ADD COLUMN "tokens" NUMERIC,
-  ADD COLUMN "tokens_at" TIMESTAMPTZ,
+  ADD COLUMN IF NOT EXISTS "tokens" NUMERIC,
+  ADD COLUMN IF NOT EXISTS "tokens_at" TIMESTAMPTZ,
   -- When the tenant was paused; NULL: not paused.
-  ADD COLUMN "paused_at" TIMESTAMPTZ,
+  ADD COLUMN IF NOT EXISTS "paused_at" TIMESTAMPTZ,
   -- Why, as the operator said.
-  ADD COLUMN "pause_reason" TEXT,
+  ADD COLUMN IF NOT EXISTS "pause_reason" TEXT,
+  DROP CONSTRAINT IF EXISTS "document_compilation_tenant_limits_rate_ck",
   ADD CONSTRAINT "document_compilation_tenant_limits_rate_ck"
     CHECK ("leases_per_second" > 0),
+  DROP CONSTRAINT IF EXISTS "document_compilation_tenant_limits_burst_ck",
   ADD CONSTRAINT "document_compilation_tenant_limits_burst_ck"
     CHECK ("burst" >= 1),
   -- A rate comes with its burst and its bucket, and the bucket holds
   -- 0..burst tokens.
+  DROP CONSTRAINT IF EXISTS "document_compilation_tenant_limits_bucket_ck",
   ADD CONSTRAINT "document_compilation_tenant_limits_bucket_ck"
     CHECK (("leases_per_second" IS NULL AND "burst" IS NULL AND "tokens" IS NULL AND "tokens_at" IS NULL)
            OR ("leases_per_second" IS NOT NULL AND "burst" IS NOT NULL AND "tokens" IS NOT NULL AND "tokens_at" IS NOT NULL
                AND "tokens" >= 0 AND "tokens" <= "burst")),
+  DROP CONSTRAINT IF EXISTS "document_compilation_tenant_limits_pause_reason_ck",
   ADD CONSTRAINT "document_compilation_tenant_limits_pause_reason_ck"
     CHECK ("pause_reason" IS NULL OR ("paused_at" IS NOT NULL AND char_length("pause_reason") <= 1024)),
   -- A row limits something.
+  DROP CONSTRAINT IF EXISTS "document_compilation_tenant_limits_limits_ck",
   ADD CONSTRAINT "document_compilation_tenant_limits_limits_ck"
     CHECK ("max_running" IS NOT NULL OR "leases_per_second" IS NOT NULL OR "paused_at" IS NOT NULL);
 

@@ -108,3 +108,11 @@ SELECT l.tenant_id, l.max_running, l.leases_per_second, l.burst,
   FROM document_compilation_tenant_limits l
  WHERE sqlc.narg('tenant_id')::text IS NULL OR l.tenant_id = sqlc.narg('tenant_id')::text
  ORDER BY l.tenant_id;
+
+-- name: CountTenantLimits :one
+-- How many tenants are capped, rate-limited and paused (the metrics'
+-- gauges): one pass over the table, one row per limited tenant.
+SELECT count(*) FILTER (WHERE l.max_running IS NOT NULL) AS capped,
+       count(*) FILTER (WHERE l.leases_per_second IS NOT NULL) AS rate_limited,
+       count(*) FILTER (WHERE l.paused_at IS NOT NULL) AS paused
+  FROM document_compilation_tenant_limits l;

@@ -184,6 +184,7 @@ func TestEveryExportedFunctionRefusesBadInput(t *testing.T) {
 		"Repo.ResumeTenant":      {Fn: (*repo.Repo).ResumeTenant, Args: []any{r, ctx, pool, &repo.ResumeTenantParams{TenantID: "tenant"}}, Deep: []int{3}},
 		"Repo.GetTenantLimit":    {Fn: (*repo.Repo).GetTenantLimit, Args: []any{r, ctx, pool, &repo.GetTenantLimitParams{TenantID: "tenant"}}, Deep: []int{3}},
 		"TenantLimit.Paused":     {Fn: repo.TenantLimit.Paused, Args: []any{repo.TenantLimit{TenantID: "tenant"}}},
+		"Repo.CountTenantLimits": {Fn: (*repo.Repo).CountTenantLimits, Args: []any{r, ctx, pool, &repo.CountTenantLimitsParams{}}},
 		"Repo.TraceContexts":     {Fn: (*repo.Repo).TraceContexts, Args: []any{r, ctx, pool, &repo.TraceContextsParams{AttemptIDs: []uuid.UUID{id()}}}, Deep: []int{3}},
 		"Repo.CountLiveAttempts": {Fn: (*repo.Repo).CountLiveAttempts, Args: []any{r, ctx, pool, &repo.CountLiveAttemptsParams{TenantID: "tenant"}}, Deep: []int{3}},
 		"Repo.ListAttempts": {Fn: (*repo.Repo).ListAttempts, Args: []any{r, ctx, pool, &repo.ListAttemptsParams{TenantID: "tenant",
