@@ -157,8 +157,8 @@ type PauseTenantParams struct {
 	// TenantID is 1..255 characters.
 	TenantID string
 	// Reason is why, for whoever looks (ListTenantLimits,
-	// GetTenantLimit), 1..MaxPauseReasonLength characters. Defaults to
-	// nil: none.
+	// GetTenantLimit): cut to MaxPauseReasonLength characters and cleaned
+	// as TruncateMessage does. Defaults to nil (or ""): none.
 	Reason *string
 }
 
@@ -181,12 +181,16 @@ func (r *Repo) PauseTenant(ctx context.Context, db DBTX, p *PauseTenantParams) (
 	v := r.call(ctx, db)
 	if set(v, "PauseTenantParams", p) {
 		v.text("TenantID", p.TenantID, MaxTenantIDLength)
-		v.optionalText("Reason", p.Reason, MaxPauseReasonLength)
 	}
 	if err := v.result(); err != nil {
 		return nil, err
 	}
-	rows, err := r.q.PauseTenant(ctx, db, &gen.PauseTenantParams{TenantID: p.TenantID, Now: r.now(), Reason: p.Reason})
+	var reason *string
+	if p.Reason != nil && *p.Reason != "" {
+		cut := truncateText(*p.Reason, MaxPauseReasonLength)
+		reason = &cut
+	}
+	rows, err := r.q.PauseTenant(ctx, db, &gen.PauseTenantParams{TenantID: p.TenantID, Now: r.now(), Reason: reason})
 	if err != nil {
 		return nil, fmt.Errorf("pause tenant %q: %w", p.TenantID, mapError(err))
 	}

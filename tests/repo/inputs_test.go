@@ -37,7 +37,7 @@ var inputRules = apiwalk.Rules{
 	},
 	Sanitized: map[string]bool{
 		"CancelParams.Reason": true, "SupersedeParams.Reason": true, "FailParams.ErrorMessage": true,
-		"ScheduleRetryParams.ErrorMessage": true, "ReleaseOutboxParams.LastError": true,
+		"ScheduleRetryParams.ErrorMessage": true, "ReleaseOutboxParams.LastError": true, "PauseTenantParams.Reason": true,
 	},
 	Unchecked: map[string]bool{"Lease.ExpiresAt": true, "Lease.LocalDeadline": true},
 }
