@@ -94,18 +94,19 @@ func TestTenantRates(t *testing.T) {
 		require.Greater(t, len(times), burst, "the bucket refilled")
 	})
 
-	// Rates are exact decimals (NUMERIC): at 0.3 per second, 7 s give 2.1
-	// tokens (2 leases, 0.1 left) and 3 s more exactly one. Mutation
-	// caught: the bucket in float8, where 0.3 * 7 is 2.0999999999999996
-	// and the last fetch finds 0.9999999999999996 (no lease).
+	// Rates are exact decimals (NUMERIC): at 0.3 per second, 8 s give 2.4
+	// tokens (2 leases, 0.4 left) and 2 s more exactly one. Mutation
+	// caught: the bucket in float8 (DOUBLE PRECISION columns and
+	// function), where 0.3 * 8 - 2 + 0.3 * 2 is 0.9999999999999999 and the
+	// last fetch leases nothing.
 	t.Run("FractionalRateIsExact", func(t *testing.T) {
 		b := setup(t)
 		b.startN(t, "slow", 10)
 		b.setRate(t, "slow", 0.3, 5)
 		require.Equal(t, 5, leasesOf(b.fetch(t, "w", 10), "slow"))
-		b.clock.Advance(7 * time.Second)
+		b.clock.Advance(8 * time.Second)
 		require.Equal(t, 2, leasesOf(b.fetch(t, "w", 10), "slow"))
-		b.clock.Advance(2999 * time.Millisecond)
+		b.clock.Advance(1999 * time.Millisecond)
 		require.Zero(t, leasesOf(b.fetch(t, "w", 10), "slow"))
 		require.InDelta(t, 0.9997, b.limitOf(t, "slow").Tokens, 1e-12)
 		b.clock.Advance(time.Millisecond)
@@ -370,16 +371,24 @@ func TestTenantPauses(t *testing.T) {
 	// (the fetch leases the paused tenant's attempts).
 	t.Run("ViaTheOldestDueRow", func(t *testing.T) {
 		b := setup(t)
-		b.startN(t, "p", 3)
+		// q and r have running attempts only (the driver's claim takes
+		// every due row: they go first).
 		for _, tenant := range []string{"q", "r"} {
 			b.drv.Running(b.ctx, t, testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: new(tenant)}), nil)
 		}
+		b.startN(t, "p", 3)
 		_, err := b.repo.PauseTenant(b.ctx, b.db.Pool, &repo.PauseTenantParams{TenantID: "p"})
 		require.NoError(t, err)
 		res, err := b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 5, AfterTenant: "p", MaxTenants: 2})
 		require.NoError(t, err)
 		require.Empty(t, res.Leased)
 		require.Empty(t, res.Exhausted)
+		require.Equal(t, "r", res.NextAfterTenant, "the last tenant walked")
+		// Resumed, the oldest due row brings it.
+		require.NoError(t, b.repo.ResumeTenant(b.ctx, b.db.Pool, &repo.ResumeTenantParams{TenantID: "p"}))
+		res, err = b.repo.FetchLeases(b.ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 5, AfterTenant: "p", MaxTenants: 2})
+		require.NoError(t, err)
+		require.Equal(t, []string{"p", "p", "p"}, tenantsOf(res.Leased))
 	})
 
 	// Two paused tenants hold the oldest due rows, and a fetch walks only

@@ -39,8 +39,10 @@ func leasesOfTenant(ctx context.Context, t *testing.T, pool *pgxpool.Pool, tenan
 // least one, which every fetch that walks both tenants offers).
 // (The bound stays under the backlog of 100 while the unlimited tenant
 // takes less than 49 s, which it does in 2 to 7 s here, so the limit
-// bites.) Mutation caught: stamped not spending the tokens (the whole
-// backlog is leased at once).
+// bites.) Mutations caught: stamped not spending the tokens (100 leases,
+// bound 11.3); quotas treating a row another fetch holds as unlimited
+// (concurrent fetches spend the same tokens: 10 leases, bound 9.3, in the
+// run tried; it takes two sources fetching at once to show).
 func TestRateLimitHoldsAcrossThreeSources(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
