@@ -366,7 +366,12 @@ func newTenantCommand(r *runner) *cobra.Command {
 	limits := &cobra.Command{
 		Use:   "limits [TENANT] [--json]",
 		Short: "every limited tenant (or TENANT): cap, leases per second, burst, tokens now, paused since, reason",
-		Args:  cobra.MaximumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError(cmd, "limits takes at most one tenant")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant := ""
 			if len(args) == 1 {
