@@ -294,7 +294,8 @@ func TestFetchLeasesPlanWithEmptyTableStatistics(t *testing.T) {
 // limits by the table's primary key, in the walk's probe and in the lock,
 // never by a sequential scan of the limits (which would read all 5,000
 // rows per tenant walked). Mutation caught: the walk's probe matching an
-// expression of tenant_id (l.tenant_id || '' = …: a Seq Scan on it).
+// expression of tenant_id (an empty string appended to l.tenant_id: a
+// Seq Scan on it).
 func TestFetchLeasesPlanWithTenantLimits(t *testing.T) {
 	b := setup(t)
 	ctx := b.ctx

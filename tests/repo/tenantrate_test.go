@@ -431,6 +431,35 @@ func TestTenantPauses(t *testing.T) {
 		require.Len(t, b.fetch(t, "w", 10).Leased, 2)
 	})
 
+	// Lifting a limit (here the pause) notifies kfsdb_outbox at the
+	// commit, naming no listener (migration 0007's payload: a due time
+	// alone), so a source asleep on LISTEN looks at once; a refused lift
+	// notifies nobody. Mutation caught: LiftTenantLimit's pg_notify
+	// dropped (no notification within 10 s).
+	t.Run("LiftingWakesListeners", func(t *testing.T) {
+		b := setup(t)
+		conn, err := b.db.Pool.Acquire(b.ctx)
+		require.NoError(t, err)
+		defer conn.Release()
+		_, err = conn.Exec(b.ctx, `LISTEN kfsdb_outbox`)
+		require.NoError(t, err)
+		require.ErrorIs(t, b.repo.ResumeTenant(b.ctx, b.db.Pool, &repo.ResumeTenantParams{TenantID: "p"}), repo.ErrNotFound)
+		_, err = b.repo.PauseTenant(b.ctx, b.db.Pool, &repo.PauseTenantParams{TenantID: "p"})
+		require.NoError(t, err)
+		require.NoError(t, b.repo.ResumeTenant(b.ctx, b.db.Pool, &repo.ResumeTenantParams{TenantID: "p"}))
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		defer cancel()
+		n, err := conn.Conn().WaitForNotification(ctx)
+		require.NoError(t, err)
+		require.NotContains(t, n.Payload, "|", "names no listener")
+		_, err = time.Parse("2006-01-02 15:04:05.999999-07", n.Payload)
+		require.NoError(t, err, "a due time: %q", n.Payload)
+		ctx2, cancel2 := context.WithTimeout(b.ctx, 200*time.Millisecond)
+		defer cancel2()
+		_, err = conn.Conn().WaitForNotification(ctx2)
+		require.Error(t, err, "one notification: the refused resume sent none")
+	})
+
 	// A pause keeps the tenant's other limits, and resuming keeps them
 	// too; a row that paused alone goes with the pause.
 	t.Run("KeepsOtherLimits", func(t *testing.T) {
