@@ -169,9 +169,9 @@ type PauseTenantResult struct {
 	AlreadyPaused bool
 }
 
-// PauseTenant pauses a tenant under direct delivery: from the call's
-// commit on, no fetch in any process leases its attempts (nor fails its
-// exhausted ones) until ResumeTenant. Its attempts and outbox rows are not
+// PauseTenant pauses a tenant under direct delivery: no fetch in any
+// process that starts after the call commits leases its attempts (nor
+// fails its exhausted ones) until ResumeTenant. Its attempts and outbox rows are not
 // touched: they stay due, and are leased, in their order, once it is
 // resumed. Leases it holds already run on. Attempts leased through the
 // relay path (AcquireLease) are not held back.
