@@ -38,8 +38,8 @@ import (
 const rootLong = `kfsdb is the binary operators deploy against a production database: it
 migrates kfsdb's schema, inspects attempts and the outbox, and acts on
 attempts only through the guarded transitions (cancel, retry, supersede,
-purge), and sets tenants' limits (caps, rates, pauses). It runs no handler
-and publishes nothing.
+purge), and sets tenants' limits (caps, rates, pauses).
+It runs no handler and publishes nothing.
 
 work, relay and bench moved to kfsdb-bench (bench/kfsdb-bench in a kfsdb
 checkout): they run a stand-in handler, or publish the outbox, for demos
