@@ -358,3 +358,75 @@ func Example_retryFailed() {
 	// dispatch_pending queued
 	// completed succeeded published
 }
+
+// exampleClock is a clock an example moves by hand (repo.Config.Clock),
+// so that what a rate limit lets through does not depend on how fast the
+// example runs.
+type exampleClock struct{ now time.Time }
+
+func (c *exampleClock) NowOrNil() *time.Time { t := c.now; return &t }
+
+// Limit a tenant's rate of leases and pause it (repo.Repo.SetTenantRate,
+// PauseTenant, ResumeTenant). The limits hold in every process's fetch
+// (FetchLeases, so pgsource): a token bucket of Burst leases, refilled at
+// Rate per second by the database clock, and a pause under which the
+// tenant gets no lease while its attempts stay as they are. `kfsdb tenant
+// set-limit|pause|resume` do the same from the command line.
+func Example_tenantRateAndPause() {
+	ctx := context.Background()
+	db, doc := exampleDB()
+	defer db.Drop(ctx)
+	pool := db.Pool
+	clock := &exampleClock{now: time.Now().UTC().Truncate(time.Second)}
+	r := repo.New(&repo.Config{Clock: clock})
+	asset := doc.Asset
+	for v := int32(1); v <= 4; v++ {
+		if v > 1 {
+			var err error
+			if asset, err = kfsdbtest.InsertAsset(ctx, pool, doc.Space, 1); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if _, err := r.Start(ctx, pool, startParams(asset, 0)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fetch := func() int {
+		res, err := r.FetchLeases(ctx, pool, &repo.FetchLeasesParams{WorkerID: "worker-1", BatchSize: 10})
+		if err != nil {
+			log.Fatal(err)
+		}
+		return len(res.Leased)
+	}
+
+	if err := r.SetTenantRate(ctx, pool, &repo.SetTenantRateParams{TenantID: "acme", Rate: 1, Burst: 2}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("leased at once:", fetch())
+	fmt.Println("right after:", fetch())
+	clock.now = clock.now.Add(time.Second)
+	fmt.Println("a second later:", fetch())
+
+	reason := "invoice overdue"
+	if _, err := r.PauseTenant(ctx, pool, &repo.PauseTenantParams{TenantID: "acme", Reason: &reason}); err != nil {
+		log.Fatal(err)
+	}
+	clock.now = clock.now.Add(10 * time.Second)
+	fmt.Println("paused, ten seconds later:", fetch())
+	limit, err := r.GetTenantLimit(ctx, pool, &repo.GetTenantLimitParams{TenantID: "acme"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%v leases/s, burst %d, %v tokens, paused %v (%s)\n", limit.Rate, limit.Burst, limit.Tokens, limit.Paused(), limit.PauseReason)
+	if err := r.ResumeTenant(ctx, pool, &repo.ResumeTenantParams{TenantID: "acme"}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("resumed:", fetch())
+	// Output:
+	// leased at once: 2
+	// right after: 0
+	// a second later: 1
+	// paused, ten seconds later: 0
+	// 1 leases/s, burst 2, 2 tokens, paused true (invoice overdue)
+	// resumed: 1
+}

@@ -95,8 +95,8 @@ type FetchLeasesResult struct {
 	// tenant served, so the next fetch starts with the one after it; after
 	// a fetch that leased nothing though it walked MaxTenants tenants, the
 	// last tenant walked, so the next fetch looks further on (tenants with
-	// nothing due, or with due rows this fetch may not take, never hold the
-	// cursor in place).
+	// nothing due, or with due rows this fetch may not take: excluded,
+	// paused, out of tokens, at their caps, never hold the cursor in place).
 	NextAfterTenant string
 }
 

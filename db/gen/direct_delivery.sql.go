@@ -68,6 +68,17 @@ tenant_walk (tenant_id, first_tenant, pos, looked, first_due, dues) AS (
                       AND o.available_at <= coalesce($4::timestamptz, now()))
                      OR (o.status = 'dispatching'
                          AND o.locked_until <= coalesce($4::timestamptz, now()))) IS TRUE
+                -- A paused tenant, or one whose bucket holds less than a
+                -- token (migration 0011), is passed as one with nothing
+                -- due: it would take a tenant's place in the batch and
+                -- get nothing. Read from the snapshot (the quota below
+                -- reads the locked row); a primary key probe, run before
+                -- the attempts are (it depends on the tenant alone).
+                AND NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l
+                                 WHERE l.tenant_id = nxt.tenant_id
+                                   AND (l.paused_at IS NOT NULL
+                                        OR document_compilation_tenant_tokens(l.tokens, l.burst, l.leases_per_second, l.tokens_at,
+                                             coalesce($4::timestamptz, now())) < 1))
               ORDER BY a.tenant_id, a.completed_at, a.id
               LIMIT 1) END AS first_due
      -- Once per step too: first_due is read twice below (the column and
@@ -122,7 +133,10 @@ walked AS MATERIALIZED (
      AND NOT coalesce(d.tenant_id = ANY ($3::text[]), false)
 ),
 capped AS (
-  SELECT l.tenant_id, l.max_running, l.leased_by_xid
+  SELECT l.tenant_id, l.max_running, l.leased_by_xid, l.paused_at IS NOT NULL AS paused,
+         document_compilation_tenant_tokens(l.tokens, l.burst, l.leases_per_second, l.tokens_at,
+                                            coalesce($4::timestamptz, now())) AS tokens,
+         l.tokens_at
     FROM document_compilation_tenant_limits l
    WHERE l.tenant_id IN (SELECT tenant_id FROM walked)
      FOR UPDATE SKIP LOCKED
@@ -132,18 +146,23 @@ quotas AS (
          CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
                 THEN $7::integer
               WHEN c.tenant_id IS NULL
-                   OR (c.leased_by_xid IS NOT NULL
+                   OR c.paused
+                   OR (c.max_running IS NOT NULL
+                       AND c.leased_by_xid IS NOT NULL
                        AND NOT pg_visible_in_snapshot(c.leased_by_xid, pg_current_snapshot()))
                 THEN 0
-              ELSE least($7::integer, c.max_running - (
-                     SELECT count(*)::integer
-                       FROM (SELECT 1
-                               FROM document_compilation_attempts a
-                              WHERE a.tenant_id = w.tenant_id
-                                AND a.completed_at IS NULL
-                                AND a.run_state = 'running'
-                                AND a.lease_expires_at > coalesce($4::timestamptz, now())
-                              LIMIT c.max_running) live))
+              -- least() passes over the NULL of a limit the tenant has not.
+              ELSE least($7::integer,
+                         CASE WHEN c.max_running IS NOT NULL THEN c.max_running - (
+                           SELECT count(*)::integer
+                             FROM (SELECT 1
+                                     FROM document_compilation_attempts a
+                                    WHERE a.tenant_id = w.tenant_id
+                                      AND a.completed_at IS NULL
+                                      AND a.run_state = 'running'
+                                      AND a.lease_expires_at > coalesce($4::timestamptz, now())
+                                    LIMIT c.max_running) live) END,
+                         floor(c.tokens)::integer)
          END AS quota,
          (SELECT count(*) FROM walked)::integer AS tenants,
          CASE WHEN true THEN $6::integer END AS batch,
@@ -301,10 +320,16 @@ exhausted AS (
 stamped AS (
   UPDATE document_compilation_tenant_limits l
      SET leased_by_xid = pg_current_xact_id(),
+         tokens = capped.tokens - spent.leases,
+         tokens_at = CASE WHEN capped.tokens IS NOT NULL
+                          THEN greatest(capped.tokens_at, coalesce($4::timestamptz, now())) END,
          updated_at = coalesce($4::timestamptz, now())
     FROM capped
+    JOIN (SELECT chosen.tenant_id, count(*) AS leases
+            FROM chosen
+           WHERE NOT chosen.exhausted
+           GROUP BY chosen.tenant_id) spent ON spent.tenant_id = capped.tenant_id
    WHERE l.tenant_id = capped.tenant_id
-     AND EXISTS (SELECT 1 FROM chosen WHERE chosen.tenant_id = l.tenant_id AND NOT chosen.exhausted)
 ),
 awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l
@@ -431,8 +456,10 @@ type FetchLeasesRow struct {
 // pair that a cancel, a relay or another fetcher changed meanwhile is
 // skipped. A tenant with a cap (document_compilation_tenant_limits,
 // migration 0008, whose header says why it holds across processes) is
-// offered only its free places. A fetch that filled its batch ends its
-// worker's idle registration (OutboxListenerIdle; see awake below).
+// offered only its free places, one with a rate (migration 0011) only
+// its whole tokens, which the statement spends, and a paused one nothing.
+// A fetch that filled its batch ends its worker's idle registration
+// (OutboxListenerIdle; see awake below).
 //
 // Tenant lists (pgsource's Config.Tenants / ExcludeTenants; at most one is
 // set): with include_tenants the walk goes down that list itself, sorted
@@ -458,12 +485,15 @@ type FetchLeasesRow struct {
 // after_tenant (history only, or live attempts all running) would make
 // every fetch from there come back empty, and the cursor, which moves
 // with the tenants served, would never pass them.
-// Capped tenants of the walk (migration 0008), locked without waiting:
-// a fetch leasing for a capped tenant makes the others skip it.
-// What each tenant may get: per_tenant, or for a capped tenant its free
-// places, and none while another fetch holds its row or when the last
-// fetch that leased for it committed after this statement's snapshot
-// (its leases would be missing from the count).
+// Limited tenants of the walk (migrations 0008, 0011), locked without
+// waiting: a fetch leasing for a limited tenant makes the others skip it.
+// Locked rows are their newest versions, whatever the snapshot: tokens
+// is the bucket another fetch left at its commit, refilled to now.
+// What each tenant may get: per_tenant, or for a limited tenant at most
+// its free places (a cap) and its whole tokens (a rate), and none while
+// it is paused, while another fetch holds its row, or, for a capped one,
+// when the last fetch that leased for it committed after this
+// statement's snapshot (its leases would be missing from the count).
 // Each tenant offers at most what it can take when each of the others
 // takes one (offers past that could only be spares), and spare offers
 // past that, for an uncapped tenant: a fetch running at the same time
@@ -479,6 +509,10 @@ type FetchLeasesRow struct {
 // At most its quota per tenant among the rows locked: a spare taken in
 // place of a held row counts as that row. (A spare past the quota stays
 // locked, unchanged, until the commit.)
+// A limited tenant's row, locked above, is stamped with this transaction
+// (a cap's count needs it) and its bucket is left with what the leases
+// did not spend, as of now (tokens_at never moves back: a second already
+// refilled is not refilled again).
 // A fetch that filled its batch ends its worker's idle registration: the
 // worker is behind and fetches again at once, so commits need not notify
 // it (a notifying commit holds the global notify lock through its WAL

@@ -30,7 +30,9 @@ var fetchBudget = []struct {
 	history          int
 	// warmEmpty: the fetching connection cached its plan on empty tables
 	// before the backlog arrived (measureFetchCost).
-	warmEmpty       bool
+	warmEmpty bool
+	// limits are the tenants' limits set before the fetches (issue 41).
+	limits          fetchLimits
 	buffersPerLease float64 // budget
 	// budget: one statement per batch of 8, and the one reading of the
 	// tables' size before a new Repo's first fetch (repo/plan_class.go):
@@ -49,6 +51,42 @@ var fetchBudget = []struct {
 	// Measured 75 (with a plan cached on the empty tables, before
 	// repo/plan_class.go: 11,052, growing with the square of the backlog).
 	{name: "tenants=20/cached-on-empty", tenants: 20, backlog: 2_000, warmEmpty: true, buffersPerLease: 100, stmtsPerLease: 0.126},
+	// Issue 41: every tenant rate-limited (a rate that never binds, so
+	// only the limit's cost shows: the walk's probe of each tenant's row,
+	// the lock, the bucket written back), and a tenth of them paused
+	// besides (the walk passes them; their backlogs stay).
+	{name: "tenants=1/rate-limited", tenants: 1, backlog: 10_000, limits: fetchLimits{rated: true}, buffersPerLease: 90, stmtsPerLease: 0.126},
+	{name: "tenants=1000/rate-limited", tenants: 1000, backlog: 10_000, limits: fetchLimits{rated: true}, buffersPerLease: 100, stmtsPerLease: 0.126},
+	{name: "tenants=1000/rate-limited/paused=100", tenants: 1000, backlog: 10_000, limits: fetchLimits{rated: true, paused: 100},
+		buffersPerLease: 100, stmtsPerLease: 0.126},
+}
+
+// fetchLimits are the tenants' limits a scenario sets before it fetches:
+// every tenant rate-limited at a rate that never binds, and the first
+// paused tenants paused.
+type fetchLimits struct {
+	rated  bool
+	paused int
+}
+
+// set writes the limits of insertBacklog's tenants and analyzes the table.
+func (l fetchLimits) set(ctx context.Context, db *pgxpool.Pool, tenants int) error {
+	if !l.rated && l.paused == 0 {
+		return nil
+	}
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("budget-%05d", i)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO document_compilation_tenant_limits (tenant_id, leases_per_second, burst, tokens, tokens_at, paused_at, updated_at)
+		SELECT t, CASE WHEN $2 THEN 1000000 END, CASE WHEN $2 THEN 1000000 END, CASE WHEN $2 THEN 1000000 END, CASE WHEN $2 THEN now() END,
+		       CASE WHEN n <= $3 THEN now() END, now()
+		  FROM unnest($1::text[]) WITH ORDINALITY AS f(t, n)
+		 WHERE $2 OR n <= $3`, names, l.rated, l.paused); err != nil {
+		return err
+	}
+	_, err := db.Exec(ctx, `VACUUM ANALYZE document_compilation_tenant_limits`)
+	return err
 }
 
 // fetchBudgetBatch is the fetch size: the worker's free slots when a
@@ -83,14 +121,14 @@ func BenchmarkFetchBudget(b *testing.B) {
 			once := v.(*sync.Once)
 			key := sc.name + "/cost"
 			once.Do(func() {
-				c, err := measureFetchCost(context.Background(), sc.tenants, sc.backlog, sc.history, sc.warmEmpty)
+				c, err := measureFetchCost(context.Background(), sc.tenants, sc.backlog, sc.history, sc.warmEmpty, sc.limits)
 				if err == nil && (c.buffersPerLease() > sc.buffersPerLease || c.stmtsPerLease() > sc.stmtsPerLease) {
 					// Once in about ten runs of the one-tenant case a whole
 					// run read 5x the buffers (a plan change mid-run, not
 					// reproduced): a regression is over budget twice in a
 					// row, in a database of its own each time.
 					b.Logf("over budget (%.1f buffers, %.3f statements per lease); measuring again", c.buffersPerLease(), c.stmtsPerLease())
-					c, err = measureFetchCost(context.Background(), sc.tenants, sc.backlog, sc.history, sc.warmEmpty)
+					c, err = measureFetchCost(context.Background(), sc.tenants, sc.backlog, sc.history, sc.warmEmpty, sc.limits)
 				}
 				if err != nil {
 					c = &fetchCost{err: err}
@@ -130,9 +168,10 @@ func BenchmarkFetchBudget(b *testing.B) {
 // fetches on the empty, analyzed tables (its prepared statement then holds
 // the generic plan built on them, as a worker's does when it starts on an
 // empty queue) and the backlog is inserted after, with no ANALYZE to
-// invalidate that plan.
-func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEmpty bool) (*fetchCost, error) {
-	return measureFetchCostWith(ctx, tenants, backlog, history, warmEmpty, fetchLists{})
+// invalidate that plan. limits (not with warmEmpty) are set on the
+// backlog's tenants before the first fetch.
+func measureFetchCost(ctx context.Context, tenants, backlog, history int, warmEmpty bool, limits ...fetchLimits) (*fetchCost, error) {
+	return measureFetchCostWith(ctx, tenants, backlog, history, warmEmpty, fetchLists{}, limits...)
 }
 
 // fetchLists are the tenant lists a measured fetch passes
@@ -146,7 +185,7 @@ type fetchLists struct {
 // measureFetchCostWith is measureFetchCost with tenant lists: the fetches
 // stop at half of what the lists leave them, so each still finds a full
 // batch.
-func measureFetchCostWith(ctx context.Context, tenants, backlog, history int, warmEmpty bool, lists fetchLists) (*fetchCost, error) {
+func measureFetchCostWith(ctx context.Context, tenants, backlog, history int, warmEmpty bool, lists fetchLists, limits ...fetchLimits) (*fetchCost, error) {
 	name := scratch.RandomName("kfsfetch")
 	url, err := env.srv.CreateDatabase(ctx, name, "")
 	if err != nil {
@@ -165,6 +204,11 @@ func measureFetchCostWith(ctx context.Context, tenants, backlog, history int, wa
 	if !warmEmpty {
 		if cands, err = insertBacklog(ctx, plain, tenants, backlog, history, true); err != nil {
 			return nil, err
+		}
+		for _, l := range limits {
+			if err := l.set(ctx, plain, tenants); err != nil {
+				return nil, err
+			}
 		}
 	} else if err := testfactory.FreezeStatistics(ctx, plain); err != nil {
 		return nil, err

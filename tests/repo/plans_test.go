@@ -359,3 +359,50 @@ func analyze(t *testing.T, ctx context.Context, pool *pgxpool.Pool, st recorded)
 	})
 	return a
 }
+
+// TestFetchLeasesPlanWithTenantLimits: with 5,000 limited tenants
+// (migration 0011; analyzed), FetchLeases reads each walked tenant's
+// limits by the table's primary key, in the walk's probe and in the lock,
+// never by a sequential scan of the limits (which would read all 5,000
+// rows per tenant walked). Mutation caught: the walk's probe matching an
+// expression of tenant_id (an empty string appended to l.tenant_id: a
+// Seq Scan on it).
+func TestFetchLeasesPlanWithTenantLimits(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	pool, rec := recordingPool(t, ctx, b.db.URL)
+	r := repo.New(nil)
+	testfactory.StartAll(ctx, t, r, pool, testfactory.SeedDocuments(ctx, t, pool, 20, 20), 0)
+	_, err := pool.Exec(ctx, `INSERT INTO document_compilation_tenant_limits (tenant_id, leases_per_second, burst, tokens, tokens_at, paused_at, updated_at)
+		SELECT tenant_id, 1000, 1000, 1000, now(), NULL, now() FROM document_compilation_attempts GROUP BY tenant_id
+		UNION ALL
+		SELECT 'limited-' || g, 1, 1, 1, now(), CASE WHEN g % 10 = 0 THEN now() END, now() FROM generate_series(1, 5000) g`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "VACUUM ANALYZE document_compilation_tenant_limits, document_compilation_attempts, document_compilation_outbox")
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := r.FetchLeases(ctx, tx, &repo.FetchLeasesParams{WorkerID: "plan-worker", BatchSize: 8})
+	require.NoError(t, err)
+	require.Len(t, res.Leased, 8)
+	require.NoError(t, tx.Rollback(ctx))
+	st := rec.last["FetchLeases"]
+	require.NotEmpty(t, st.sql)
+	var raw []byte
+	require.NoError(t, pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+st.sql, st.args...).Scan(&raw))
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &plans))
+	probes := 0
+	plans[0].Plan.walk(func(n *planNode) {
+		if n.RelationName == "document_compilation_tenant_limits" {
+			require.NotEqual(t, "Seq Scan", n.NodeType, "FetchLeases scans the tenant limits:\n%s", raw)
+		}
+		if n.IndexName == "document_compilation_tenant_limits_pkey" {
+			probes++
+		}
+	})
+	require.GreaterOrEqual(t, probes, 2, "the walk's probe and the lock go by the primary key:\n%s", raw)
+}
