@@ -355,6 +355,9 @@ func TestDownTenantRatesKeepsRatesAndPauses(t *testing.T) {
 	addTenantLimit(ctx, t, db.Pool)
 	exec(`UPDATE ` + tenantLimits + ` SET leases_per_second = 2.5, burst = 3, tokens = 3, tokens_at = now()`)
 	exec(`INSERT INTO ` + tenantLimits + ` (tenant_id, paused_at, pause_reason, updated_at) VALUES ('tenant-b', now(), 'billing', now())`)
+	first, firstOut, firstErr := down() // 0012: a trigger and its function, nothing to lose
+	require.Equal(t, 0, first, firstErr)
+	require.Contains(t, firstOut, "00012_attempt_outcome_notify.sql")
 	before, rows := catalog(ctx, t, db.Pool), tableRows(ctx, t, db.Pool, tenantLimits)
 	p := provider(ctx, t, db.URL)
 
