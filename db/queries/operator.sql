@@ -25,7 +25,9 @@
 -- of the same range scan (a CASE of parameters and now() is a constant of
 -- the scan); on the live half created_at is a filter on the tenant's live
 -- rows. last_error_code ('' for any) is a filter on both: the scan reads
--- past the rows of other codes up to the page's LIMIT.
+-- past the rows of other codes up to the page's LIMIT, so a rare code
+-- reads the tenant's range (for a code its statistics call rare, the
+-- planner may read that range as a bitmap scan and sort the few matches).
 WITH page AS (
   (SELECT a.id
      FROM document_compilation_attempts a
