@@ -249,23 +249,27 @@ func bulkAction(ctx context.Context, r *repo.Repo, pool *pgxpool.Pool, opts *Att
 		fmt.Fprintln(opts.Out, "no attempt matches the selection")
 		return nil, nil
 	}
-	printRow(opts.Out, "%d attempts match %s: %s would change %d", plan.Matched, plan.Filter, opts.Action, len(plan.Targets))
-	if len(plan.Targets) > 0 {
-		printRow(opts.Out, " (%s) to %s", stateList(plan.ChangesByState()), opts.Action.Target())
+	sample := make([]ops.Result, len(plan.Sample))
+	for i, row := range plan.Sample {
+		sample[i] = row.Plan
 	}
-	if stay := plan.Matched - len(plan.Targets); stay > 0 {
-		printRow(opts.Out, " and leave %d as they are (%s)", stay, stateList(plan.Unchanged))
+	if opts.JSON && opts.DryRun {
+		return sample, writeJSON(opts.Out, bulkPlanJSON{Filter: plan.Filter.String(), Matched: plan.Matched, WouldChange: len(plan.Targets),
+			WouldChangeByState: plan.ChangesByState(), UnchangedByState: plan.Unchanged, Sample: sample})
 	}
-	fmt.Fprintln(opts.Out)
+	if !opts.JSON {
+		printRow(opts.Out, "%d attempts match %s: %s would change %d", plan.Matched, plan.Filter, opts.Action, len(plan.Targets))
+		if len(plan.Targets) > 0 {
+			printRow(opts.Out, " (%s) to %s", stateList(plan.ChangesByState()), opts.Action.Target())
+		}
+		if stay := plan.Matched - len(plan.Targets); stay > 0 {
+			printRow(opts.Out, " and leave %d as they are (%s)", stay, stateList(plan.Unchanged))
+		}
+		fmt.Fprintln(opts.Out)
+	}
 	if opts.DryRun {
-		sample := make([]ops.Result, len(plan.Sample))
-		for i, row := range plan.Sample {
-			sample[i] = row.Plan
-		}
-		if !opts.JSON {
-			printRow(opts.Out, "the first %d:\n", len(sample))
-		}
-		return sample, writeResults(opts.Out, opts.JSON, sample)
+		printRow(opts.Out, "the first %d:\n", len(sample))
+		return sample, writeResults(opts.Out, false, sample)
 	}
 	if len(plan.Targets) == 0 {
 		return nil, nil
@@ -311,6 +315,17 @@ func bulkAction(ctx context.Context, r *repo.Repo, pool *pgxpool.Pool, opts *Att
 		return rep.Results, fmt.Errorf("%w: %d of %d attempts (changed since the dry run)", ErrRefused, rep.Skipped, len(rep.Results))
 	}
 	return rep.Results, nil
+}
+
+// bulkPlanJSON is the `--json` schema of a dry run with --all.
+type bulkPlanJSON struct {
+	Filter             string                   `json:"filter"`
+	Matched            int                      `json:"matched"`
+	WouldChange        int                      `json:"would_change"`
+	WouldChangeByState map[kfstype.RunState]int `json:"would_change_by_state"`
+	UnchangedByState   map[kfstype.RunState]int `json:"unchanged_by_state"`
+	// Sample is the first matches and what the action would do to each.
+	Sample []ops.Result `json:"sample"`
 }
 
 // stateList is "3 queued, 2 running".
