@@ -3,11 +3,9 @@ package consolehttp_test
 import (
 	"context"
 	"fmt"
-	"html"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/consolepage"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
@@ -30,23 +29,16 @@ const liveStates = "&state=dispatch_pending&state=queued&state=running&state=ret
 // bulkForm reads a dry run page's confirmation form: its hidden fields.
 func bulkForm(t *testing.T, page string) url.Values {
 	t.Helper()
-	i := strings.Index(page, `<form method="post" action="/bulk"`)
-	require.GreaterOrEqual(t, i, 0, "no confirmation form in:\n%s", page)
-	form := page[i : i+strings.Index(page[i:], "</form>")]
-	v := url.Values{}
-	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`).FindAllStringSubmatch(form, -1) {
-		v.Add(m[1], html.UnescapeString(m[2]))
-	}
-	return v
+	form, ok := consolepage.PostForm(page, "/bulk")
+	require.True(t, ok, "no confirmation form in:\n%s", page)
+	return form
 }
 
 // number reads the number shown in the element with id.
 func number(t *testing.T, page, id string) int {
 	t.Helper()
-	m := regexp.MustCompile(`id="` + id + `">(\d+)<`).FindStringSubmatch(page)
-	require.NotNil(t, m, "no #%s in:\n%s", id, page)
-	n, err := strconv.Atoi(m[1])
-	require.NoError(t, err)
+	n, err := consolepage.Number(page, id)
+	require.NoError(t, err, page)
 	return n
 }
 

@@ -2,13 +2,9 @@ package privilege_test
 
 import (
 	"context"
-	"html"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"regexp"
-	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,11 +12,9 @@ import (
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/tests/consolepage"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
-
-// confirmFieldRE reads a hidden field of the bulk confirmation form.
-var confirmFieldRE = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
 
 // bulkCancel runs a bulk cancel of tenant's live attempts through c's
 // pages: the dry run, then (when it offers a form) the confirmation. It
@@ -29,13 +23,9 @@ func (c *consoleClient) bulkCancel(tenant string) (dryRun, result string) {
 	c.t.Helper()
 	status, page, _ := c.do(http.MethodGet, "/bulk?action=cancel&tenant="+tenant+"&state=dispatch_pending&state=queued&state=running&state=retry_wait", nil)
 	require.Equal(c.t, http.StatusOK, status, page)
-	start := regexp.MustCompile(`<form method="post" action="/bulk"[^>]*>`).FindStringIndex(page)
-	if start == nil {
+	form, ok := consolepage.PostForm(page, "/bulk")
+	if !ok {
 		return page, ""
-	}
-	form := url.Values{}
-	for _, m := range confirmFieldRE.FindAllStringSubmatch(page[start[1]:], -1) {
-		form.Add(m[1], html.UnescapeString(m[2]))
 	}
 	status, body, loc := c.do(http.MethodPost, "/bulk", form)
 	require.Equal(c.t, http.StatusSeeOther, status, body)
@@ -47,10 +37,8 @@ func (c *consoleClient) bulkCancel(tenant string) (dryRun, result string) {
 // shown reads the number of the element with id on page.
 func shown(t *testing.T, page, id string) int {
 	t.Helper()
-	m := regexp.MustCompile(`id="` + id + `">(\d+)<`).FindStringSubmatch(page)
-	require.NotNil(t, m, "no #%s in:\n%s", id, page)
-	n, err := strconv.Atoi(m[1])
-	require.NoError(t, err)
+	n, err := consolepage.Number(page, id)
+	require.NoError(t, err, page)
 	return n
 }
 
