@@ -35,7 +35,7 @@ func TestBulkPagesRender(t *testing.T) {
 			Sample: []ops.SampleRow{{View: ops.ViewOf(a, nil), Plan: ops.Plan(ops.Cancel, a)}, {View: ops.ViewOf(done, nil), Plan: ops.Plan(ops.Cancel, done)}},
 			Batch:  100, Fields: []field{{"tenant", "acme"}}, Plan: "p1", Count: 1, CSRF: "x.y"},
 			[]string{`id="matched">2<`, `id="would-change">1<`, `id="would-stay">1<`, `name="plan" value="p1"`, `Yes, cancel 1 attempts`, "→ canceled", "stay: "}},
-		"TooMany": {"bulk", bulkPage{Action: ops.Retry, TooMany: true, Max: 10}, []string{`id="too-many"`, "at most 10"}},
+		"TooMany": {"bulk", bulkPage{Action: ops.Retry, TooMany: true, Max: 12345}, []string{`id="too-many"`, "at most 12,345."}},
 		"None":    {"bulk", bulkPage{Action: ops.Retry}, []string{`id="none"`}},
 		"Result": {"bulkresult", bulkResultPage{Action: ops.Supersede, Filter: "f", Matched: 3, Unchanged: []stateCount{{kfstype.RunStateFailed, 1}},
 			Outcome: &bulkOutcome{Confirmed: 2, Applied: 1, Skipped: 1, Batches: 1, SkippedBy: []codeCount{{ops.RefusedStale, 1}},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
@@ -48,6 +49,14 @@ var funcs = template.FuncMap{
 		return *s
 	},
 	"age":  func(d time.Duration) string { return d.Round(time.Second).String() },
+	// num writes a count with thousands separators: 10,000.
+	"num": func(n int) string {
+		s := strconv.Itoa(n)
+		for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	},
 	"live": func(s kfstype.RunState) bool { return s.Live() },
 }
 
@@ -184,6 +193,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 // attemptsPage is the attempts list's data.
 type attemptsPage struct {
 	TenantID string
+	Confined bool // the console serves TenantID only: no tenant field
 	Filter   filterForm
 	Attempts []*ops.AttemptView
 	Next     string // the next page's URL, "" on the last page
@@ -198,7 +208,7 @@ type attemptsPage struct {
 
 func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 	f, form, err := s.filterOf(r)
-	p := attemptsPage{Filter: form}
+	p := attemptsPage{Filter: form, Confined: s.cfg.TenantID != ""}
 	if errors.Is(err, errNoTenant) {
 		p.Error = "Name a tenant to list its attempts."
 		s.render(w, r, http.StatusOK, "attempts", "Attempts", p)
