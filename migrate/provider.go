@@ -316,19 +316,25 @@ func (e *FloorError) Error() string {
 
 // DataLossError is returned by [Provider.Down] and [Provider.DownTo],
 // unless [Provider.AllowDataLoss] is set, when a migration's Down would
-// drop a table that holds rows. The migration changed nothing: the guard
-// locked the table, found a row and raised, in the migration's
-// transaction, which was rolled back. (DownTo keeps what it rolled back
-// before that migration: tables without rows.)
+// drop a table that holds rows, or a column that holds values. The
+// migration changed nothing: the guard locked the table, found a row (or
+// a value) and raised, in the migration's transaction, which was rolled
+// back. (DownTo keeps what it rolled back before that migration: tables
+// without rows, columns without values.)
 type DataLossError struct {
 	Mode      Mode
 	Migration int64  // the migration whose Down was refused
-	Table     string // the table that holds rows
+	Table     string // the table that holds rows (or the column's table)
+	Column    string // the column that holds values; "" when the table is dropped
 	Version   int64  // the version the database stays at
 	Err       error  // the guard's error, SQLSTATE KF001
 }
 
 func (e *DataLossError) Error() string {
+	if e.Column != "" {
+		return fmt.Sprintf("kfsdb refuses to roll back migration %d: its Down would drop column %s of table %s, which holds values; that migration changed nothing and the database stays at version %d "+
+			"(to drop the column with its values: --allow-data-loss, or Provider.AllowDataLoss)", e.Migration, e.Column, e.Table, e.Version)
+	}
 	return fmt.Sprintf("kfsdb refuses to roll back migration %d: its Down would drop table %s, which holds rows; that migration changed nothing and the database stays at version %d "+
 		"(to drop the table with its rows: --allow-data-loss, or Provider.AllowDataLoss)", e.Migration, e.Table, e.Version)
 }
@@ -421,7 +427,7 @@ func dataLoss(err error, mode Mode, version int64) *DataLossError {
 	if !errors.As(err, &pgErr) || pgErr.Code != refusedDropCode {
 		return nil
 	}
-	e := &DataLossError{Mode: mode, Table: pgErr.TableName, Version: version, Err: err}
+	e := &DataLossError{Mode: mode, Table: pgErr.TableName, Column: pgErr.ColumnName, Version: version, Err: err}
 	var partial *goose.PartialError
 	if errors.As(err, &partial) && partial.Failed != nil && partial.Failed.Source != nil {
 		e.Migration = partial.Failed.Source.Version

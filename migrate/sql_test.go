@@ -65,7 +65,7 @@ func TestSQL(t *testing.T) {
 	require.Contains(t, none, "(no migration after version")
 
 	_, err = SQL(DirectionUp, 5, SQLOptions{})
-	require.ErrorContains(t, err, "--from 5 is not 0 or a migration version (1, 2, 3, 4, 6, 7, 8, 9, 10)")
+	require.ErrorContains(t, err, "--from 5 is not 0 or a migration version (1, 2, 3, 4, 6, 7, 8, 9, 10, 11)")
 	_, err = SQL("sideways", 0, SQLOptions{})
 	require.ErrorContains(t, err, `direction must be "up" or "down"`)
 }
@@ -161,15 +161,17 @@ func TestGuardDown(t *testing.T) {
 	require.Equal(t, tables, requireEveryDropGuarded(t, guarded))
 
 	for name, down := range map[string]string{
-		"TwoTables":  "DROP TABLE \"a\", \"b\";",
-		"Cascade":    "DROP TABLE \"a\" CASCADE;",
-		"Schema":     "DROP TABLE \"s\".\"a\";",
-		"MixedCase":  "DROP TABLE \"A\";",
-		"Truncate":   "TRUNCATE \"a\";",
-		"Delete":     "DELETE FROM \"a\";",
-		"DropColumn": "ALTER TABLE \"a\" DROP COLUMN \"b\";",
-		"InBlock":    "-- +goose StatementBegin\nDO $$ BEGIN DROP TABLE \"a\"; END $$;\n-- +goose StatementEnd",
-		"Trailing":   "DROP TABLE \"a\"; -- gone",
+		"TwoTables":         "DROP TABLE \"a\", \"b\";",
+		"Cascade":           "DROP TABLE \"a\" CASCADE;",
+		"Schema":            "DROP TABLE \"s\".\"a\";",
+		"MixedCase":         "DROP TABLE \"A\";",
+		"Truncate":          "TRUNCATE \"a\";",
+		"Delete":            "DELETE FROM \"a\";",
+		"DropColumnCascade": "ALTER TABLE \"a\" DROP COLUMN \"b\" CASCADE;",
+		"DropTwoColumns":    "ALTER TABLE \"a\" DROP COLUMN \"b\", DROP COLUMN \"c\";",
+		"DropColumnNoWord":  "ALTER TABLE \"a\" DROP \"b\";",
+		"InBlock":           "-- +goose StatementBegin\nDO $$ BEGIN DROP TABLE \"a\"; END $$;\n-- +goose StatementEnd",
+		"Trailing":          "DROP TABLE \"a\"; -- gone",
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -180,6 +182,27 @@ func TestGuardDown(t *testing.T) {
 			require.ErrorContains(t, err, "kfsdb cannot guard")
 		})
 	}
+	// A column's drop is guarded as a table's is: lock, then refuse if any
+	// row holds a value in it.
+	guarded, tables, err = guardDown("00011_x.sql", "ALTER TABLE \"a\" DROP COLUMN IF EXISTS \"b\";\nALTER TABLE A DROP COLUMN C;\n")
+	require.NoError(t, err)
+	require.Empty(t, tables, "no table is dropped")
+	for _, col := range [][2]string{{"a", "b"}, {"a", "c"}} {
+		lock := strings.Index(guarded, fmt.Sprintf("LOCK TABLE %q IN ACCESS EXCLUSIVE MODE;", col[0]))
+		check := strings.Index(guarded, fmt.Sprintf("IF EXISTS (SELECT 1 FROM %q WHERE %q IS NOT NULL) THEN\n    RAISE EXCEPTION USING ERRCODE = 'KF001', TABLE = '%s', COLUMN = '%s',",
+			col[0], col[1], col[0], col[1]))
+		require.GreaterOrEqual(t, lock, 0, guarded)
+		require.Greater(t, check, lock, "the check for values must come after the lock:\n%s", guarded)
+	}
+	require.Contains(t, guarded, "WHERE a.attrelid = to_regclass('\"a\"') AND a.attname = 'b' AND NOT a.attisdropped) THEN\n    RETURN;")
+	require.Contains(t, guarded, "  ALTER TABLE A DROP COLUMN C;\nEND\n$kfsdb_guard$;\n-- +goose StatementEnd")
+
+	// ALTER TABLE's other DROPs lose no value: kept as written.
+	kept := "ALTER TABLE \"a\" DROP CONSTRAINT IF EXISTS \"a_ck\";\nALTER TABLE \"a\" ALTER COLUMN \"b\" DROP NOT NULL, ALTER COLUMN \"c\" DROP DEFAULT;"
+	guarded, _, err = guardDown("00011_x.sql", kept)
+	require.NoError(t, err)
+	require.Equal(t, kept, guarded)
+
 	_, err = parseSource("00010_x.sql", "-- +goose Up\nCREATE TABLE a (id int);\n-- +goose Down\nTRUNCATE a;\n")
 	var unguarded *UnguardedDropError
 	require.ErrorAs(t, err, &unguarded, "a migration whose Down cannot be guarded is not loaded")

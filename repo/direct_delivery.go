@@ -75,7 +75,10 @@ type FetchLeasesResult struct {
 	// fetch failed them (EXECUTION_ATTEMPTS_EXHAUSTED) instead.
 	Exhausted []*kfstype.Attempt
 	// NextAfterTenant is the AfterTenant for the next fetch: the last
-	// tenant served, so the next fetch starts with the one after it.
+	// tenant served, so the next fetch starts with the one after it; for
+	// a fetch that leased nothing, the last tenant it walked, so the next
+	// one walks on past tenants that could not be served (paused, out of
+	// tokens, at their caps).
 	NextAfterTenant string
 }
 
@@ -138,7 +141,12 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 	r.fetched(rows)
 	res := &FetchLeasesResult{NextAfterTenant: p.AfterTenant}
 	var leased []*gen.FetchLeasesRow
+	walkEnd := ""
 	for _, row := range rows {
+		if row.WalkEnd {
+			walkEnd = row.TenantID
+			continue
+		}
 		if row.Exhausted {
 			res.Exhausted = append(res.Exhausted, attemptFromRow(fetchedRow(row)))
 			continue
@@ -161,6 +169,9 @@ func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (
 		if i == 0 || walkedBefore(p.AfterTenant, last, a.TenantID) {
 			last = a.TenantID
 		}
+	}
+	if last == "" {
+		last = walkEnd
 	}
 	if last != "" {
 		res.NextAfterTenant = last

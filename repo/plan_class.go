@@ -86,8 +86,10 @@ func (r *Repo) fetchClass(ctx context.Context, db DBTX) (int, error) {
 }
 
 // fetched notes what a fetch found: the sizes its rows carry, or none.
+// A fetch whose one row only names where its walk ended (walk_end) found
+// nothing either.
 func (r *Repo) fetched(rows []*gen.FetchLeasesRow) {
-	if len(rows) == 0 {
+	if len(rows) == 0 || (len(rows) == 1 && rows[0].WalkEnd) {
 		r.plans.known.Store(false)
 		return
 	}

@@ -3,10 +3,12 @@ package prom
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/knowledgefs/kfsdb/repo"
@@ -53,6 +55,13 @@ type CollectorOptions struct {
 //	kfsdb_outbox_oldest_due_age_seconds    how long the oldest due row has waited
 //	kfsdb_backlog_sample_errors_total      samples that failed
 //	kfsdb_backlog_sampled_timestamp_seconds when the served sample was read
+//	kfsdb_tenants_limited{limit}           tenants capped, rate-limited, paused
+//
+// kfsdb_tenants_limited counts the tenants with each limit of direct
+// delivery (repo.CountTenantLimits: limit="cap", "rate", "pause"). It is
+// left out of a confined collector (every tenant's), and of a sample whose
+// role may not read the limits (a console role from before migration
+// 0011's grants: the other series stand).
 //
 // A scrape reads the database only when the last sample is older than
 // SampleInterval, under SampleTimeout; concurrent scrapes share one read.
@@ -64,7 +73,7 @@ type Collector struct {
 	opts CollectorOptions
 	now  func() time.Time
 
-	attempts, attemptsCapped, due, dueCapped, oldestAge, sampledAt, errorsDesc *prometheus.Desc
+	attempts, attemptsCapped, due, dueCapped, oldestAge, sampledAt, errorsDesc, tenantsLimited *prometheus.Desc
 
 	mu      sync.Mutex
 	sample  *backlogSample
@@ -75,6 +84,8 @@ type Collector struct {
 type backlogSample struct {
 	attempts []repo.StateCount
 	backlog  *repo.Backlog
+	// limits is nil when not read (confined) or not readable.
+	limits *repo.TenantLimitCounts
 }
 
 // NewCollector returns a Collector reading through db (a pool: each
@@ -117,12 +128,13 @@ func NewCollector(db repo.DBTX, opts *CollectorOptions) (*Collector, error) {
 		oldestAge:      prometheus.NewDesc(name("outbox_oldest_due_age_seconds"), "How long the longest-waiting due outbox row has been due; 0 when none is.", nil, nil),
 		sampledAt:      prometheus.NewDesc(name("backlog_sampled_timestamp_seconds"), "Unix time the served backlog sample was read.", nil, nil),
 		errorsDesc:     prometheus.NewDesc(name("backlog_sample_errors_total"), "Backlog samples that failed; the previous sample is served.", nil, nil),
+		tenantsLimited: prometheus.NewDesc(name("tenants_limited"), "Tenants with a limit of direct delivery: cap (running attempts), rate (leases per second), pause.", []string{"limit"}, nil),
 	}, nil
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.attempts, c.attemptsCapped, c.due, c.dueCapped, c.oldestAge, c.sampledAt, c.errorsDesc} {
+	for _, d := range []*prometheus.Desc{c.attempts, c.attemptsCapped, c.due, c.dueCapped, c.oldestAge, c.sampledAt, c.errorsDesc, c.tenantsLimited} {
 		ch <- d
 	}
 }
@@ -157,6 +169,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.dueCapped, prometheus.GaugeValue, bool01(d.AtLeast), string(d.Status))
 	}
 	ch <- prometheus.MustNewConstMetric(c.oldestAge, prometheus.GaugeValue, s.backlog.OldestDueAge.Seconds())
+	if l := s.limits; l != nil {
+		ch <- prometheus.MustNewConstMetric(c.tenantsLimited, prometheus.GaugeValue, float64(l.Capped), "cap")
+		ch <- prometheus.MustNewConstMetric(c.tenantsLimited, prometheus.GaugeValue, float64(l.RateLimited), "rate")
+		ch <- prometheus.MustNewConstMetric(c.tenantsLimited, prometheus.GaugeValue, float64(l.Paused), "pause")
+	}
 }
 
 // read takes one sample under SampleTimeout.
@@ -175,7 +192,14 @@ func (c *Collector) read() (*backlogSample, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &backlogSample{attempts: attempts, backlog: backlog}, nil
+	limits, err := c.opts.Repo.CountTenantLimits(ctx, c.db, &repo.CountTenantLimitsParams{})
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42501": // insufficient_privilege: left out
+	case err != nil:
+		return nil, err
+	}
+	return &backlogSample{attempts: attempts, backlog: backlog, limits: limits}, nil
 }
 
 func bool01(b bool) float64 {

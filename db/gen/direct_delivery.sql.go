@@ -47,6 +47,17 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
                       AND o.available_at <= coalesce($2::timestamptz, now()))
                      OR (o.status = 'dispatching'
                          AND o.locked_until <= coalesce($2::timestamptz, now()))) IS TRUE
+                -- A paused tenant, or one whose bucket holds less than a
+                -- token (migration 0011), is passed as one with nothing
+                -- due: it would take a tenant's place in the batch and
+                -- get nothing. Read from the snapshot (the quota below
+                -- reads the locked row); a primary key probe, run before
+                -- the attempts are (it depends on the tenant alone).
+                AND NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l
+                                 WHERE l.tenant_id = nxt.tenant_id
+                                   AND (l.paused_at IS NOT NULL
+                                        OR document_compilation_tenant_tokens(l.tokens, l.burst, l.leases_per_second, l.tokens_at,
+                                             coalesce($2::timestamptz, now())) < 1))
               ORDER BY a.tenant_id, a.completed_at, a.id
               LIMIT 1) AS first_due
      -- Once per step too: first_due is read twice below (the column and
@@ -96,7 +107,10 @@ walked AS MATERIALIZED (
      AND NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
 ),
 capped AS (
-  SELECT l.tenant_id, l.max_running, l.leased_by_xid
+  SELECT l.tenant_id, l.max_running, l.leased_by_xid, l.paused_at IS NOT NULL AS paused,
+         document_compilation_tenant_tokens(l.tokens, l.burst, l.leases_per_second, l.tokens_at,
+                                            coalesce($2::timestamptz, now())) AS tokens,
+         l.tokens_at
     FROM document_compilation_tenant_limits l
    WHERE l.tenant_id IN (SELECT tenant_id FROM walked)
      FOR UPDATE SKIP LOCKED
@@ -106,18 +120,23 @@ quotas AS (
          CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
                 THEN $5::integer
               WHEN c.tenant_id IS NULL
-                   OR (c.leased_by_xid IS NOT NULL
+                   OR c.paused
+                   OR (c.max_running IS NOT NULL
+                       AND c.leased_by_xid IS NOT NULL
                        AND NOT pg_visible_in_snapshot(c.leased_by_xid, pg_current_snapshot()))
                 THEN 0
-              ELSE least($5::integer, c.max_running - (
-                     SELECT count(*)::integer
-                       FROM (SELECT 1
-                               FROM document_compilation_attempts a
-                              WHERE a.tenant_id = w.tenant_id
-                                AND a.completed_at IS NULL
-                                AND a.run_state = 'running'
-                                AND a.lease_expires_at > coalesce($2::timestamptz, now())
-                              LIMIT c.max_running) live))
+              -- least() passes over the NULL of a limit the tenant has not.
+              ELSE least($5::integer,
+                         CASE WHEN c.max_running IS NOT NULL THEN c.max_running - (
+                           SELECT count(*)::integer
+                             FROM (SELECT 1
+                                     FROM document_compilation_attempts a
+                                    WHERE a.tenant_id = w.tenant_id
+                                      AND a.completed_at IS NULL
+                                      AND a.run_state = 'running'
+                                      AND a.lease_expires_at > coalesce($2::timestamptz, now())
+                                    LIMIT c.max_running) live) END,
+                         floor(c.tokens)::integer)
          END AS quota,
          (SELECT count(*) FROM walked)::integer AS tenants,
          CASE WHEN true THEN $4::integer END AS batch,
@@ -275,10 +294,16 @@ exhausted AS (
 stamped AS (
   UPDATE document_compilation_tenant_limits l
      SET leased_by_xid = pg_current_xact_id(),
+         tokens = capped.tokens - spent.leases,
+         tokens_at = CASE WHEN capped.tokens IS NOT NULL
+                          THEN greatest(capped.tokens_at, coalesce($2::timestamptz, now())) END,
          updated_at = coalesce($2::timestamptz, now())
     FROM capped
+    JOIN (SELECT chosen.tenant_id, count(*) AS leases
+            FROM chosen
+           WHERE NOT chosen.exhausted
+           GROUP BY chosen.tenant_id) spent ON spent.tenant_id = capped.tenant_id
    WHERE l.tenant_id = capped.tenant_id
-     AND EXISTS (SELECT 1 FROM chosen WHERE chosen.tenant_id = l.tenant_id AND NOT chosen.exhausted)
 ),
 awake AS (
   DELETE FROM document_compilation_outbox_idle_listeners l
@@ -288,15 +313,27 @@ awake AS (
 sizes AS (
   SELECT (pg_relation_size('document_compilation_attempts') + pg_relation_size('document_compilation_outbox'))::bigint AS table_bytes
 )
-SELECT leased.id, leased.tenant_id, leased.knowledge_space_id, leased.document_asset_id, leased.document_version, leased.publication_generation_id, leased.base_head_revision, leased.candidate_publication_id, leased.candidate_fingerprint, leased.checkpoint, leased.run_state, leased.active_slot, leased.execution_attempts, leased.max_execution_attempts, leased.queue_job_id, leased.external_job_id, leased.worker_id, leased.lease_token, leased.lease_expires_at, leased.heartbeat_at, leased.retry_at, leased.last_error_code, leased.last_error_message, leased.row_version, leased.created_at, leased.updated_at, leased.started_at, leased.completed_at, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes
+SELECT leased.id, leased.tenant_id, leased.knowledge_space_id, leased.document_asset_id, leased.document_version, leased.publication_generation_id, leased.base_head_revision, leased.candidate_publication_id, leased.candidate_fingerprint, leased.checkpoint, leased.run_state, leased.active_slot, leased.execution_attempts, leased.max_execution_attempts, leased.queue_job_id, leased.external_job_id, leased.worker_id, leased.lease_token, leased.lease_expires_at, leased.heartbeat_at, leased.retry_at, leased.last_error_code, leased.last_error_message, leased.row_version, leased.created_at, leased.updated_at, leased.started_at, leased.completed_at, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes,
+       false AS walk_end
   FROM sizes, leased
   LEFT JOIN document_compilation_trace_contexts t
     ON $8::boolean AND t.attempt_id = leased.id
  WHERE CASE WHEN $9::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
             THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 UNION ALL
-SELECT exhausted.id, exhausted.tenant_id, exhausted.knowledge_space_id, exhausted.document_asset_id, exhausted.document_version, exhausted.publication_generation_id, exhausted.base_head_revision, exhausted.candidate_publication_id, exhausted.candidate_fingerprint, exhausted.checkpoint, exhausted.run_state, exhausted.active_slot, exhausted.execution_attempts, exhausted.max_execution_attempts, exhausted.queue_job_id, exhausted.external_job_id, exhausted.worker_id, exhausted.lease_token, exhausted.lease_expires_at, exhausted.heartbeat_at, exhausted.retry_at, exhausted.last_error_code, exhausted.last_error_message, exhausted.row_version, exhausted.created_at, exhausted.updated_at, exhausted.started_at, exhausted.completed_at, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes
+SELECT exhausted.id, exhausted.tenant_id, exhausted.knowledge_space_id, exhausted.document_asset_id, exhausted.document_version, exhausted.publication_generation_id, exhausted.base_head_revision, exhausted.candidate_publication_id, exhausted.candidate_fingerprint, exhausted.checkpoint, exhausted.run_state, exhausted.active_slot, exhausted.execution_attempts, exhausted.max_execution_attempts, exhausted.queue_job_id, exhausted.external_job_id, exhausted.worker_id, exhausted.lease_token, exhausted.lease_expires_at, exhausted.heartbeat_at, exhausted.retry_at, exhausted.last_error_code, exhausted.last_error_message, exhausted.row_version, exhausted.created_at, exhausted.updated_at, exhausted.started_at, exhausted.completed_at, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes,
+       false AS walk_end
   FROM sizes, exhausted
+UNION ALL
+SELECT a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at, false AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes,
+       true AS walk_end
+  FROM sizes, document_compilation_attempts a
+ WHERE NOT EXISTS (SELECT 1 FROM leased)
+   AND a.id = (SELECT a2.id
+                 FROM document_compilation_attempts a2
+                WHERE a2.tenant_id = (SELECT w.tenant_id FROM tenant_walk w WHERE w.pos > 0 ORDER BY w.pos DESC LIMIT 1)
+                ORDER BY a2.tenant_id, a2.completed_at, a2.id
+                LIMIT 1)
 `
 
 type FetchLeasesParams struct {
@@ -344,6 +381,7 @@ type FetchLeasesRow struct {
 	TraceParent             *string
 	TraceState              *string
 	TableBytes              int64
+	WalkEnd                 bool
 }
 
 // Direct delivery: PostgreSQL itself as the queue. A worker fetches due
@@ -391,20 +429,25 @@ type FetchLeasesRow struct {
 // pair that a cancel, a relay or another fetcher changed meanwhile is
 // skipped. A tenant with a cap (document_compilation_tenant_limits,
 // migration 0008, whose header says why it holds across processes) is
-// offered only its free places. A fetch that filled its batch ends its
-// worker's idle registration (OutboxListenerIdle; see awake below).
+// offered only its free places, one with a rate (migration 0011) only
+// its whole tokens, which the statement spends, and a paused one nothing.
+// A fetch that filled its batch ends its worker's idle registration
+// (OutboxListenerIdle; see awake below).
 // The tenants offered: those of the walk with due rows, and, after them,
 // the tenant of a due outbox row (delivery_due_idx's first) if the walk
 // did not reach it. Without it, max_tenants tenants with nothing due after
 // after_tenant (history only, or live attempts all running) would make
 // every fetch from there come back empty, and the cursor, which moves
 // with the tenants served, would never pass them.
-// Capped tenants of the walk (migration 0008), locked without waiting:
-// a fetch leasing for a capped tenant makes the others skip it.
-// What each tenant may get: per_tenant, or for a capped tenant its free
-// places, and none while another fetch holds its row or when the last
-// fetch that leased for it committed after this statement's snapshot
-// (its leases would be missing from the count).
+// Limited tenants of the walk (migrations 0008, 0011), locked without
+// waiting: a fetch leasing for a limited tenant makes the others skip it.
+// Locked rows are their newest versions, whatever the snapshot: tokens
+// is the bucket another fetch left at its commit, refilled to now.
+// What each tenant may get: per_tenant, or for a limited tenant at most
+// its free places (a cap) and its whole tokens (a rate), and none while
+// it is paused, while another fetch holds its row, or, for a capped one,
+// when the last fetch that leased for it committed after this
+// statement's snapshot (its leases would be missing from the count).
 // Each tenant offers at most what it can take when each of the others
 // takes one (offers past that could only be spares), and spare offers
 // past that, for an uncapped tenant: a fetch running at the same time
@@ -420,6 +463,10 @@ type FetchLeasesRow struct {
 // At most its quota per tenant among the rows locked: a spare taken in
 // place of a held row counts as that row. (A spare past the quota stays
 // locked, unchanged, until the commit.)
+// A limited tenant's row, locked above, is stamped with this transaction
+// (a cap's count needs it) and its bucket is left with what the leases
+// did not spend, as of now (tokens_at never moves back: a second already
+// refilled is not refilled again).
 // A fetch that filled its batch ends its worker's idle registration: the
 // worker is behind and fetches again at once, so commits need not notify
 // it (a notifying commit holds the global notify lock through its WAL
@@ -432,6 +479,14 @@ type FetchLeasesRow struct {
 // With with_trace_contexts, each lease comes with the trace context its
 // Start stored (migration 0009), by primary key, in this round trip; the
 // join's condition is false otherwise, and no row is probed.
+// A fetch that leased nothing names the last tenant it walked (walk_end),
+// and the next fetch walks on from there (FetchLeasesResult's
+// NextAfterTenant): a cursor that stayed put would walk the same
+// max_tenants tenants again and again whenever none of them can be served
+// (paused, out of tokens, at their caps) and the tenant of the oldest due
+// row cannot be either, never reaching the tenants past them. The name
+// travels in that tenant's first attempt row (one index descent, only
+// then), which is neither leased nor changed; nothing else of it is read.
 func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesParams) ([]*FetchLeasesRow, error) {
 	rows, err := db.Query(ctx, fetchLeases,
 		arg.AfterTenant,
@@ -484,6 +539,7 @@ func (q *Queries) FetchLeases(ctx context.Context, db DBTX, arg *FetchLeasesPara
 			&i.TraceParent,
 			&i.TraceState,
 			&i.TableBytes,
+			&i.WalkEnd,
 		); err != nil {
 			return nil, err
 		}

@@ -85,10 +85,16 @@ type DocumentCompilationOutboxIdleListener struct {
 }
 
 type DocumentCompilationTenantLimit struct {
-	TenantID    string
-	MaxRunning  int32
-	LeasedByXid pgtype.Uint64
-	UpdatedAt   time.Time
+	TenantID        string
+	MaxRunning      *int32
+	LeasedByXid     pgtype.Uint64
+	UpdatedAt       time.Time
+	LeasesPerSecond *float64
+	Burst           *int32
+	Tokens          *float64
+	TokensAt        *time.Time
+	PausedAt        *time.Time
+	PauseReason     *string
 }
 
 type DocumentCompilationTraceContext struct {

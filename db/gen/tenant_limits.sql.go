@@ -10,19 +10,128 @@ import (
 	"time"
 )
 
-const listTenantLimits = `-- name: ListTenantLimits :many
-SELECT l.tenant_id, l.max_running
+const countTenantLimits = `-- name: CountTenantLimits :one
+SELECT count(*) FILTER (WHERE l.max_running IS NOT NULL) AS capped,
+       count(*) FILTER (WHERE l.leases_per_second IS NOT NULL) AS rate_limited,
+       count(*) FILTER (WHERE l.paused_at IS NOT NULL) AS paused
   FROM document_compilation_tenant_limits l
+`
+
+type CountTenantLimitsRow struct {
+	Capped      int64
+	RateLimited int64
+	Paused      int64
+}
+
+// How many tenants are capped, rate-limited and paused (the metrics'
+// gauges): one pass over the table, one row per limited tenant.
+func (q *Queries) CountTenantLimits(ctx context.Context, db DBTX) (*CountTenantLimitsRow, error) {
+	row := db.QueryRow(ctx, countTenantLimits)
+	var i CountTenantLimitsRow
+	err := row.Scan(&i.Capped, &i.RateLimited, &i.Paused)
+	return &i, err
+}
+
+const liftTenantLimit = `-- name: LiftTenantLimit :one
+WITH cur AS (
+  SELECT l.tenant_id,
+         -- Whether the row limits anything else: else it is deleted.
+         CASE $1::text
+           WHEN 'cap' THEN l.leases_per_second IS NOT NULL OR l.paused_at IS NOT NULL
+           WHEN 'rate' THEN l.max_running IS NOT NULL OR l.paused_at IS NOT NULL
+           ELSE l.max_running IS NOT NULL OR l.leases_per_second IS NOT NULL
+         END AS kept
+    FROM document_compilation_tenant_limits l
+   WHERE l.tenant_id = $2::text
+     AND CASE $1::text
+           WHEN 'cap' THEN l.max_running IS NOT NULL
+           WHEN 'rate' THEN l.leases_per_second IS NOT NULL
+           WHEN 'pause' THEN l.paused_at IS NOT NULL
+         END
+     FOR UPDATE
+),
+kept AS (
+  UPDATE document_compilation_tenant_limits l
+     SET max_running = CASE WHEN $1::text = 'cap' THEN NULL ELSE l.max_running END,
+         leases_per_second = CASE WHEN $1::text = 'rate' THEN NULL ELSE l.leases_per_second END,
+         burst = CASE WHEN $1::text = 'rate' THEN NULL ELSE l.burst END,
+         tokens = CASE WHEN $1::text = 'rate' THEN NULL ELSE l.tokens END,
+         tokens_at = CASE WHEN $1::text = 'rate' THEN NULL ELSE l.tokens_at END,
+         paused_at = CASE WHEN $1::text = 'pause' THEN NULL ELSE l.paused_at END,
+         pause_reason = CASE WHEN $1::text = 'pause' THEN NULL ELSE l.pause_reason END,
+         updated_at = coalesce($3::timestamptz, now())
+    FROM cur
+   WHERE l.tenant_id = cur.tenant_id
+     AND cur.kept
+  RETURNING l.tenant_id
+),
+dropped AS (
+  DELETE FROM document_compilation_tenant_limits l
+   USING cur
+   WHERE l.tenant_id = cur.tenant_id
+     AND NOT cur.kept
+  RETURNING l.tenant_id
+),
+lifted AS (
+  SELECT tenant_id FROM kept UNION ALL SELECT tenant_id FROM dropped
+)
+SELECT (SELECT count(*) FROM lifted)::integer AS lifted,
+       (SELECT count(*) FROM lifted WHERE pg_notify('kfsdb_outbox', now()::text) IS NOT NULL)::integer AS woken
+`
+
+type LiftTenantLimitParams struct {
+	LimitKind string
+	TenantID  string
+	Now       *time.Time
+}
+
+type LiftTenantLimitRow struct {
+	Lifted int32
+	Woken  int32
+}
+
+// Lifts one of a tenant's limits, named by limit_kind: 'cap'
+// (RemoveTenantLimit), 'rate' (RemoveTenantRate) or 'pause'
+// (ResumeTenant). lifted is 0 when the tenant had no such limit. Idle
+// sources are woken (a notification naming no listener, migration 0007's
+// form), so what the limit held back is fetched at once.
+func (q *Queries) LiftTenantLimit(ctx context.Context, db DBTX, arg *LiftTenantLimitParams) (*LiftTenantLimitRow, error) {
+	row := db.QueryRow(ctx, liftTenantLimit, arg.LimitKind, arg.TenantID, arg.Now)
+	var i LiftTenantLimitRow
+	err := row.Scan(&i.Lifted, &i.Woken)
+	return &i, err
+}
+
+const listTenantLimits = `-- name: ListTenantLimits :many
+SELECT l.tenant_id, l.max_running, l.leases_per_second, l.burst,
+       -- 0 without a rate.
+       coalesce(document_compilation_tenant_tokens(l.tokens, l.burst, l.leases_per_second, l.tokens_at,
+                                                   coalesce($1::timestamptz, now())), 0)::numeric AS tokens,
+       l.paused_at, l.pause_reason
+  FROM document_compilation_tenant_limits l
+ WHERE $2::text IS NULL OR l.tenant_id = $2::text
  ORDER BY l.tenant_id
 `
 
-type ListTenantLimitsRow struct {
-	TenantID   string
-	MaxRunning int32
+type ListTenantLimitsParams struct {
+	Now      *time.Time
+	TenantID *string
 }
 
-func (q *Queries) ListTenantLimits(ctx context.Context, db DBTX) ([]*ListTenantLimitsRow, error) {
-	rows, err := db.Query(ctx, listTenantLimits)
+type ListTenantLimitsRow struct {
+	TenantID        string
+	MaxRunning      *int32
+	LeasesPerSecond *float64
+	Burst           *int32
+	Tokens          float64
+	PausedAt        *time.Time
+	PauseReason     *string
+}
+
+// Every tenant's limits (or tenant_id's alone), by tenant id, the bucket
+// refilled to now. Not a hot read: one row per limited tenant.
+func (q *Queries) ListTenantLimits(ctx context.Context, db DBTX, arg *ListTenantLimitsParams) ([]*ListTenantLimitsRow, error) {
+	rows, err := db.Query(ctx, listTenantLimits, arg.Now, arg.TenantID)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +139,15 @@ func (q *Queries) ListTenantLimits(ctx context.Context, db DBTX) ([]*ListTenantL
 	var items []*ListTenantLimitsRow
 	for rows.Next() {
 		var i ListTenantLimitsRow
-		if err := rows.Scan(&i.TenantID, &i.MaxRunning); err != nil {
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.MaxRunning,
+			&i.LeasesPerSecond,
+			&i.Burst,
+			&i.Tokens,
+			&i.PausedAt,
+			&i.PauseReason,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, &i)
@@ -41,18 +158,44 @@ func (q *Queries) ListTenantLimits(ctx context.Context, db DBTX) ([]*ListTenantL
 	return items, nil
 }
 
-const removeTenantLimit = `-- name: RemoveTenantLimit :execrows
-DELETE FROM document_compilation_tenant_limits l
- WHERE l.tenant_id = $1::text
+const pauseTenant = `-- name: PauseTenant :many
+INSERT INTO document_compilation_tenant_limits AS l (tenant_id, paused_at, pause_reason, updated_at)
+VALUES ($1::text, coalesce($2::timestamptz, now()), $3::text,
+        coalesce($2::timestamptz, now()))
+ON CONFLICT (tenant_id) DO UPDATE
+   SET paused_at = EXCLUDED.paused_at,
+       pause_reason = EXCLUDED.pause_reason,
+       updated_at = EXCLUDED.updated_at
+ WHERE l.paused_at IS NULL
+RETURNING l.paused_at
 `
 
-// Lifts a tenant's cap.
-func (q *Queries) RemoveTenantLimit(ctx context.Context, db DBTX, tenantID string) (int64, error) {
-	result, err := db.Exec(ctx, removeTenantLimit, tenantID)
+type PauseTenantParams struct {
+	TenantID string
+	Now      *time.Time
+	Reason   *string
+}
+
+// Pauses a tenant: no fetch leases its attempts until ResumeTenant. No
+// row when it was paused already (its pause, time and reason, stays).
+func (q *Queries) PauseTenant(ctx context.Context, db DBTX, arg *PauseTenantParams) ([]*time.Time, error) {
+	rows, err := db.Query(ctx, pauseTenant, arg.TenantID, arg.Now, arg.Reason)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	var items []*time.Time
+	for rows.Next() {
+		var paused_at *time.Time
+		if err := rows.Scan(&paused_at); err != nil {
+			return nil, err
+		}
+		items = append(items, paused_at)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const setTenantLimit = `-- name: SetTenantLimit :one
@@ -73,11 +216,16 @@ type SetTenantLimitParams struct {
 
 type SetTenantLimitRow struct {
 	TenantID   string
-	MaxRunning int32
+	MaxRunning *int32
 }
 
-// Per-tenant caps on running attempts for direct delivery (migration
-// 0008). FetchLeases reads and stamps them; these set them.
+// Per-tenant limits of direct delivery: caps on running attempts
+// (migration 0008), rates and pauses (migration 0011). FetchLeases reads,
+// stamps and spends them; these set them. A row that no longer limits
+// anything is deleted by the statement that lifted its last limit
+// (LiftTenantLimit locks the row first, FOR UPDATE, waiting for a fetch's
+// short transaction, then updates or deletes it by what the locked,
+// newest version holds).
 // Caps a tenant, or changes its cap (its stamp is kept: the cap's
 // guarantee never lapses while it changes).
 func (q *Queries) SetTenantLimit(ctx context.Context, db DBTX, arg *SetTenantLimitParams) (*SetTenantLimitRow, error) {
@@ -85,4 +233,39 @@ func (q *Queries) SetTenantLimit(ctx context.Context, db DBTX, arg *SetTenantLim
 	var i SetTenantLimitRow
 	err := row.Scan(&i.TenantID, &i.MaxRunning)
 	return &i, err
+}
+
+const setTenantRate = `-- name: SetTenantRate :exec
+INSERT INTO document_compilation_tenant_limits AS l (tenant_id, leases_per_second, burst, tokens, tokens_at, updated_at)
+VALUES ($1::text, $2::numeric, $3::integer, $3::integer,
+        coalesce($4::timestamptz, now()), coalesce($4::timestamptz, now()))
+ON CONFLICT (tenant_id) DO UPDATE
+   SET leases_per_second = EXCLUDED.leases_per_second,
+       burst = EXCLUDED.burst,
+       tokens = CASE WHEN l.leases_per_second IS NULL THEN EXCLUDED.tokens
+                     ELSE least(EXCLUDED.burst::numeric,
+                                document_compilation_tenant_tokens(l.tokens, l.burst, l.leases_per_second, l.tokens_at, EXCLUDED.tokens_at)) END,
+       tokens_at = CASE WHEN l.leases_per_second IS NULL THEN EXCLUDED.tokens_at
+                        ELSE greatest(l.tokens_at, EXCLUDED.tokens_at) END,
+       updated_at = EXCLUDED.updated_at
+`
+
+type SetTenantRateParams struct {
+	TenantID        string
+	LeasesPerSecond float64
+	Burst           int32
+	Now             *time.Time
+}
+
+// Limits a tenant to leases_per_second leases, burst at once, or changes
+// its rate. A new bucket starts full; a changed one is first refilled to
+// now at the old rate, then holds at most the new burst.
+func (q *Queries) SetTenantRate(ctx context.Context, db DBTX, arg *SetTenantRateParams) error {
+	_, err := db.Exec(ctx, setTenantRate,
+		arg.TenantID,
+		arg.LeasesPerSecond,
+		arg.Burst,
+		arg.Now,
+	)
+	return err
 }

@@ -45,8 +45,10 @@
 -- pair that a cancel, a relay or another fetcher changed meanwhile is
 -- skipped. A tenant with a cap (document_compilation_tenant_limits,
 -- migration 0008, whose header says why it holds across processes) is
--- offered only its free places. A fetch that filled its batch ends its
--- worker's idle registration (OutboxListenerIdle; see awake below).
+-- offered only its free places, one with a rate (migration 0011) only
+-- its whole tokens, which the statement spends, and a paused one nothing.
+-- A fetch that filled its batch ends its worker's idle registration
+-- (OutboxListenerIdle; see awake below).
 WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
   -- Position 0 is the cursor itself, not walked.
   SELECT @after_tenant::text AS tenant_id, NULL::text AS first_tenant, 0 AS pos, NULL::uuid AS first_due, 0 AS dues
@@ -80,6 +82,17 @@ WITH RECURSIVE tenant_walk (tenant_id, first_tenant, pos, first_due, dues) AS (
                       AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
                      OR (o.status = 'dispatching'
                          AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))) IS TRUE
+                -- A paused tenant, or one whose bucket holds less than a
+                -- token (migration 0011), is passed as one with nothing
+                -- due: it would take a tenant's place in the batch and
+                -- get nothing. Read from the snapshot (the quota below
+                -- reads the locked row); a primary key probe, run before
+                -- the attempts are (it depends on the tenant alone).
+                AND NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l
+                                 WHERE l.tenant_id = nxt.tenant_id
+                                   AND (l.paused_at IS NOT NULL
+                                        OR document_compilation_tenant_tokens(l.tokens, l.burst, l.leases_per_second, l.tokens_at,
+                                             coalesce(sqlc.narg('now')::timestamptz, now())) < 1))
               ORDER BY a.tenant_id, a.completed_at, a.id
               LIMIT 1) AS first_due
      -- Once per step too: first_due is read twice below (the column and
@@ -134,35 +147,46 @@ walked AS MATERIALIZED (
      AND (SELECT max(w.dues) FROM tenant_walk w) < @batch_size::integer
      AND NOT EXISTS (SELECT 1 FROM tenant_walk w WHERE w.pos > 0 AND w.tenant_id = d.tenant_id)
 ),
--- Capped tenants of the walk (migration 0008), locked without waiting:
--- a fetch leasing for a capped tenant makes the others skip it.
+-- Limited tenants of the walk (migrations 0008, 0011), locked without
+-- waiting: a fetch leasing for a limited tenant makes the others skip it.
+-- Locked rows are their newest versions, whatever the snapshot: tokens
+-- is the bucket another fetch left at its commit, refilled to now.
 capped AS (
-  SELECT l.tenant_id, l.max_running, l.leased_by_xid
+  SELECT l.tenant_id, l.max_running, l.leased_by_xid, l.paused_at IS NOT NULL AS paused,
+         document_compilation_tenant_tokens(l.tokens, l.burst, l.leases_per_second, l.tokens_at,
+                                            coalesce(sqlc.narg('now')::timestamptz, now())) AS tokens,
+         l.tokens_at
     FROM document_compilation_tenant_limits l
    WHERE l.tenant_id IN (SELECT tenant_id FROM walked)
      FOR UPDATE SKIP LOCKED
 ),
--- What each tenant may get: per_tenant, or for a capped tenant its free
--- places, and none while another fetch holds its row or when the last
--- fetch that leased for it committed after this statement's snapshot
--- (its leases would be missing from the count).
+-- What each tenant may get: per_tenant, or for a limited tenant at most
+-- its free places (a cap) and its whole tokens (a rate), and none while
+-- it is paused, while another fetch holds its row, or, for a capped one,
+-- when the last fetch that leased for it committed after this
+-- statement's snapshot (its leases would be missing from the count).
 quotas AS (
   SELECT w.tenant_id, w.pos, w.first_due,
          CASE WHEN NOT EXISTS (SELECT 1 FROM document_compilation_tenant_limits l WHERE l.tenant_id = w.tenant_id)
                 THEN @per_tenant::integer
               WHEN c.tenant_id IS NULL
-                   OR (c.leased_by_xid IS NOT NULL
+                   OR c.paused
+                   OR (c.max_running IS NOT NULL
+                       AND c.leased_by_xid IS NOT NULL
                        AND NOT pg_visible_in_snapshot(c.leased_by_xid, pg_current_snapshot()))
                 THEN 0
-              ELSE least(@per_tenant::integer, c.max_running - (
-                     SELECT count(*)::integer
-                       FROM (SELECT 1
-                               FROM document_compilation_attempts a
-                              WHERE a.tenant_id = w.tenant_id
-                                AND a.completed_at IS NULL
-                                AND a.run_state = 'running'
-                                AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
-                              LIMIT c.max_running) live))
+              -- least() passes over the NULL of a limit the tenant has not.
+              ELSE least(@per_tenant::integer,
+                         CASE WHEN c.max_running IS NOT NULL THEN c.max_running - (
+                           SELECT count(*)::integer
+                             FROM (SELECT 1
+                                     FROM document_compilation_attempts a
+                                    WHERE a.tenant_id = w.tenant_id
+                                      AND a.completed_at IS NULL
+                                      AND a.run_state = 'running'
+                                      AND a.lease_expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+                                    LIMIT c.max_running) live) END,
+                         floor(c.tokens)::integer)
          END AS quota,
          (SELECT count(*) FROM walked)::integer AS tenants,
          CASE WHEN true THEN @batch_size::integer END AS batch,
@@ -332,13 +356,23 @@ exhausted AS (
    WHERE a.id = exhausted_outbox.attempt_id
   RETURNING a.*
 ),
+-- A limited tenant's row, locked above, is stamped with this transaction
+-- (a cap's count needs it) and its bucket is left with what the leases
+-- did not spend, as of now (tokens_at never moves back: a second already
+-- refilled is not refilled again).
 stamped AS (
   UPDATE document_compilation_tenant_limits l
      SET leased_by_xid = pg_current_xact_id(),
+         tokens = capped.tokens - spent.leases,
+         tokens_at = CASE WHEN capped.tokens IS NOT NULL
+                          THEN greatest(capped.tokens_at, coalesce(sqlc.narg('now')::timestamptz, now())) END,
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM capped
+    JOIN (SELECT chosen.tenant_id, count(*) AS leases
+            FROM chosen
+           WHERE NOT chosen.exhausted
+           GROUP BY chosen.tenant_id) spent ON spent.tenant_id = capped.tenant_id
    WHERE l.tenant_id = capped.tenant_id
-     AND EXISTS (SELECT 1 FROM chosen WHERE chosen.tenant_id = l.tenant_id AND NOT chosen.exhausted)
 ),
 -- A fetch that filled its batch ends its worker's idle registration: the
 -- worker is behind and fetches again at once, so commits need not notify
@@ -360,15 +394,35 @@ sizes AS (
 -- With with_trace_contexts, each lease comes with the trace context its
 -- Start stored (migration 0009), by primary key, in this round trip; the
 -- join's condition is false otherwise, and no row is probed.
-SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes
+SELECT leased.*, false AS exhausted, t.traceparent AS trace_parent, t.tracestate AS trace_state, sizes.table_bytes,
+       false AS walk_end
   FROM sizes, leased
   LEFT JOIN document_compilation_trace_contexts t
     ON @with_trace_contexts::boolean AND t.attempt_id = leased.id
  WHERE CASE WHEN @async_commit::boolean AND NOT EXISTS (SELECT 1 FROM exhausted)
             THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
 UNION ALL
-SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes
-  FROM sizes, exhausted;
+SELECT exhausted.*, true AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes,
+       false AS walk_end
+  FROM sizes, exhausted
+UNION ALL
+-- A fetch that leased nothing names the last tenant it walked (walk_end),
+-- and the next fetch walks on from there (FetchLeasesResult's
+-- NextAfterTenant): a cursor that stayed put would walk the same
+-- max_tenants tenants again and again whenever none of them can be served
+-- (paused, out of tokens, at their caps) and the tenant of the oldest due
+-- row cannot be either, never reaching the tenants past them. The name
+-- travels in that tenant's first attempt row (one index descent, only
+-- then), which is neither leased nor changed; nothing else of it is read.
+SELECT a.*, false AS exhausted, NULL::text AS trace_parent, NULL::text AS trace_state, sizes.table_bytes,
+       true AS walk_end
+  FROM sizes, document_compilation_attempts a
+ WHERE NOT EXISTS (SELECT 1 FROM leased)
+   AND a.id = (SELECT a2.id
+                 FROM document_compilation_attempts a2
+                WHERE a2.tenant_id = (SELECT w.tenant_id FROM tenant_walk w WHERE w.pos > 0 ORDER BY w.pos DESC LIMIT 1)
+                ORDER BY a2.tenant_id, a2.completed_at, a2.id
+                LIMIT 1);
 
 -- name: FetchTableBytes :one
 -- The size of the two tables FetchLeases reads, in bytes (their main

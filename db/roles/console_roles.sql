@@ -11,13 +11,15 @@
 --   psql "$OWNER_DATABASE_URL" -c "\password kfsdb_operator"
 --
 -- kfsdb_console_ro: what `kfsdb console --read-only`, `kfsdb attempts
---   list|show`, `kfsdb outbox stats` and `kfsdb stuck` need: SELECT on the
---   attempts and the outbox, nothing else (no tenant limits, no trace
---   contexts, no idle listeners, no platform table, no write). Every
---   tenant's rows.
--- kfsdb_operator: the same, and UPDATE on the two tables, which cancel,
---   retry and supersede need (each is an UPDATE of the attempt and of its
---   outbox row); no INSERT, no DELETE. Every tenant's rows.
+--   list|show`, `kfsdb outbox stats`, `kfsdb stuck` and `kfsdb tenant
+--   limits` need: SELECT on the attempts, the outbox and the tenants'
+--   limits (caps, rates, pauses), nothing else (no trace contexts, no idle
+--   listeners, no platform table, no write). Every tenant's rows.
+-- kfsdb_operator: the same, and UPDATE on the attempts and the outbox,
+--   which cancel, retry and supersede need (each is an UPDATE of the
+--   attempt and of its outbox row; no INSERT, no DELETE), and INSERT,
+--   UPDATE and DELETE on the tenants' limits, which `kfsdb tenant
+--   set-limit|clear-limit|pause|resume` need. Every tenant's rows.
 --
 -- A confined console (`kfsdb console --tenant T`) connects as a login role
 -- of its own, made for T by the procedure this file installs:
@@ -74,6 +76,12 @@ GRANT SELECT
 GRANT UPDATE
   ON TABLE document_compilation_attempts, document_compilation_outbox
   TO kfsdb_operator, kfsdb_console_confined_operator;
+
+-- The tenants' limits of direct delivery (migrations 0008 and 0011): every
+-- tenant's, for the unconfined roles only. A confined console reads and
+-- sets none (the table has no row-level security).
+GRANT SELECT ON TABLE document_compilation_tenant_limits TO kfsdb_console_ro, kfsdb_operator;
+GRANT INSERT, UPDATE, DELETE ON TABLE document_compilation_tenant_limits TO kfsdb_operator;
 
 -- Which tenant each confined console's role sees. Only the owner writes
 -- it; every role reads its own row (and only that), so that `kfsdb

@@ -2,6 +2,7 @@ package apiwalk
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -133,6 +134,13 @@ func fieldMutations(t reflect.Type, rules Rules, path, key string) []mutation {
 			set("0", zero)
 		}
 		set("-1", func(t reflect.Type) reflect.Value { return reflect.ValueOf(-1).Convert(t) })
+	case reflect.Float64:
+		if !optional {
+			set("0", zero)
+		}
+		for _, f := range []float64{-1, math.NaN(), math.Inf(1)} {
+			set(fmt.Sprint(f), func(t reflect.Type) reflect.Value { return reflect.ValueOf(f).Convert(t) })
+		}
 	case reflect.Pointer:
 		if !optional {
 			set("nil", zero)

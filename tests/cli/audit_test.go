@@ -58,7 +58,7 @@ func (l *auditLog) requireOneLine(t *testing.T, url string, wantCode int, tenant
 		tenantField = "tenant=" + regexp.QuoteMeta(tenant)
 	}
 	require.Regexp(t, `^time=\S+ level=INFO msg=audit at=\S+ session=cli:`+regexp.QuoteMeta(u.Username)+` remote=\S+ forwarded_claim="" `+tenantField+
-		` attempt=\S* action=`+action+` from=\S* to=\S* result=`+result+` reason=.* operator_reason="`+regexp.QuoteMeta(reason)+`" db_role=\S+ detail=.*$`, line)
+		` attempt=\S* action=`+action+` from=(?:"[^"]*"|\S*) to=(?:"[^"]*"|\S*) result=`+result+` reason=.* operator_reason="`+regexp.QuoteMeta(reason)+`" db_role=\S+ detail=.*$`, line)
 	require.NotContains(t, line, `db_role=""`, "the database role is read")
 	require.Equal(t, 1, strings.Count(stderr, "msg=audit"), "stderr gets the line too: %s", stderr)
 	return line

@@ -192,8 +192,8 @@ func TestSQLDownGuardOrdering(t *testing.T) {
 		_, err = tx.Exec(ctx, `SELECT 1`) // the transaction's snapshot, before the row
 		require.NoError(t, err)
 		addTenantLimit(ctx, t, db.Pool)
-		_, err = tx.Exec(ctx, exportSQL(ctx, t, "--down", "--from", "7")) // 0008 and 0009's Downs
-		require.ErrorContains(t, err, "kfsdb refuses to drop table document_compilation_trace_contexts outside READ COMMITTED isolation (this transaction is repeatable read)")
+		_, err = tx.Exec(ctx, exportSQL(ctx, t, "--down", "--from", "7")) // 0008 to 0011's Downs: 0011's column guards come first
+		require.ErrorContains(t, err, "kfsdb refuses to drop column paused_at of table "+tenantLimits+" outside READ COMMITTED isolation (this transaction is repeatable read)")
 		require.NoError(t, tx.Rollback(ctx))
 		require.True(t, strings.HasPrefix(tableRows(ctx, t, db.Pool, tenantLimits)[tenantLimits], "1:"))
 	})
@@ -237,6 +237,9 @@ func TestDownStandaloneKeepsRows(t *testing.T) {
 	}
 
 	code, out, errOut := down()
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "00011_tenant_rates.sql") // no rate, no pause: rolled back
+	code, out, errOut = down()
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "00010_targeted_wakeups.sql") // a function: rolled back
 	code, out, errOut = down()
@@ -298,6 +301,8 @@ func TestDownPlatformKeepsFloorAndRows(t *testing.T) {
 	}
 
 	code, _, errOut := down()
+	require.Equal(t, 0, code, errOut) // 0011: no rate, no pause
+	code, _, errOut = down()
 	require.Equal(t, 0, code, errOut) // 0010: a function
 	code, _, errOut = down()
 	require.Equal(t, 0, code, errOut) // 0009: empty
@@ -321,4 +326,75 @@ func TestDownPlatformKeepsFloorAndRows(t *testing.T) {
 	require.Equal(t, []int64{0, migrate.SeedVersion}, kfsdbVersions(ctx, t, db.Pool))
 	require.Equal(t, rows, untouched(ctx, t, db.Pool))
 	require.Equal(t, seed, seedRows(ctx, t, db.Pool))
+}
+
+// TestDownTenantRatesKeepsRatesAndPauses: migration 0011's Down drops
+// its columns through guards, as a table is dropped: while a tenant is
+// paused or rate-limited `kfsdb migrate down` refuses (naming the column,
+// nothing changed); once they are lifted it rolls back, keeping the caps,
+// and max_running is NOT NULL again. With --allow-data-loss the rate of a
+// capped tenant goes; a row that only paused its tenant stops the Down
+// (no cap to keep it by), and nothing changes.
+func TestDownTenantRatesKeepsRatesAndPauses(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := standaloneDB(ctx, t)
+	exec := func(sql string) {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	down := func(args ...string) (int, string, string) {
+		return kfsdbCLI(ctx, append([]string{"migrate", "--database-url", db.URL, "down"}, args...)...)
+	}
+	addTenantLimit(ctx, t, db.Pool)
+	exec(`UPDATE ` + tenantLimits + ` SET leases_per_second = 2.5, burst = 3, tokens = 3, tokens_at = now()`)
+	exec(`INSERT INTO ` + tenantLimits + ` (tenant_id, paused_at, pause_reason, updated_at) VALUES ('tenant-b', now(), 'billing', now())`)
+	before, rows := catalog(ctx, t, db.Pool), tableRows(ctx, t, db.Pool, tenantLimits)
+	p := provider(ctx, t, db.URL)
+
+	requireColumnLoss := func(column string) {
+		t.Helper()
+		code, out, errOut := down()
+		require.Equal(t, 1, code, out)
+		require.Contains(t, errOut, "kfsdb refuses to roll back migration 11: its Down would drop column "+column+" of table "+tenantLimits+", which holds values; "+
+			"that migration changed nothing and the database stays at version 11 (to drop the column with its values: --allow-data-loss")
+		_, err := p.Down(ctx)
+		var loss *migrate.DataLossError
+		require.ErrorAs(t, err, &loss)
+		require.Equal(t, migrate.DataLossError{Mode: migrate.ModeStandalone, Migration: 11, Table: tenantLimits, Column: column, Version: 11, Err: loss.Err}, *loss)
+		requireSameCatalog(t, "before", before, "after the refused down", catalog(ctx, t, db.Pool))
+	}
+	requireColumnLoss("paused_at")
+	require.Equal(t, rows, tableRows(ctx, t, db.Pool, tenantLimits))
+
+	// Without --allow-data-loss nothing moves; with it, the pause-only
+	// row stops the Down at max_running's NOT NULL, in its transaction.
+	code, _, errOut := down("--allow-data-loss")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, `column "max_running" of relation "`+tenantLimits+`" contains null values`)
+	requireSameCatalog(t, "before", before, "after the failed down", catalog(ctx, t, db.Pool))
+	require.Equal(t, rows, tableRows(ctx, t, db.Pool, tenantLimits))
+
+	exec(`DELETE FROM ` + tenantLimits + ` WHERE tenant_id = 'tenant-b'`)
+	requireColumnLoss("leases_per_second")
+	exec(`UPDATE ` + tenantLimits + ` SET leases_per_second = NULL, burst = NULL, tokens = NULL, tokens_at = NULL`)
+	code, out, errOut := down()
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "00011_tenant_rates.sql")
+	var maxRunning int
+	var nullable string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT l.max_running, c.is_nullable FROM `+tenantLimits+` l,
+		information_schema.columns c WHERE c.table_name = $1 AND c.column_name = 'max_running'`, tenantLimits).Scan(&maxRunning, &nullable))
+	require.Equal(t, 4, maxRunning, "the cap is kept")
+	require.Equal(t, "NO", nullable)
+
+	// Up again, a rate on the capped tenant, and down with
+	// --allow-data-loss: the rate goes, the cap stays.
+	_, err := p.Up(ctx)
+	require.NoError(t, err)
+	exec(`UPDATE ` + tenantLimits + ` SET leases_per_second = 1, burst = 1, tokens = 1, tokens_at = now()`)
+	code, _, errOut = down("--allow-data-loss")
+	require.Equal(t, 0, code, errOut)
+	require.True(t, strings.HasPrefix(tableRows(ctx, t, db.Pool, tenantLimits)[tenantLimits], "1:"))
 }

@@ -112,7 +112,8 @@ func requireRefused(t *testing.T, err error, what string) {
 // roles of db/roles/console_roles.sql: the read-only role serves every
 // page and read command and is refused every write; the operator role
 // applies cancel, retry and supersede from the console and the CLI, and
-// is refused INSERT, DELETE and every other table.
+// sets the tenants' limits, and is refused INSERT and DELETE on the
+// attempts and the outbox and every other table.
 func TestConsoleRoles(t *testing.T) {
 	ctx := context.Background()
 	owner := dbroles.Install(ctx, t, "console_roles.sql", dbroles.ConsoleRoles...)
@@ -132,8 +133,11 @@ func TestConsoleRoles(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []string{
 			"kfsdb_console_ro:document_compilation_attempts:SELECT", "kfsdb_console_ro:document_compilation_outbox:SELECT",
+			"kfsdb_console_ro:document_compilation_tenant_limits:SELECT",
 			"kfsdb_operator:document_compilation_attempts:SELECT", "kfsdb_operator:document_compilation_attempts:UPDATE",
 			"kfsdb_operator:document_compilation_outbox:SELECT", "kfsdb_operator:document_compilation_outbox:UPDATE",
+			"kfsdb_operator:document_compilation_tenant_limits:DELETE", "kfsdb_operator:document_compilation_tenant_limits:INSERT",
+			"kfsdb_operator:document_compilation_tenant_limits:SELECT", "kfsdb_operator:document_compilation_tenant_limits:UPDATE",
 		}, grants)
 	})
 
@@ -149,12 +153,16 @@ func TestConsoleRoles(t *testing.T) {
 			{"attempts", "show", "--tenant", "roles-a", a.ID.String()},
 			{"outbox", "stats"},
 			{"stuck"},
+			{"tenant", "limits"},
 		} {
 			out, err := kfsdb(t, roURL, args...)
 			require.NoError(t, err, "%v: %s", args, out)
+			require.NotContains(t, out, "not shown", "%v: the role reads the tenants' limits", args)
 		}
 		// The role cannot write, whoever asks.
 		out, err := kfsdb(t, roURL, "attempts", "cancel", "--tenant", "roles-a", a.ID.String())
+		require.ErrorContains(t, err, "permission denied", out)
+		out, err = kfsdb(t, roURL, "tenant", "pause", "roles-a")
 		require.ErrorContains(t, err, "permission denied", out)
 		status, _ := serveConsole(t, ro, false).act(a, "cancel")
 		require.Equal(t, http.StatusInternalServerError, status, "a console on the read-only role cannot apply")
@@ -165,7 +173,7 @@ func TestConsoleRoles(t *testing.T) {
 			`UPDATE document_compilation_attempts SET updated_at = now()`,
 			`UPDATE document_compilation_outbox SET updated_at = now()`,
 			`DELETE FROM document_compilation_attempts`,
-			`SELECT count(*) FROM document_compilation_tenant_limits`,
+			`DELETE FROM document_compilation_tenant_limits`,
 			`SELECT count(*) FROM document_compilation_trace_contexts`,
 			`SELECT count(*) FROM knowledge_spaces`,
 		} {
@@ -189,11 +197,21 @@ func TestConsoleRoles(t *testing.T) {
 		out, err := kfsdb(t, opURL, "attempts", "cancel", "--tenant", "roles-b", b.ID.String())
 		require.NoError(t, err, out)
 		require.Contains(t, out, "applied: running → canceled")
+		// The tenants' limits: set, paused, resumed, lifted.
+		for _, args := range [][]string{
+			{"tenant", "set-limit", "roles-b", "--max-running", "2", "--rate", "5"},
+			{"tenant", "pause", "roles-b", "--reason", "privilege test"},
+			{"tenant", "resume", "roles-b"},
+			{"tenant", "clear-limit", "roles-b"},
+		} {
+			out, err := kfsdb(t, opURL, args...)
+			require.NoError(t, err, "%v: %s", args, out)
+		}
 		for _, sql := range []string{
 			`DELETE FROM document_compilation_attempts`,
 			`DELETE FROM document_compilation_outbox`,
 			`INSERT INTO document_compilation_outbox (id) VALUES (gen_random_uuid())`,
-			`SELECT count(*) FROM document_compilation_tenant_limits`,
+			`TRUNCATE document_compilation_tenant_limits`,
 			`UPDATE knowledge_spaces SET name = 'x'`,
 			`TRUNCATE document_compilation_attempts CASCADE`,
 		} {

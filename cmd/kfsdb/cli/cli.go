@@ -38,7 +38,8 @@ import (
 const rootLong = `kfsdb is the binary operators deploy against a production database: it
 migrates kfsdb's schema, inspects attempts and the outbox, and acts on
 attempts only through the guarded transitions (cancel, retry, supersede,
-purge). It runs no handler and publishes nothing.
+purge), and sets tenants' limits (caps, rates, pauses). It runs no handler
+and publishes nothing.
 
 work, relay and bench moved to kfsdb-bench (bench/kfsdb-bench in a kfsdb
 checkout): they run a stand-in handler, or publish the outbox, for demos
@@ -140,14 +141,14 @@ func newRootCommand(r *runner) *cobra.Command {
 	root.PersistentFlags().StringVar(&r.databaseURLFile, "database-url-file", "",
 		"read the PostgreSQL URL from the first line of this file, which must be readable by its owner only (0600)")
 	root.PersistentFlags().StringVar(&r.auditFlags.file, "audit-file", "",
-		"also append every audit line (one per change: purge, migrate up/down, attempts cancel/retry/supersede) to this file, created 0600; defaults to $"+EnvAuditFile)
+		"also append every audit line (one per change: purge, migrate up/down, attempts cancel/retry/supersede, tenant set-limit/clear-limit/pause/resume) to this file, created 0600; defaults to $"+EnvAuditFile)
 	root.PersistentFlags().BoolVar(&r.auditFlags.syslog, "audit-syslog", false,
 		"also send every audit line to the local syslog (authpriv); defaults to $"+EnvAuditSyslog)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	})
-	root.AddCommand(newMigrateCommand(r), newPurgeCommand(r), newAttemptsCommand(r), newOutboxCommand(r), newStuckCommand(r), newConsoleCommand(r))
+	root.AddCommand(newMigrateCommand(r), newPurgeCommand(r), newAttemptsCommand(r), newOutboxCommand(r), newStuckCommand(r), newTenantCommand(r), newConsoleCommand(r))
 	for name, why := range movedToBench {
 		root.AddCommand(movedCommand(name, fmt.Sprintf("%s is not part of the deploy binary (%s): run `kfsdb-bench %s` (go build ./bench/kfsdb-bench in a kfsdb checkout)",
 			name, why, name)))

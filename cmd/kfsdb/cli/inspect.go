@@ -150,6 +150,12 @@ type countsReport struct {
 	// OldestDueAt and OldestDueAgeSeconds are null when nothing is due.
 	OldestDueAt         *time.Time `json:"oldest_due_at"`
 	OldestDueAgeSeconds *float64   `json:"oldest_due_age_seconds"`
+	// PausedTenants and RateLimitedTenants are the tenants paused and
+	// those with a rate limit (the --tenant alone, when given); null when
+	// the role may not read the limits, and TenantLimitsError says why.
+	PausedTenants      []tenantLimitJSON `json:"paused_tenants"`
+	RateLimitedTenants []tenantLimitJSON `json:"rate_limited_tenants"`
+	TenantLimitsError  string            `json:"tenant_limits_error,omitempty"`
 }
 
 // countJSON is one count: exact, or at least N when the cap was reached.
@@ -174,7 +180,7 @@ func newOutboxCommand(r *runner) *cobra.Command {
 	var capN int
 	stats := &cobra.Command{
 		Use:   "stats [--tenant T] [--cap N]",
-		Short: "attempts by state (≥ N past --cap), the outbox's due backlog and its oldest due row",
+		Short: "attempts by state (≥ N past --cap), the outbox's due backlog and its oldest due row, the paused and rate-limited tenants",
 		Args:  exactArgs(0, "outbox stats takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if capN < 1 || capN > repo.MaxCountCap {
@@ -194,7 +200,8 @@ func newOutboxCommand(r *runner) *cobra.Command {
 
 // outboxStats prints tenant's attempts by state (every tenant's for ""),
 // the outbox's due backlog and its oldest due row, each count capped at
-// capN, as text or JSON.
+// capN, and the paused and rate-limited tenants (tenant alone, if it is),
+// as text or JSON.
 func outboxStats(ctx context.Context, db repo.DBTX, tenant string, capN int32, asJSON bool, stdout io.Writer) error {
 	r := repo.New(nil)
 	states, err := r.CountAttempts(ctx, db, &repo.CountAttemptsParams{TenantID: tenant, AllTenants: tenant == "", Cap: capN})
@@ -205,7 +212,12 @@ func outboxStats(ctx context.Context, db repo.DBTX, tenant string, capN int32, a
 	if err != nil {
 		return err
 	}
-	rep := countsReport{TenantID: tenant, OldestDueAt: backlog.OldestDueAt}
+	limits, err := readLimitsReport(ctx, db, tenant)
+	if err != nil {
+		return err
+	}
+	rep := countsReport{TenantID: tenant, OldestDueAt: backlog.OldestDueAt,
+		PausedTenants: limits.Paused, RateLimitedTenants: limits.RateLimited, TenantLimitsError: limits.Unreadable}
 	for _, c := range states {
 		rep.States = append(rep.States, countJSON{Name: string(c.State), N: c.N, AtLeast: c.AtLeast})
 	}
@@ -235,6 +247,7 @@ func outboxStats(ctx context.Context, db repo.DBTX, tenant string, capN int32, a
 	} else {
 		fmt.Fprintln(stdout, "oldest due row: none")
 	}
+	limits.write(stdout)
 	return nil
 }
 

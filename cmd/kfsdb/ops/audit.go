@@ -48,10 +48,12 @@ type AuditLine struct {
 	Tenant  string
 	Attempt string
 	// Action is the change: cancel, retry, supersede, login, logout,
-	// purge, migrate-up, migrate-down.
+	// purge, migrate-up, migrate-down, tenant-set-limit,
+	// tenant-clear-limit, tenant-pause, tenant-resume.
 	Action string
 	// From and To are the states before and after ("" when not read);
-	// for a migration, the schema versions.
+	// for a migration, the schema versions; for a tenant's limits,
+	// LimitSummary's words.
 	From, To string
 	// Result is applied, refused (ops' outcomes) or failed; Reason why
 	// it was refused or failed.

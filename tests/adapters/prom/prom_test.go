@@ -9,11 +9,13 @@ package prom_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -299,4 +301,62 @@ func TestNewRejectsBadArguments(t *testing.T) {
 	require.NoError(t, err)
 	m.Add(observe.Completed, -1) // dropped, not a panic
 	m.Add("no_such_counter", 1)
+}
+
+// TestCollectorCountsLimitedTenants: kfsdb_tenants_limited counts the
+// tenants capped, rate-limited and paused (a tenant with two limits under
+// each). On a role that may not read the limits (a console role from
+// before migration 0011's grants) the series is left out and the others
+// stand: the sample does not fail. Mutation caught: the insufficient
+// privilege not told apart (every sample fails, kfsdb_attempts is gone).
+func TestCollectorCountsLimitedTenants(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	pool := newPool(t, db, nil)
+	r := repo.New(nil)
+	require.NoError(t, r.SetTenantLimit(ctx, pool, &repo.SetTenantLimitParams{TenantID: "a", MaxRunning: 2}))
+	require.NoError(t, r.SetTenantRate(ctx, pool, &repo.SetTenantRateParams{TenantID: "b", Rate: 1, Burst: 1}))
+	for _, tenant := range []string{"b", "c"} {
+		_, err := r.PauseTenant(ctx, pool, &repo.PauseTenantParams{TenantID: tenant})
+		require.NoError(t, err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	coll, err := prom.NewCollector(pool, &prom.CollectorOptions{SampleInterval: time.Nanosecond})
+	require.NoError(t, err)
+	require.NoError(t, reg.Register(coll))
+	mfs := scrape(t, reg)
+	for limit, want := range map[string]float64{"cap": 1, "rate": 1, "pause": 2} {
+		require.Equal(t, want, value(t, mfs, "kfsdb_tenants_limited", "limit", limit), limit)
+	}
+
+	role := fmt.Sprintf("kfsdb_prom_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		`CREATE ROLE ` + role + ` NOLOGIN`,
+		`GRANT SELECT ON document_compilation_attempts, document_compilation_outbox TO ` + role,
+	} {
+		_, err := pool.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = pool.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `SET ROLE `+role)
+		return err
+	}
+	limited, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(limited.Close)
+	reg = prometheus.NewPedanticRegistry()
+	coll, err = prom.NewCollector(limited, &prom.CollectorOptions{SampleInterval: time.Nanosecond})
+	require.NoError(t, err)
+	require.NoError(t, reg.Register(coll))
+	mfs = scrape(t, reg)
+	require.Zero(t, value(t, mfs, "kfsdb_backlog_sample_errors_total"))
+	require.Zero(t, value(t, mfs, "kfsdb_attempts", "state", string(kfstype.RunStateSucceeded)))
+	require.NotContains(t, mfs, "kfsdb_tenants_limited")
 }
