@@ -3,7 +3,8 @@
 // attempts by state, the outbox backlog, throughput and stuck attempts,
 // list and open attempts, and cancel, retry or supersede one, or every
 // attempt a filter matches (a dry run, a confirmation, then batches),
-// through cmd/kfsdb/ops, as the CLI does.
+// through cmd/kfsdb/ops, as the CLI does, and show and change a tenant's
+// limits of direct delivery (cap, rate, pause), as `kfsdb tenant` does.
 //
 // Security: every page and action goes through Handler's checks (see
 // security.go): a login session (started by POSTing the token or a
@@ -201,7 +202,7 @@ func New(cfg Config) (*Server, error) {
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "attempts", "attempt", "confirm", "bulk", "bulkresult", "login", "error"} {
+	for _, name := range []string{"overview", "attempts", "attempt", "confirm", "bulk", "bulkresult", "tenant", "login", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse the %s page: %w", name, err)
@@ -222,6 +223,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /bulk", s.bulkDryRun)
 	mux.HandleFunc("POST /bulk", s.bulkRun)
 	mux.HandleFunc("GET /bulk/{id}", s.bulkResult)
+	mux.HandleFunc("GET /tenant", s.tenant)
+	mux.HandleFunc("POST /tenant", s.tenantChange)
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)

@@ -359,8 +359,14 @@ type bulkBatch struct {
 // run acts on targets in one transaction, or, when that fails and ctx
 // has not ended, one by one.
 func (b *bulkBatch) run(ctx context.Context, targets []Target) ([]Result, error) {
-	if tb, ok := b.db.(txBeginner); ok {
-		res, err := b.inTx(ctx, tb, targets)
+	if _, ok := b.db.(txBeginner); ok {
+		var res []Result
+		// A refusal that aborted the transaction (a unique violation)
+		// surfaces at the commit, which then rolls back.
+		err := InTx(ctx, b.db, func(tx repo.DBTX) (err error) {
+			res, err = b.each(ctx, tx, targets)
+			return err
+		})
 		if err == nil {
 			return res, nil
 		}
@@ -371,24 +377,27 @@ func (b *bulkBatch) run(ctx context.Context, targets []Target) ([]Result, error)
 	return b.each(ctx, b.db, targets)
 }
 
-func (b *bulkBatch) inTx(ctx context.Context, tb txBeginner, targets []Target) ([]Result, error) {
+// InTx runs fn in a transaction on db when db can begin one (a pool, a
+// connection; on a transaction, a savepoint), else on db itself: it
+// commits when fn returns nil and rolls back otherwise.
+func InTx(ctx context.Context, db repo.DBTX, fn func(repo.DBTX) error) error {
+	tb, ok := db.(txBeginner)
+	if !ok {
+		return fn(db)
+	}
 	tx, err := tb.Begin(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res, err := b.each(ctx, tx, targets)
-	if err == nil {
-		// A refusal that aborted the transaction (a unique violation)
-		// surfaces here: the commit rolls back.
+	if err = fn(tx); err == nil {
 		err = tx.Commit(ctx)
 	}
 	if err != nil {
 		rollbackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = tx.Rollback(rollbackCtx)
-		return nil, err
 	}
-	return res, nil
+	return err
 }
 
 // each acts on the targets in turn on db; on an error that is not a

@@ -75,6 +75,10 @@ type TenantChange struct {
 	ClearCap, ClearRate bool
 	// Reason, with TenantPause, is stored as the pause's reason.
 	Reason string
+	// Seen, when not "", is the limits' LimitSummary the operator saw:
+	// the change is refused (*TenantChangeRefused) when the limits read
+	// in its transaction are other. Defaults to "": no such check.
+	Seen string
 }
 
 // burst is Burst, or its default: one second's worth of Rate, at least 1.
@@ -91,6 +95,8 @@ func (c TenantChange) burst() int32 {
 type TenantChangeRefused struct {
 	// Why says it in words.
 	Why string
+	// Stale is set when the limits were not those of TenantChange.Seen.
+	Stale bool
 }
 
 func (e *TenantChangeRefused) Error() string { return e.Why }
@@ -112,6 +118,9 @@ func ChangeTenantLimits(ctx context.Context, r *repo.Repo, db repo.DBTX, tenant 
 	}
 	res := &TenantChangeResult{Before: before}
 	refuse := func(why string) (*TenantChangeResult, error) { return res, &TenantChangeRefused{Why: why} }
+	if c.Seen != "" && LimitSummary(before) != c.Seen {
+		return res, &TenantChangeRefused{Why: fmt.Sprintf("the limits changed since they were read (%s, now %s)", c.Seen, LimitSummary(before)), Stale: true}
+	}
 	switch c.Action {
 	case TenantSetLimit:
 		if c.MaxRunning == 0 && c.Rate == 0 {
