@@ -48,7 +48,7 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
-	"age":  func(d time.Duration) string { return d.Round(time.Second).String() },
+	"age": func(d time.Duration) string { return d.Round(time.Second).String() },
 	// num writes a count with thousands separators: 10,000.
 	"num": func(n int) string {
 		s := strconv.Itoa(n)
