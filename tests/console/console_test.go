@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -28,6 +29,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("TokenConsoleRefusesWithoutToken", b.token)
 	t.Run("OneTimeLinkLogsInOnce", b.oneTimeLink)
 	t.Run("BulkCancelThroughDryRunAndConfirmation", b.bulkCancel)
+	t.Run("TenantLimitsRatePauseResume", b.tenantLimits)
 }
 
 func css(s string) chromedp.CSS { return chromedp.CSS(s) }
@@ -247,4 +249,51 @@ func (b *testBundle) bulkCancel(t *testing.T) {
 	}
 	do(t, tab, chromedp.Click(css(`#back`)), chromedp.WaitVisible(css(`#attempts`)))
 	require.Equal(t, []string{pending.ID.String()}, eval[[]string](t, tab, listedIDs), "only the skipped attempt is still live")
+}
+
+// tenantLimits: a person opens a tenant's limits from its attempts list,
+// sets a rate and a cap, pauses it with a reason, sees it paused in the
+// list of limited tenants, and resumes it; each step is what the
+// database holds. Mutation: ops.ChangeTenantLimits dropping the pause's
+// reason fails #paused's text.
+func (b *testBundle) tenantLimits(t *testing.T) {
+	base := b.start(t, console.Config{})
+	tab := b.tab(t)
+	b.login(t, tab, base)
+	tenant := tenants[1]
+	limits := func() *repo.TenantLimit {
+		l, err := ops.TenantLimits(b.ctx, b.repo, b.db.Pool, tenant)
+		require.NoError(t, err)
+		return l
+	}
+	do(t, tab, chromedp.Navigate(base+"/attempts?tenant="+tenant), chromedp.Click(css(`#tenant-limits`)), chromedp.WaitVisible(css(`#limits`)))
+	require.Equal(t, "none", text(t, tab, "#summary"))
+	do(t, tab, chromedp.SendKeys(css(`#set-form input[name="rate"]`), "2.5"), chromedp.SendKeys(css(`#set-form input[name="burst"]`), "5"),
+		chromedp.SendKeys(css(`#set-form input[name="max_running"]`), "4"), chromedp.SendKeys(css(`#set-form input[name="reason"]`), "a noisy importer"),
+		chromedp.Click(css(`#set`)), chromedp.WaitVisible(css(`.flash`)))
+	require.Equal(t, "tenant-set-limit applied", text(t, tab, ".flash"))
+	require.Contains(t, text(t, tab, "#rate"), "2.5 leases/s, burst 5")
+	l := limits()
+	require.Equal(t, 2.5, l.Rate)
+	require.Equal(t, int32(5), l.Burst)
+	require.Equal(t, int32(4), l.MaxRunning)
+
+	do(t, tab, chromedp.SendKeys(css(`#pause-form input[name="reason"]`), "reindexing its spaces"), chromedp.Click(css(`#pause`)),
+		chromedp.WaitVisible(css(`#resume`)))
+	require.Equal(t, "tenant-pause applied", text(t, tab, ".flash"))
+	require.Contains(t, text(t, tab, "#paused"), "reindexing its spaces")
+	require.True(t, limits().Paused())
+	b.screenshot(t, tab, "tenant-paused")
+
+	do(t, tab, chromedp.Navigate(base+"/tenant"), chromedp.WaitVisible(css(`#limited`)))
+	require.Contains(t, text(t, tab, "#limited"), tenant)
+	require.Contains(t, text(t, tab, "#limited"), "reindexing its spaces")
+	b.screenshot(t, tab, "tenants-limited")
+
+	do(t, tab, chromedp.Click(css(fmt.Sprintf(`a[href="/tenant?tenant=%s"]`, tenant))), chromedp.WaitVisible(css(`#resume`)),
+		chromedp.Click(css(`#resume`)), chromedp.WaitVisible(css(`#pause`)))
+	require.Equal(t, "tenant-resume applied", text(t, tab, ".flash"))
+	require.False(t, limits().Paused())
+	require.Equal(t, 2.5, limits().Rate, "resuming keeps the rate")
+	b.screenshot(t, tab, "tenant-resumed")
 }
