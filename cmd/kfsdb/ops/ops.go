@@ -3,7 +3,9 @@
 // lease token, which would let a reader act as the worker), the timeline
 // its timestamps give, and the three operator actions, applied only
 // through repo's guarded transitions and only to the row version the
-// operator saw.
+// operator saw: on one attempt, or on every match of a filter (bulk.go:
+// a dry run, then batches), and the changes of a tenant's limits of
+// direct delivery (tenant.go).
 package ops
 
 import (
