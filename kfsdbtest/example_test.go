@@ -430,3 +430,49 @@ func Example_tenantRateAndPause() {
 	// 1 leases/s, burst 2, 2 tokens, paused true (invoice overdue)
 	// resumed: 1
 }
+
+// List a tenant's attempts that failed with one error code in the last
+// hour (repo.Repo.ListAttempts with LastErrorCode and NewerThan), as the
+// console's and `kfsdb attempts --all`'s bulk retry does before it retries
+// each at the row version listed. The age of an ended attempt is the time
+// since it ended (of a live one, since it was created), so on ended
+// attempts it is a bound of the list's index scan.
+func Example_listAttemptsByErrorCode() {
+	ctx := context.Background()
+	db, doc := exampleDB()
+	defer db.Drop(ctx)
+	pool := db.Pool
+	r := repo.New(nil)
+	if _, err := r.Start(ctx, pool, startParams(doc.Asset, 0)); err != nil {
+		log.Fatal(err)
+	}
+	encrypted := worker.HandlerFunc(func(context.Context, *worker.Job) error {
+		return worker.Fatal("PDF_ENCRYPTED", errors.New("the document is password-protected"))
+	})
+	if _, err := kfsdbtest.WorkNext(ctx, pool, encrypted, &worker.Config{Logger: slog.New(slog.DiscardHandler)}); err != nil {
+		log.Fatal(err)
+	}
+
+	page, err := r.ListAttempts(ctx, pool, &repo.ListAttemptsParams{TenantID: "acme", States: []kfstype.RunState{kfstype.RunStateFailed},
+		LastErrorCode: "PDF_ENCRYPTED", NewerThan: time.Hour, Limit: 100})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, a := range page.Attempts {
+		a, err = r.RetryFailed(ctx, pool, &repo.RetryFailedParams{AttemptRef: repo.AttemptRef{TenantID: a.TenantID,
+			KnowledgeSpaceID: a.KnowledgeSpaceID, AttemptID: a.ID, ExpectedRowVersion: &a.RowVersion}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("retried:", a.RunState)
+	}
+	older, err := r.ListAttempts(ctx, pool, &repo.ListAttemptsParams{TenantID: "acme", States: kfstype.RunStates(),
+		OlderThan: time.Hour, Limit: 100})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("older than an hour:", len(older.Attempts))
+	// Output:
+	// retried: dispatch_pending
+	// older than an hour: 0
+}

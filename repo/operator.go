@@ -56,6 +56,17 @@ type ListAttemptsParams struct {
 	After *AttemptCursor
 	// Limit is the page size, 1..MaxListLimit.
 	Limit int32
+	// OlderThan keeps the attempts older than it: ended more than
+	// OlderThan ago, or, while live, created more than OlderThan ago (by
+	// the statement's clock). Defaults to 0: no bound.
+	OlderThan time.Duration
+	// NewerThan keeps the attempts at most NewerThan old, measured the
+	// same way. Defaults to 0: no bound.
+	NewerThan time.Duration
+	// LastErrorCode keeps the attempts whose last error code is it (at
+	// most MaxErrorCodeLength characters). Defaults to "": any code, or
+	// none.
+	LastErrorCode string
 }
 
 // AttemptPage is one page of ListAttempts.
@@ -83,6 +94,15 @@ func (p *ListAttemptsParams) validate(v *validator) {
 		}
 	}
 	v.between("Limit", p.Limit, 1, MaxListLimit)
+	if p.OlderThan != 0 {
+		v.duration("OlderThan", p.OlderThan)
+	}
+	if p.NewerThan != 0 {
+		v.duration("NewerThan", p.NewerThan)
+	}
+	if p.LastErrorCode != "" {
+		v.text("LastErrorCode", p.LastErrorCode, MaxErrorCodeLength)
+	}
 }
 
 // runStates checks a non-empty list of distinct, known run states.
@@ -109,11 +129,13 @@ func (v *validator) between(field string, n, lo, hi int32) {
 	}
 }
 
-// ListAttempts lists a tenant's attempts in the given run states, live
-// attempts first (newest first), then terminal ones (most recently
-// completed first): the order of tenant_completed_idx, so a page costs
-// about Limit index entries whatever the history, plus the entries of
-// other states it skips. Pages are keyset-paginated: attempts started
+// ListAttempts lists a tenant's attempts in the given run states (and,
+// when asked, of an age and a last error code), live attempts first
+// (newest first), then terminal ones (most recently completed first): the
+// order of tenant_completed_idx, so a page costs about Limit index
+// entries whatever the history, plus the entries of other states (or
+// error codes) it skips. The age bounds of terminal attempts are bounds
+// of that range scan. Pages are keyset-paginated: attempts started
 // during a walk never shift it (they sort before the cursor), so no
 // attempt is listed twice or skipped because of them. An attempt that
 // changes run state during a walk may be missed or, when both halves
@@ -134,6 +156,7 @@ func (r *Repo) ListAttempts(ctx context.Context, db DBTX, p *ListAttemptsParams)
 	}
 	q := &gen.ListAttemptsParams{
 		TenantID: p.TenantID, RunStates: states, KnowledgeSpaceID: p.KnowledgeSpaceID, RowLimit: p.Limit,
+		OlderThan: p.OlderThan, NewerThan: p.NewerThan, LastErrorCode: p.LastErrorCode, Now: r.now(),
 		// Past the live half once the cursor holds a completion time.
 		ScanLive: live && (p.After == nil || p.After.CompletedAt == nil), ScanTerminal: terminal,
 	}

@@ -165,17 +165,27 @@ WITH page AS (
       AND a.id < coalesce($4::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid)
       AND a.run_state = ANY($5::text[])
       AND ($6::uuid IS NULL OR a.knowledge_space_id = $6::uuid)
+      AND ($7::interval <= '0' OR a.created_at < coalesce($8::timestamptz, now()) - $7::interval)
+      AND ($9::interval <= '0' OR a.created_at >= coalesce($8::timestamptz, now()) - $9::interval)
+      AND ($10::text = '' OR a.last_error_code = $10::text)
     ORDER BY a.completed_at DESC, a.id DESC
     LIMIT $1::integer)
   UNION ALL
   (SELECT a.id
      FROM document_compilation_attempts a
-    WHERE $7::boolean
+    WHERE $11::boolean
       AND a.tenant_id = $3::text
-      AND (a.completed_at, a.id) < (coalesce($8::timestamptz, 'infinity'::timestamptz),
+      AND (a.completed_at, a.id) < (coalesce($12::timestamptz, 'infinity'::timestamptz),
                                     coalesce($4::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
+      AND a.completed_at < CASE WHEN $7::interval > '0'
+                                THEN coalesce($8::timestamptz, now()) - $7::interval
+                                ELSE 'infinity'::timestamptz END
+      AND a.completed_at >= CASE WHEN $9::interval > '0'
+                                 THEN coalesce($8::timestamptz, now()) - $9::interval
+                                 ELSE '-infinity'::timestamptz END
       AND a.run_state = ANY($5::text[])
       AND ($6::uuid IS NULL OR a.knowledge_space_id = $6::uuid)
+      AND ($10::text = '' OR a.last_error_code = $10::text)
     ORDER BY a.completed_at DESC, a.id DESC
     LIMIT $1::integer)
 )
@@ -193,6 +203,10 @@ type ListAttemptsParams struct {
 	AfterID          *uuid.UUID
 	RunStates        []string
 	KnowledgeSpaceID *uuid.UUID
+	OlderThan        time.Duration
+	Now              *time.Time
+	NewerThan        time.Duration
+	LastErrorCode    string
 	ScanTerminal     bool
 	AfterCompletedAt *time.Time
 }
@@ -214,6 +228,16 @@ type ListAttemptsParams struct {
 // false or scan_terminal false when no asked state is in that half, so a
 // half that cannot match is not read. The halves are re-joined to the
 // table by id: at most 2 * row_limit primary key lookups.
+//
+// The age filters (older_than, newer_than; '0' for none) measure from when
+// an attempt ended, or, while it is live, from when it was created. On
+// the terminal half they bound completed_at, so they are index conditions
+// of the same range scan (a CASE of parameters and now() is a constant of
+// the scan); on the live half created_at is a filter on the tenant's live
+// rows. last_error_code (” for any) is a filter on both: the scan reads
+// past the rows of other codes up to the page's LIMIT, so a rare code
+// reads the tenant's range (for a code its statistics call rare, the
+// planner may read that range as a bitmap scan and sort the few matches).
 func (q *Queries) ListAttempts(ctx context.Context, db DBTX, arg *ListAttemptsParams) ([]*DocumentCompilationAttempt, error) {
 	rows, err := db.Query(ctx, listAttempts,
 		arg.RowLimit,
@@ -222,6 +246,10 @@ func (q *Queries) ListAttempts(ctx context.Context, db DBTX, arg *ListAttemptsPa
 		arg.AfterID,
 		arg.RunStates,
 		arg.KnowledgeSpaceID,
+		arg.OlderThan,
+		arg.Now,
+		arg.NewerThan,
+		arg.LastErrorCode,
 		arg.ScanTerminal,
 		arg.AfterCompletedAt,
 	)

@@ -18,6 +18,16 @@
 -- false or scan_terminal false when no asked state is in that half, so a
 -- half that cannot match is not read. The halves are re-joined to the
 -- table by id: at most 2 * row_limit primary key lookups.
+--
+-- The age filters (older_than, newer_than; '0' for none) measure from when
+-- an attempt ended, or, while it is live, from when it was created. On
+-- the terminal half they bound completed_at, so they are index conditions
+-- of the same range scan (a CASE of parameters and now() is a constant of
+-- the scan); on the live half created_at is a filter on the tenant's live
+-- rows. last_error_code ('' for any) is a filter on both: the scan reads
+-- past the rows of other codes up to the page's LIMIT, so a rare code
+-- reads the tenant's range (for a code its statistics call rare, the
+-- planner may read that range as a bitmap scan and sort the few matches).
 WITH page AS (
   (SELECT a.id
      FROM document_compilation_attempts a
@@ -27,6 +37,9 @@ WITH page AS (
       AND a.id < coalesce(sqlc.narg('after_id')::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid)
       AND a.run_state = ANY(@run_states::text[])
       AND (sqlc.narg('knowledge_space_id')::uuid IS NULL OR a.knowledge_space_id = sqlc.narg('knowledge_space_id')::uuid)
+      AND (@older_than::interval <= '0' OR a.created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - @older_than::interval)
+      AND (@newer_than::interval <= '0' OR a.created_at >= coalesce(sqlc.narg('now')::timestamptz, now()) - @newer_than::interval)
+      AND (@last_error_code::text = '' OR a.last_error_code = @last_error_code::text)
     ORDER BY a.completed_at DESC, a.id DESC
     LIMIT @row_limit::integer)
   UNION ALL
@@ -36,8 +49,15 @@ WITH page AS (
       AND a.tenant_id = @tenant_id::text
       AND (a.completed_at, a.id) < (coalesce(sqlc.narg('after_completed_at')::timestamptz, 'infinity'::timestamptz),
                                     coalesce(sqlc.narg('after_id')::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid))
+      AND a.completed_at < CASE WHEN @older_than::interval > '0'
+                                THEN coalesce(sqlc.narg('now')::timestamptz, now()) - @older_than::interval
+                                ELSE 'infinity'::timestamptz END
+      AND a.completed_at >= CASE WHEN @newer_than::interval > '0'
+                                 THEN coalesce(sqlc.narg('now')::timestamptz, now()) - @newer_than::interval
+                                 ELSE '-infinity'::timestamptz END
       AND a.run_state = ANY(@run_states::text[])
       AND (sqlc.narg('knowledge_space_id')::uuid IS NULL OR a.knowledge_space_id = sqlc.narg('knowledge_space_id')::uuid)
+      AND (@last_error_code::text = '' OR a.last_error_code = @last_error_code::text)
     ORDER BY a.completed_at DESC, a.id DESC
     LIMIT @row_limit::integer)
 )

@@ -364,3 +364,88 @@ func TestOutboxStatsAndStuck(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Equal(t, "nothing stuck\n", out)
 }
+
+// TestAttemptsBulkAll: --all acts on every match of the selection, as
+// the console's bulk actions (the same ops.PlanBulk and ops.RunBulk): a
+// dry run that counts, a bound refused before any change, a confirmation,
+// batches audited one line per attempt and one for the whole, another
+// tenant never touched. Mutations: bulkAction skipping the confirmation
+// fails "no"; the summary audit line removed fails its regexp; PlanBulk
+// bound raised fails --max.
+func TestAttemptsBulkAll(t *testing.T) {
+	t.Parallel()
+	f := newOperatorFixture(t)
+	all := []*kfstype.Attempt{f.queued, f.running, f.failed, f.succeeded, f.pendingA, f.pendingB, f.pendingC}
+	versions := func() map[uuid.UUID]int32 {
+		m := map[uuid.UUID]int32{}
+		for _, a := range append(all, f.other) {
+			_, m[a.ID] = f.state(t, a.ID)
+		}
+		return m
+	}
+	before := versions()
+
+	code, out, stderr := runCmd(t, f.db.URL, "", "attempts", "cancel", "--tenant", f.tenant, "--all", "--dry-run")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, `7 attempts match tenant="`+f.tenant+`" state=any: cancel would change 5 (3 dispatch_pending, 1 queued, 1 running) to canceled and leave 2 as they are (1 succeeded, 1 failed)`)
+	require.Contains(t, out, "the first 7:")
+	code, out, stderr = runCmd(t, f.db.URL, "", "attempts", "cancel", "--tenant", f.tenant, "--all", "--dry-run", "--json")
+	require.Equal(t, 0, code, stderr)
+	var dry struct {
+		Matched     int            `json:"matched"`
+		WouldChange int            `json:"would_change"`
+		Unchanged   map[string]int `json:"unchanged_by_state"`
+		Sample      []ops.Result   `json:"sample"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &dry), out)
+	require.Equal(t, 7, dry.Matched)
+	require.Equal(t, 5, dry.WouldChange)
+	require.Equal(t, map[string]int{"succeeded": 1, "failed": 1}, dry.Unchanged)
+	require.Len(t, dry.Sample, 7)
+	code, _, stderr = runCmd(t, f.db.URL, "", "attempts", "cancel", "--tenant", f.tenant, "--all", "--max", "6", "--yes")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "more than 6 attempts match")
+	code, out, _ = runCmd(t, f.db.URL, "no\n", "attempts", "cancel", "--tenant", f.tenant, "--all", "--state", "dispatch_pending,queued")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "cancel 4 attempts? Type yes to go on:")
+	require.Equal(t, before, versions(), "a dry run, a refused bound and a no change nothing")
+
+	code, out, stderr = runCmd(t, f.db.URL, "yes\n", "attempts", "cancel", "--tenant", f.tenant, "--all", "--state", "dispatch_pending,queued",
+		"--batch", "3", "--reason", "bulk from the CLI")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "cancel: 4 applied, 0 skipped (changed since the dry run), 0 not reached, of 4")
+	for _, a := range []*kfstype.Attempt{f.queued, f.pendingA, f.pendingB, f.pendingC} {
+		st, _ := f.state(t, a.ID)
+		require.Equal(t, kfstype.RunStateCanceled, st)
+		require.Regexp(t, `msg=audit .* tenant=`+f.tenant+` attempt=`+a.ID.String()+` action=cancel from=\w+ to=canceled result=applied reason="" operator_reason="bulk from the CLI" db_role=\S+ detail="bulk batch [12]"`, stderr)
+	}
+	require.Regexp(t, `msg=audit .* tenant=`+f.tenant+` attempt="" action=bulk-cancel from="" to="" result=applied reason="" operator_reason="bulk from the CLI" db_role=\S+ detail="filter tenant=\\"`+
+		f.tenant+`\\" state=dispatch_pending,queued; matched 4, confirmed 4: applied 4, skipped 0, not reached 0; 2 batches"`, stderr)
+	st, v := f.state(t, f.other.ID)
+	require.Equal(t, kfstype.RunStateDispatchPending, st)
+	require.Equal(t, before[f.other.ID], v, "another tenant's attempt is untouched")
+
+	code, out, stderr = runCmd(t, f.db.URL, "", "attempts", "retry", "--tenant", f.tenant, "--all", "--error-code", kfstype.ErrorCodeCompilationFailed, "--yes", "--json")
+	require.Equal(t, 0, code, stderr)
+	var rs []ops.Result
+	require.NoError(t, json.Unmarshal([]byte(out), &rs), out)
+	require.Len(t, rs, 1)
+	require.Equal(t, f.failed.ID, rs[0].AttemptID)
+	require.Equal(t, ops.OutcomeApplied, rs[0].Outcome)
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--all", f.pendingA.ID.String()}, "not both"},
+		{[]string{"--all", "--after", "l." + f.pendingA.ID.String()}, "--after and --limit are for one page"},
+		{[]string{"--all", "--limit", "5"}, "--after and --limit are for one page"},
+		{[]string{"--state", "failed", "--max", "5"}, "--max and --batch are for --all"},
+		{[]string{"--all", "--max", "0"}, "--max must be 1.."},
+		{[]string{"--all", "--older-than", "-1h"}, "must not be negative"},
+	} {
+		code, _, stderr := runCmd(t, f.db.URL, "", append([]string{"attempts", "cancel", "--tenant", f.tenant}, tc.args...)...)
+		require.Equal(t, 2, code, "%q: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.want, "%q", tc.args)
+	}
+}

@@ -12,8 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/tests/testfactory"
 )
 
 // TestConsoleInBrowser walks the console's pages in Chromium, one subtest
@@ -26,6 +28,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("ReadOnlyShowsNoActionAndRefusesPosts", b.readOnly)
 	t.Run("TokenConsoleRefusesWithoutToken", b.token)
 	t.Run("OneTimeLinkLogsInOnce", b.oneTimeLink)
+	t.Run("BulkCancelThroughDryRunAndConfirmation", b.bulkCancel)
+	t.Run("TenantLimitsRatePauseResume", b.tenantLimits)
 }
 
 func css(s string) chromedp.CSS { return chromedp.CSS(s) }
@@ -182,4 +186,114 @@ func (b *testBundle) oneTimeLink(t *testing.T) {
 	do(t, other, chromedp.Navigate(base+link), chromedp.WaitVisible(css(`#login-once`)),
 		chromedp.Click(css(`#login-once`)), chromedp.WaitVisible(css(`p.error`)))
 	b.screenshot(t, other, "login-once-used")
+}
+
+// bulkCancel: a person filters a tenant's live attempts, asks to cancel
+// every match, reads the dry run (the count, a sample), confirms with a
+// reason, and reads the result: one attempt that a relay dispatched
+// between the dry run and the confirmation (still live: it still
+// matches) is reported as skipped and left queued. Mutation: ops.Apply
+// without the dry run's row version cancels it and fails the skip count.
+func (b *testBundle) bulkCancel(t *testing.T) {
+	base := b.start(t, console.Config{BulkBatchSize: 2})
+	tab := b.tab(t)
+	b.login(t, tab, base)
+	tenant := tenants[0]
+	liveStates := []kfstype.RunState{kfstype.RunStateDispatchPending, kfstype.RunStateQueued, kfstype.RunStateRunning, kfstype.RunStateRetryWait}
+	// One more, started now by the database's clock, so that a relay can
+	// take it (the workload's rows may still be under a relay lock).
+	drv := &testfactory.Driver{Repo: b.repo, DB: b.db.Pool}
+	pending := drv.Start(b.ctx, t, testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: &tenant}), nil)
+	rows, err := b.db.Pool.Query(b.ctx, `SELECT id::text FROM document_compilation_attempts
+		WHERE tenant_id = $1 AND completed_at IS NULL ORDER BY id DESC`, tenant)
+	require.NoError(t, err)
+	live, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Greater(t, len(live), 2)
+
+	steps := []chromedp.Action[chromedp.Void]{chromedp.Navigate(base + "/attempts"), chromedp.SendKeys(css(`input[name="tenant"]`), tenant)}
+	for _, st := range liveStates {
+		steps = append(steps, chromedp.Click(css(fmt.Sprintf(`input[name="state"][value="%s"]`, st))))
+	}
+	steps = append(steps, chromedp.Click(css(`.filters button`)), chromedp.WaitVisible(css(`#bulk`)))
+	do(t, tab, steps...)
+	require.Equal(t, live, eval[[]string](t, tab, listedIDs))
+	b.screenshot(t, tab, "bulk-filtered")
+
+	do(t, tab, chromedp.Click(css(`#bulk-cancel`)), chromedp.WaitVisible(css(`#plan-summary`)))
+	require.Equal(t, fmt.Sprint(len(live)), text(t, tab, "#matched"))
+	require.Equal(t, fmt.Sprint(len(live)), text(t, tab, "#would-change"))
+	require.Equal(t, len(live), eval[int](t, tab, `document.querySelectorAll('#sample tbody tr').length`))
+	b.screenshot(t, tab, "bulk-dry-run")
+
+	// A relay dispatches one of them before the person confirms.
+	drv.Dispatch(b.ctx, t, pending.ID, nil)
+	do(t, tab, chromedp.SendKeys(css(`input[name="reason"]`), "uploads from the broken importer"),
+		chromedp.Click(css(`#confirm-bulk`)), chromedp.WaitVisible(css(`#result-summary`)))
+	require.Equal(t, fmt.Sprint(len(live)-1), text(t, tab, "#applied"))
+	require.Equal(t, "1", text(t, tab, "#skipped"))
+	require.Equal(t, "0", text(t, tab, "#not-reached"))
+	require.Contains(t, text(t, tab, "#skips"), pending.ID.String())
+	b.screenshot(t, tab, "bulk-result")
+
+	for _, id := range live {
+		var st string
+		var msg *string
+		require.NoError(t, b.db.Pool.QueryRow(b.ctx, `SELECT run_state, last_error_message FROM document_compilation_attempts WHERE id = $1`, id).Scan(&st, &msg))
+		if id == pending.ID.String() {
+			require.Equal(t, "queued", st, "the attempt dispatched after the dry run is left as it is")
+			continue
+		}
+		require.Equal(t, "canceled", st, id)
+		require.Equal(t, "uploads from the broken importer", *msg)
+	}
+	do(t, tab, chromedp.Click(css(`#back`)), chromedp.WaitVisible(css(`#attempts`)))
+	require.Equal(t, []string{pending.ID.String()}, eval[[]string](t, tab, listedIDs), "only the skipped attempt is still live")
+}
+
+// tenantLimits: a person opens a tenant's limits from its attempts list,
+// sets a rate and a cap, pauses it with a reason, sees it paused in the
+// list of limited tenants, and resumes it; each step is what the
+// database holds. Mutation: ops.ChangeTenantLimits dropping the pause's
+// reason fails #paused's text.
+func (b *testBundle) tenantLimits(t *testing.T) {
+	base := b.start(t, console.Config{})
+	tab := b.tab(t)
+	b.login(t, tab, base)
+	tenant := tenants[1]
+	limits := func() *repo.TenantLimit {
+		l, err := ops.TenantLimits(b.ctx, b.repo, b.db.Pool, tenant)
+		require.NoError(t, err)
+		return l
+	}
+	do(t, tab, chromedp.Navigate(base+"/attempts?tenant="+tenant), chromedp.Click(css(`#tenant-limits`)), chromedp.WaitVisible(css(`#limits`)))
+	require.Equal(t, "none", text(t, tab, "#summary"))
+	do(t, tab, chromedp.SendKeys(css(`#set-form input[name="rate"]`), "2.5"), chromedp.SendKeys(css(`#set-form input[name="burst"]`), "5"),
+		chromedp.SendKeys(css(`#set-form input[name="max_running"]`), "4"), chromedp.SendKeys(css(`#set-form input[name="reason"]`), "a noisy importer"),
+		chromedp.Click(css(`#set`)), chromedp.WaitVisible(css(`.flash`)))
+	require.Equal(t, "tenant-set-limit applied", text(t, tab, ".flash"))
+	require.Contains(t, text(t, tab, "#rate"), "2.5 leases/s, burst 5")
+	l := limits()
+	require.Equal(t, 2.5, l.Rate)
+	require.Equal(t, int32(5), l.Burst)
+	require.Equal(t, int32(4), l.MaxRunning)
+
+	do(t, tab, chromedp.SendKeys(css(`#pause-form input[name="reason"]`), "reindexing its spaces"), chromedp.Click(css(`#pause`)),
+		chromedp.WaitVisible(css(`#resume`)))
+	require.Equal(t, "tenant-pause applied", text(t, tab, ".flash"))
+	require.Contains(t, text(t, tab, "#paused"), "reindexing its spaces")
+	require.True(t, limits().Paused())
+	b.screenshot(t, tab, "tenant-paused")
+
+	do(t, tab, chromedp.Navigate(base+"/tenant"), chromedp.WaitVisible(css(`#limited`)))
+	require.Contains(t, text(t, tab, "#limited"), tenant)
+	require.Contains(t, text(t, tab, "#limited"), "reindexing its spaces")
+	b.screenshot(t, tab, "tenants-limited")
+
+	do(t, tab, chromedp.Click(css(fmt.Sprintf(`a[href="/tenant?tenant=%s"]`, tenant))), chromedp.WaitVisible(css(`#resume`)),
+		chromedp.Click(css(`#resume`)), chromedp.WaitVisible(css(`#pause`)))
+	require.Equal(t, "tenant-resume applied", text(t, tab, ".flash"))
+	require.False(t, limits().Paused())
+	require.Equal(t, 2.5, limits().Rate, "resuming keeps the rate")
+	b.screenshot(t, tab, "tenant-resumed")
 }

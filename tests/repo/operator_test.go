@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -232,4 +233,101 @@ func TestListStuckReportsEachReason(t *testing.T) {
 	capped, err := b.repo.OutboxBacklog(ctx, b.db.Pool, &repo.OutboxBacklogParams{Cap: 1})
 	require.NoError(t, err)
 	require.Equal(t, repo.StatusCount{Status: kfstype.OutboxStatusLeased, N: 1, AtLeast: true}, capped.Due[3])
+}
+
+// TestListAttemptsByAgeAndErrorCode: the age filters measure from when an
+// attempt ended or, while it is live, from when it was created, and the
+// code filter matches last_error_code, on both halves of the list; every
+// walk in pages of 2 equals a plain query over coalesce(completed_at,
+// created_at). Mutations: the terminal half bounding created_at instead
+// of completed_at fails the canceled-later attempts' windows; the live
+// half's age filter dropped fails "older 25m".
+func TestListAttemptsByAgeAndErrorCode(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	const tenant = "age-tenant"
+	// Twelve attempts ten minutes apart; every other one is then canceled
+	// later, five minutes apart, half of those with a reason (error code
+	// CANCELED); one fails, one waits for a retry (a live attempt with a
+	// code), and another tenant has one of each.
+	var started []*kfstype.Attempt
+	for range 12 {
+		b.clock.Advance(10 * time.Minute)
+		started = append(started, b.drv.Start(ctx, t, b.tenantScope(t, tenant), nil))
+	}
+	for i := 1; i < len(started); i += 2 {
+		b.clock.Advance(5 * time.Minute)
+		p := &repo.CancelParams{AttemptRef: repo.AttemptRef{TenantID: tenant, KnowledgeSpaceID: started[i].KnowledgeSpaceID, AttemptID: started[i].ID}}
+		if i%4 == 1 {
+			p.Reason = new("operator")
+		}
+		_, err := b.repo.Cancel(ctx, b.db.Pool, p)
+		require.NoError(t, err)
+	}
+	b.clock.Advance(10 * time.Minute)
+	b.drv.InState(ctx, t, b.tenantScope(t, tenant), kfstype.RunStateFailed)
+	b.drv.InState(ctx, t, b.tenantScope(t, tenant), kfstype.RunStateRetryWait)
+	b.drv.InState(ctx, t, b.scope(t), kfstype.RunStateFailed)
+	b.drv.InState(ctx, t, b.scope(t), kfstype.RunStateRetryWait)
+	b.clock.Advance(time.Minute)
+	now := b.clock.Now()
+
+	for _, tc := range []struct {
+		name         string
+		older, newer time.Duration
+		code         string
+	}{
+		{"all", 0, 0, ""},
+		{"older 25m", 25 * time.Minute, 0, ""},
+		{"older 90m", 90 * time.Minute, 0, ""},
+		{"newer 50m", 0, 50 * time.Minute, ""},
+		{"between 40m and 100m", 40 * time.Minute, 100 * time.Minute, ""},
+		{"canceled with a reason", 0, 0, kfstype.ErrorCodeCanceled},
+		{"retryable, live", 0, 0, kfstype.ErrorCodeCompilationRetryable},
+		{"code and age", 30 * time.Minute, 0, kfstype.ErrorCodeCanceled},
+		{"no such code", 0, 0, "NO_SUCH_CODE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows, err := b.db.Pool.Query(ctx, `SELECT id FROM document_compilation_attempts
+				WHERE tenant_id = $1
+				  AND ($2::interval = '0' OR coalesce(completed_at, created_at) < $5::timestamptz - $2::interval)
+				  AND ($3::interval = '0' OR coalesce(completed_at, created_at) >= $5::timestamptz - $3::interval)
+				  AND ($4 = '' OR last_error_code = $4)
+				ORDER BY completed_at DESC NULLS FIRST, id DESC`, tenant, tc.older, tc.newer, tc.code, now)
+			require.NoError(t, err)
+			want, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			require.NoError(t, err)
+			got := []uuid.UUID{}
+			p := &repo.ListAttemptsParams{TenantID: tenant, States: kfstype.RunStates(), Limit: 2,
+				OlderThan: tc.older, NewerThan: tc.newer, LastErrorCode: tc.code}
+			for pages := 0; ; pages++ {
+				require.Less(t, pages, 20)
+				page, err := b.repo.ListAttempts(ctx, b.db.Pool, p)
+				require.NoError(t, err)
+				for _, a := range page.Attempts {
+					got = append(got, a.ID)
+				}
+				if page.Next == nil {
+					break
+				}
+				p.After = page.Next
+			}
+			require.Equal(t, want, got)
+		})
+	}
+	// The cases are not vacuous: some match a part, none all or nothing
+	// but the two meant to.
+	n := func(older, newer time.Duration, code string) int {
+		var c int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM document_compilation_attempts WHERE tenant_id = $1
+			AND ($2::interval = '0' OR coalesce(completed_at, created_at) < $5::timestamptz - $2::interval)
+			AND ($3::interval = '0' OR coalesce(completed_at, created_at) >= $5::timestamptz - $3::interval)
+			AND ($4 = '' OR last_error_code = $4)`, tenant, older, newer, code, now).Scan(&c))
+		return c
+	}
+	require.Equal(t, 14, n(0, 0, ""))
+	for _, c := range []int{n(25*time.Minute, 0, ""), n(0, 50*time.Minute, ""), n(40*time.Minute, 100*time.Minute, ""), n(0, 0, kfstype.ErrorCodeCanceled)} {
+		require.Greater(t, c, 0)
+		require.Less(t, c, 14)
+	}
 }

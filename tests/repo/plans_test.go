@@ -46,6 +46,13 @@ func recordingPool(t testing.TB, ctx context.Context, url string) (pool *pgxpool
 	return pool, rec
 }
 
+// sqlAndArgs is the last statement named name, with its arguments.
+func (r *statementRecorder) sqlAndArgs(name string) recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last[name]
+}
+
 // names are the query names sent so far, in order.
 func (r *statementRecorder) names() []string {
 	r.mu.Lock()
@@ -198,6 +205,16 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 	_, err = r.ListAttempts(ctx, pool, &repo.ListAttemptsParams{TenantID: "history-7",
 		States: []kfstype.RunState{kfstype.RunStateRunning, kfstype.RunStateFailed}, Limit: 100})
 	require.NoError(t, err)
+	// The console's bulk filter: an age window and an error code. Kept
+	// under its own name, beside the plain list.
+	plainList := rec.sqlAndArgs("ListAttempts")
+	_, err = r.ListAttempts(ctx, pool, &repo.ListAttemptsParams{TenantID: "history-7",
+		States: []kfstype.RunState{kfstype.RunStateRunning, kfstype.RunStateFailed}, Limit: 100,
+		OlderThan: 7 * 24 * time.Hour, NewerThan: 60 * 24 * time.Hour, LastErrorCode: "X"})
+	require.NoError(t, err)
+	rec.mu.Lock()
+	rec.last["ListAttemptsFiltered"], rec.last["ListAttempts"] = rec.last["ListAttempts"], plainList
+	rec.mu.Unlock()
 	_, err = r.CountAttempts(ctx, pool, &repo.CountAttemptsParams{TenantID: "history-7"})
 	require.NoError(t, err)
 	_, err = r.CountAttempts(ctx, pool, &repo.CountAttemptsParams{AllTenants: true})
@@ -243,6 +260,8 @@ func TestHotStatementsUseSeedIndexes(t *testing.T) {
 		// (a tenant's range, or a rare state's); the due heads; the stuck
 		// rows at the heads of the recovery and due indexes.
 		"ListAttempts": {"document_compilation_attempts_tenant_completed_idx"},
+		// The same range scans, the age window bounding the terminal one.
+		"ListAttemptsFiltered": {"document_compilation_attempts_tenant_completed_idx"},
 		"CountAttempts": {"document_compilation_attempts_tenant_completed_idx|document_compilation_attempts_scope_version_active_uq|" +
 			"document_compilation_attempts_run_schedule_idx|document_compilation_attempts_lease_recovery_idx"},
 		"CountAttemptsAllTenants": {"document_compilation_attempts_run_schedule_idx"},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,21 @@ type AttemptActionOpts struct {
 	// repo.ListAttempts of TenantID, read on the pool the action runs on;
 	// each is then acted on at the version read. Defaults to nil: IDs.
 	Selection *repo.ListAttemptsParams
+	// Filter, when IDs and Selection are not given, picks every attempt
+	// it matches (of TenantID), up to Max: a bulk action, as the
+	// console's (ops.PlanBulk reads the matches, ops.RunBulk acts on
+	// those the action applies to, in batches of BatchSize, each at the
+	// version read). The matches the action does not apply to (a cancel
+	// of an ended attempt) are counted, not reported one by one.
+	// Defaults to nil.
+	Filter *ops.Filter
+	// Max bounds Filter's matches, 1..ops.MaxBulkMax: more is refused
+	// (*ops.TooManyError) before anything changes. Defaults to
+	// ops.BulkMaxDefault.
+	Max int
+	// BatchSize is how many attempts each batch acts on, in one
+	// transaction, 1..ops.MaxBulkBatch. Defaults to ops.BulkBatchDefault.
+	BatchSize int
 	// Reason is why the operator acts: stored with a cancel or a
 	// supersede, and recorded in every audit line (optional).
 	Reason string
@@ -69,18 +85,30 @@ func (o *AttemptActionOpts) Validate() error {
 	if _, err := ops.ParseAction(string(o.Action)); err != nil {
 		return fmt.Errorf("invalid options: Action: %w", err)
 	}
+	picks := 0
+	for _, given := range []bool{len(o.IDs) > 0, o.Selection != nil, o.Filter != nil} {
+		if given {
+			picks++
+		}
+	}
 	switch {
 	case o.TenantID == "":
 		return errors.New("invalid options: TenantID is required (--tenant): actions are confined to one tenant")
-	case o.Selection != nil && len(o.IDs) > 0:
-		return errors.New("invalid options: give IDs or a Selection, not both")
+	case picks > 1:
+		return errors.New("invalid options: give IDs, a Selection or a Filter, one of them")
 	case o.Selection != nil && o.Selection.TenantID != o.TenantID:
 		return errors.New("invalid options: Selection.TenantID must be TenantID")
-	case o.Selection == nil && (len(o.IDs) == 0 || len(o.IDs) > MaxActionAttempts):
+	case o.Filter != nil && o.Filter.TenantID != o.TenantID:
+		return errors.New("invalid options: Filter.TenantID must be TenantID")
+	case picks == 0 && len(o.IDs) == 0, len(o.IDs) > MaxActionAttempts:
 		return fmt.Errorf("invalid options: give 1..%d attempt ids, got %d", MaxActionAttempts, len(o.IDs))
+	case o.Max < 0 || o.Max > ops.MaxBulkMax:
+		return fmt.Errorf("invalid options: Max must be 1..%d (--max)", ops.MaxBulkMax)
+	case o.BatchSize < 0 || o.BatchSize > ops.MaxBulkBatch:
+		return fmt.Errorf("invalid options: BatchSize must be 1..%d (--batch)", ops.MaxBulkBatch)
 	case o.Out == nil:
 		return errors.New("invalid options: Out is required")
-	case !o.DryRun && !o.Yes && (len(o.IDs) > 1 || o.Selection != nil) && o.In == nil:
+	case !o.DryRun && !o.Yes && (len(o.IDs) > 1 || o.Selection != nil || o.Filter != nil) && o.In == nil:
 		return errors.New("invalid options: In is required to confirm a bulk action (or set Yes)")
 	}
 	return nil
@@ -106,87 +134,225 @@ func AttemptAction(ctx context.Context, opts *AttemptActionOpts) ([]ops.Result, 
 
 func attemptAction(ctx context.Context, pool *pgxpool.Pool, opts *AttemptActionOpts) ([]ops.Result, error) {
 	r := repo.New(nil)
-	ids := opts.IDs
+	if opts.Filter != nil {
+		return bulkAction(ctx, r, pool, opts)
+	}
+	// By id or one page of a selection: each attempt is read, planned
+	// (ops.BulkPlan), and reported, refusals included.
+	plan := ops.NewBulkPlan(opts.Action, ops.Filter{TenantID: opts.TenantID}, 0)
+	var read []*kfstype.Attempt
+	results := map[uuid.UUID]ops.Result{}
+	var order []uuid.UUID
 	if opts.Selection != nil {
 		page, err := r.ListAttempts(ctx, pool, opts.Selection)
 		if err != nil {
 			return nil, err
 		}
-		for _, a := range page.Attempts {
-			ids = append(ids, a.ID)
-		}
-		if len(ids) == 0 {
+		if len(page.Attempts) == 0 {
 			fmt.Fprintln(opts.Out, "no attempt matches the selection")
 			return nil, nil
 		}
+		read = page.Attempts
 	}
-	read := make([]*kfstype.Attempt, len(ids))
-	results := make([]ops.Result, len(ids))
-	for i, id := range ids {
+	for _, id := range opts.IDs {
 		a, err := r.GetAttempt(ctx, pool, &repo.GetAttemptParams{TenantID: opts.TenantID, AttemptID: id})
 		switch {
 		case errors.Is(err, repo.ErrNotFound):
-			results[i] = ops.Result{AttemptID: id, Action: opts.Action, Outcome: ops.OutcomeRefused, Reason: "no such attempt for this tenant"}
+			order = append(order, id)
+			results[id] = ops.Result{AttemptID: id, Action: opts.Action, Outcome: ops.OutcomeRefused, Reason: "no such attempt for this tenant",
+				Code: ops.RefusedNotFound}
 			continue
 		case err != nil:
 			return nil, err
 		}
-		read[i], results[i] = a, ops.Plan(opts.Action, a)
+		read = append(read, a)
+	}
+	for _, a := range read {
+		if _, dup := results[a.ID]; !dup {
+			order = append(order, a.ID)
+			results[a.ID] = ops.Plan(opts.Action, a)
+			plan.Add(a)
+		}
+	}
+	inOrder := func() []ops.Result {
+		out := make([]ops.Result, len(order))
+		for i, id := range order {
+			out[i] = results[id]
+		}
+		return out
 	}
 	if !opts.DryRun {
-		if err := confirm(opts, results); err != nil {
-			return results, err
+		would := len(plan.Targets)
+		if len(order) > 1 {
+			if err := confirm(opts, fmt.Sprintf("%s %d of %d attempts of tenant %s?", opts.Action, would, len(order), opts.TenantID)); err != nil {
+				return inOrder(), err
+			}
 		}
 		role := ""
 		if opts.Audit != nil {
 			role = poolRole(ctx, pool)
 		}
-		for i, a := range read {
-			if a != nil {
-				var err error
-				if results[i], err = ops.Do(ctx, r, pool, opts.Action, a, opts.Reason); err != nil {
-					audit(ctx, opts, role, ops.Result{AttemptID: a.ID, Action: opts.Action, From: a.RunState, Outcome: ops.OutcomeRefused, Reason: "database error"})
-					return results, err
+		// Refused before any statement: the action does not apply in the
+		// state read (or the attempt is not the tenant's).
+		for _, id := range order {
+			if res := results[id]; res.Outcome == ops.OutcomeRefused {
+				audit(ctx, opts, role, res, "")
+			}
+		}
+		rep, err := ops.RunBulk(ctx, r, pool, plan, ops.BulkRun{BatchSize: opts.BatchSize, Reason: opts.Reason,
+			OnBatch: func(_ int, batch []ops.Result) {
+				for _, res := range batch {
+					results[res.AttemptID] = res
+					if res.Outcome != ops.OutcomeNotReached {
+						audit(ctx, opts, role, res, "")
+					}
+				}
+			}})
+		if err != nil {
+			for _, res := range rep.Results {
+				if res.Outcome == ops.OutcomeNotReached {
+					results[res.AttemptID] = res
 				}
 			}
-			audit(ctx, opts, role, results[i])
+			return inOrder(), err
 		}
 	}
-	if err := writeResults(opts.Out, opts.JSON, results); err != nil {
-		return results, err
+	out := inOrder()
+	if err := writeResults(opts.Out, opts.JSON, out); err != nil {
+		return out, err
 	}
 	refused := 0
-	for _, res := range results {
+	for _, res := range out {
 		if res.Outcome == ops.OutcomeRefused {
 			refused++
 		}
 	}
 	if refused > 0 {
-		return results, fmt.Errorf("%w: %d of %d attempts", ErrRefused, refused, len(results))
+		return out, fmt.Errorf("%w: %d of %d attempts", ErrRefused, refused, len(out))
 	}
-	return results, nil
+	return out, nil
+}
+
+// bulkSample is how many matches a bulk dry run prints.
+const bulkSample = 20
+
+// bulkAction is AttemptAction on every match of opts.Filter: the dry run
+// (ops.PlanBulk), the confirmation, the batches (ops.RunBulk), one audit
+// line per attempt acted on and one for the whole. It returns the
+// results of the attempts acted on.
+func bulkAction(ctx context.Context, r *repo.Repo, pool *pgxpool.Pool, opts *AttemptActionOpts) ([]ops.Result, error) {
+	plan, err := ops.PlanBulk(ctx, r, pool, opts.Action, *opts.Filter, cmp.Or(opts.Max, ops.BulkMaxDefault), bulkSample)
+	if err != nil {
+		return nil, err
+	}
+	if plan.Matched == 0 {
+		fmt.Fprintln(opts.Out, "no attempt matches the selection")
+		return nil, nil
+	}
+	sample := make([]ops.Result, len(plan.Sample))
+	for i, row := range plan.Sample {
+		sample[i] = row.Plan
+	}
+	if opts.JSON && opts.DryRun {
+		return sample, writeJSON(opts.Out, bulkPlanJSON{Filter: plan.Filter.String(), Matched: plan.Matched, WouldChange: len(plan.Targets),
+			WouldChangeByState: plan.ChangesByState(), UnchangedByState: plan.Unchanged, Sample: sample})
+	}
+	if !opts.JSON {
+		printRow(opts.Out, "%d attempts match %s: %s would change %d", plan.Matched, plan.Filter, opts.Action, len(plan.Targets))
+		if len(plan.Targets) > 0 {
+			printRow(opts.Out, " (%s) to %s", stateList(plan.ChangesByState()), opts.Action.Target())
+		}
+		if stay := plan.Matched - len(plan.Targets); stay > 0 {
+			printRow(opts.Out, " and leave %d as they are (%s)", stay, stateList(plan.Unchanged))
+		}
+		fmt.Fprintln(opts.Out)
+	}
+	if opts.DryRun {
+		printRow(opts.Out, "the first %d:\n", len(sample))
+		return sample, writeResults(opts.Out, false, sample)
+	}
+	if len(plan.Targets) == 0 {
+		return nil, nil
+	}
+	if err := confirm(opts, fmt.Sprintf("%s %d attempts?", opts.Action, len(plan.Targets))); err != nil {
+		return nil, err
+	}
+	role := ""
+	if opts.Audit != nil {
+		role = poolRole(ctx, pool)
+	}
+	rep, runErr := ops.RunBulk(ctx, r, pool, plan, ops.BulkRun{BatchSize: opts.BatchSize, Reason: opts.Reason,
+		OnBatch: func(batch int, results []ops.Result) {
+			for _, res := range results {
+				if res.Outcome != ops.OutcomeNotReached {
+					audit(ctx, opts, role, res, fmt.Sprintf("bulk batch %d", batch))
+				}
+			}
+		}})
+	line := ops.AuditLine{DBRole: role, Tenant: opts.TenantID, Action: "bulk-" + string(opts.Action), Result: ops.OutcomeApplied,
+		OperatorReason: opts.Reason, Detail: rep.Summary(plan)}
+	if runErr != nil {
+		line.Result, line.Reason = ops.OutcomeFailed, runErr.Error()
+	}
+	writeAudit(ctx, opts.Audit, line)
+	var done []ops.Result
+	for _, res := range rep.Results {
+		if res.Outcome != ops.OutcomeNotReached {
+			done = append(done, res)
+		}
+	}
+	if err := writeResults(opts.Out, opts.JSON, done); err != nil {
+		return rep.Results, err
+	}
+	if !opts.JSON {
+		printRow(opts.Out, "%s: %d applied, %d skipped (changed since the dry run), %d not reached, of %d\n",
+			opts.Action, rep.Applied, rep.Skipped, rep.NotReached, len(rep.Results))
+	}
+	switch {
+	case runErr != nil:
+		return rep.Results, fmt.Errorf("bulk %s stopped after %d of %d attempts: %w", opts.Action, len(rep.Results)-rep.NotReached, len(rep.Results), runErr)
+	case rep.Skipped > 0:
+		return rep.Results, fmt.Errorf("%w: %d of %d attempts (changed since the dry run)", ErrRefused, rep.Skipped, len(rep.Results))
+	}
+	return rep.Results, nil
+}
+
+// bulkPlanJSON is the `--json` schema of a dry run with --all.
+type bulkPlanJSON struct {
+	Filter             string                   `json:"filter"`
+	Matched            int                      `json:"matched"`
+	WouldChange        int                      `json:"would_change"`
+	WouldChangeByState map[kfstype.RunState]int `json:"would_change_by_state"`
+	UnchangedByState   map[kfstype.RunState]int `json:"unchanged_by_state"`
+	// Sample is the first matches and what the action would do to each.
+	Sample []ops.Result `json:"sample"`
+}
+
+// stateList is "3 queued, 2 running".
+func stateList(m map[kfstype.RunState]int) string {
+	var parts []string
+	for _, st := range kfstype.RunStates() {
+		if m[st] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", m[st], st))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // audit writes res's audit line to opts.Audit, if set: who is the
 // operating system user and role the database role, from where this
-// host, why opts.Reason.
-func audit(ctx context.Context, opts *AttemptActionOpts, role string, res ops.Result) {
+// host, why opts.Reason; detail says which bulk batch.
+func audit(ctx context.Context, opts *AttemptActionOpts, role string, res ops.Result, detail string) {
 	writeAudit(ctx, opts.Audit, ops.AuditLine{DBRole: role, Tenant: opts.TenantID, Attempt: res.AttemptID.String(), Action: string(res.Action),
-		From: string(res.From), To: string(res.To), Result: res.Outcome, Reason: res.Reason, OperatorReason: opts.Reason})
+		From: string(res.From), To: string(res.To), Result: res.Outcome, Reason: res.Reason, OperatorReason: opts.Reason, Detail: detail})
 }
 
-// confirm asks before acting on more than one attempt, showing the plan.
-func confirm(opts *AttemptActionOpts, plan []ops.Result) error {
-	if opts.Yes || len(plan) < 2 {
+// confirm asks question and waits for yes, unless opts.Yes.
+func confirm(opts *AttemptActionOpts, question string) error {
+	if opts.Yes {
 		return nil
 	}
-	would := 0
-	for _, p := range plan {
-		if p.Outcome == ops.OutcomeWouldApply {
-			would++
-		}
-	}
-	printRow(opts.Out, "%s %d of %d attempts of tenant %s? Type yes to go on: ", opts.Action, would, len(plan), opts.TenantID)
+	printRow(opts.Out, "%s Type yes to go on: ", question)
 	line, err := bufio.NewReader(opts.In).ReadString('\n')
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read confirmation: %w", err)
@@ -329,20 +495,33 @@ func newAttemptsShowCommand(r *runner, af *attemptsFlags) *cobra.Command {
 }
 
 // newAttemptsActionCommand is `kfsdb attempts cancel|retry|supersede`: on
-// the attempt ids given, or on one page of a selection (--state).
+// the attempt ids given, on one page of a selection (--state, …), or on
+// every match of it (--all).
 func newAttemptsActionCommand(r *runner, af *attemptsFlags, action ops.Action) *cobra.Command {
 	opts := &AttemptActionOpts{Action: action}
 	var sel selection
+	var all bool
 	cmd := &cobra.Command{
-		Use:   fmt.Sprintf("%s --tenant T [--reason R] [--dry-run] [--yes] ATTEMPT_ID...|--state S[,S]", action),
-		Short: fmt.Sprintf("%s attempts through the guarded transition, by id or by selection", action),
-		Long: fmt.Sprintf("%s the attempts given by id, or one page of a selection (--state, and --space, --limit, --after), "+
-			"each at the row version read: one that changed meanwhile is refused. More than one attempt asks for yes unless --yes. "+
-			"Each attempt acted on writes an audit line (stderr, --audit-file, --audit-syslog) with who, --reason and the result.", action),
+		Use:   fmt.Sprintf("%s --tenant T [--reason R] [--dry-run] [--yes] ATTEMPT_ID...|--state S[,S] [--all]", action),
+		Short: fmt.Sprintf("%s attempts through the guarded transition, by id, by selection, or every match (--all)", action),
+		Long: fmt.Sprintf("%s the attempts given by id, or one page of a selection (--state, --space, --older-than, --newer-than, --error-code, "+
+			"and --limit, --after), or, with --all, every attempt the selection matches (at most --max, in batches of --batch, as the "+
+			"console's bulk actions: --dry-run counts them and prints a sample), each at the row version read: one that changed meanwhile "+
+			"is refused. More than one attempt asks for yes unless --yes. Each attempt acted on writes an audit line (stderr, "+
+			"--audit-file, --audit-syslog) with who, --reason and the result; --all writes one more for the whole.", action),
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 && (sel.states != "" || sel.space != "" || sel.after != "") {
-				return fmt.Errorf("%w: give attempt ids or a selection (--state, --space), not both", ErrUsage)
+			if len(args) > 0 && (sel.filtered() || sel.after != "" || all) {
+				return fmt.Errorf("%w: give attempt ids or a selection (--state, --space, …, --all), not both", ErrUsage)
+			}
+			if all && (sel.after != "" || cmd.Flags().Changed("limit")) {
+				return fmt.Errorf("%w: --all acts on every match: --after and --limit are for one page", ErrUsage)
+			}
+			if !all && (cmd.Flags().Changed("max") || cmd.Flags().Changed("batch")) {
+				return fmt.Errorf("%w: --max and --batch are for --all", ErrUsage)
+			}
+			if opts.Max < 1 || opts.BatchSize < 1 {
+				return fmt.Errorf("%w: --max must be 1..%d and --batch 1..%d", ErrUsage, ops.MaxBulkMax, ops.MaxBulkBatch)
 			}
 			for _, arg := range args {
 				id, err := uuid.Parse(arg)
@@ -353,14 +532,20 @@ func newAttemptsActionCommand(r *runner, af *attemptsFlags, action ops.Action) *
 			}
 			opts.DatabaseURL, opts.TenantID, opts.JSON = r.databaseURL, af.tenant, af.json
 			opts.In, opts.Out, opts.Audit = r.stdin, cmd.OutOrStdout(), r.auditWriter()
-			if len(args) == 0 && sel.states != "" {
-				// A bulk action on a selection: AttemptAction reads one
-				// page of it, then acts on each attempt at the version read.
+			if len(args) == 0 && (sel.filtered() || all) {
+				// A bulk action on a selection: one page of it, acted on at
+				// the versions read, or (--all) every match.
 				if opts.TenantID == "" {
 					return fmt.Errorf("%w: --tenant is required", ErrUsage)
 				}
 				var err error
-				if opts.Selection, err = sel.params(opts.TenantID); err != nil {
+				if all {
+					f, ferr := sel.filter(opts.TenantID)
+					if ferr != nil {
+						return ferr
+					}
+					opts.Filter = &f
+				} else if opts.Selection, err = sel.params(opts.TenantID); err != nil {
 					return err
 				}
 			}
@@ -378,6 +563,9 @@ func newAttemptsActionCommand(r *runner, af *attemptsFlags, action ops.Action) *
 	cmd.Flags().StringVar(&opts.Reason, "reason", "", reasonHelp)
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "say what would change, change nothing")
 	cmd.Flags().BoolVar(&opts.Yes, "yes", false, "do not ask before acting on more than one attempt")
+	cmd.Flags().BoolVar(&all, "all", false, "act on every attempt the selection matches, not one page (a bulk action; no filter: every attempt of the tenant)")
+	cmd.Flags().IntVar(&opts.Max, "max", ops.BulkMaxDefault, fmt.Sprintf("with --all: refuse, before any change, a selection that matches more attempts than this (1..%d)", ops.MaxBulkMax))
+	cmd.Flags().IntVar(&opts.BatchSize, "batch", ops.BulkBatchDefault, fmt.Sprintf("with --all: attempts per batch, one transaction each (1..%d)", ops.MaxBulkBatch))
 	sel.register(cmd.Flags(), 100)
 	return cmd
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -58,6 +59,9 @@ type ConsoleOpts struct {
 	// Audit receives the audit lines too, beside Out (the --audit-file
 	// and --audit-syslog). Defaults to nil: Out only.
 	Audit io.Writer
+	// BulkMax is console.Config.BulkMax: the most attempts one bulk
+	// action may match. Defaults to ops.BulkMaxDefault.
+	BulkMax int
 	// MetricsListen is a host:port to serve Prometheus metrics on, at
 	// /metrics, apart from the console: the console's statement latencies
 	// and the backlog gauges. Defaults to "": off.
@@ -83,6 +87,8 @@ func (o *ConsoleOpts) Validate() error {
 		return fmt.Errorf("invalid options: Listen %q is not a loopback address, so an auth token is required (--auth-token-file or $%s)", listen, EnvConsoleToken)
 	case len(o.TenantID) > repo.MaxTenantIDLength:
 		return fmt.Errorf("invalid options: TenantID must be at most %d characters", repo.MaxTenantIDLength)
+	case o.BulkMax < 0 || o.BulkMax > ops.MaxBulkMax:
+		return fmt.Errorf("invalid options: BulkMax must be 1..%d (--bulk-max)", ops.MaxBulkMax)
 	}
 	if o.AuthToken != "" {
 		if err := httpguard.CheckToken(o.AuthToken); err != nil {
@@ -127,7 +133,7 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	return withPool(ctx, opts.DatabaseURL, spec, func(pool *pgxpool.Pool) error {
 		srv, err := console.New(console.Config{AuthToken: opts.AuthToken, DB: pool, ReadOnly: opts.ReadOnly, TenantID: opts.TenantID,
 			Logger: log, AuditLogger: consoleAuditLogger(out, opts.Audit), QueryTimeout: consoleQueryTimeout, TrustedProxies: opts.TrustedProxies,
-			Throttle: throttle})
+			Throttle: throttle, BulkMax: opts.BulkMax})
 		if err != nil {
 			return err
 		}
@@ -152,8 +158,8 @@ func newConsoleCommand(r *runner) *cobra.Command {
 	opts := &ConsoleOpts{}
 	var tokenFile, argvToken string
 	cmd := &cobra.Command{
-		Use:   "console [--listen 127.0.0.1:8080] [--tenant T] [--read-only] [--auth-token-file FILE] [--trusted-proxy IP] [--metrics-listen ADDR]",
-		Short: "web console: overview, attempts, actions (--tenant, --read-only, --auth-token-file)",
+		Use:   "console [--listen 127.0.0.1:8080] [--tenant T] [--read-only] [--auth-token-file FILE] [--trusted-proxy IP] [--metrics-listen ADDR] [--bulk-max N]",
+		Short: "web console: overview, attempts, actions, bulk actions (--tenant, --read-only, --auth-token-file)",
 		Args:  exactArgs(0, "console takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if argvToken != "" {
@@ -185,6 +191,7 @@ func newConsoleCommand(r *runner) *cobra.Command {
 		return err
 	})
 	f.StringVar(&opts.MetricsListen, "metrics-listen", "", MetricsListenUsage)
+	f.IntVar(&opts.BulkMax, "bulk-max", ops.BulkMaxDefault, fmt.Sprintf("the most attempts one bulk action (every match of the list's filter) may act on, 1..%d: a dry run that matches more is refused", ops.MaxBulkMax))
 	return cmd
 }
 

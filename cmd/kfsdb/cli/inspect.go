@@ -33,44 +33,68 @@ type attemptsFlags struct {
 
 // selection is the filter flags shared by list and the bulk actions.
 type selection struct {
-	states, space, after string
-	limit                int
+	states, space, after, errorCode string
+	olderThan, newerThan            time.Duration
+	limit                           int
 }
 
 func (s *selection) register(fs *pflag.FlagSet, limitDefault int) {
 	fs.StringVar(&s.states, "state", "", "comma-separated run states (default: every state)")
 	fs.StringVar(&s.space, "space", "", "knowledge space id (default: every space)")
+	fs.DurationVar(&s.olderThan, "older-than", 0, "only attempts older than this: ended longer ago, or, while live, created longer ago (e.g. 2h; default: no bound)")
+	fs.DurationVar(&s.newerThan, "newer-than", 0, "only attempts at most this old, measured the same way (e.g. 24h; default: no bound)")
+	fs.StringVar(&s.errorCode, "error-code", "", "only attempts whose last error code is this (default: any)")
 	fs.StringVar(&s.after, "after", "", "page token printed as next by the page before")
 	fs.IntVar(&s.limit, "limit", limitDefault, fmt.Sprintf("attempts per page, 1..%d", repo.MaxListLimit))
 }
 
-func (s *selection) params(tenant string) (*repo.ListAttemptsParams, error) {
-	states, err := ops.ParseStates(s.states)
-	if err != nil {
-		return nil, fmt.Errorf("%w: --state: %w", ErrUsage, err)
-	}
-	p := &repo.ListAttemptsParams{TenantID: tenant, States: states, Limit: int32(s.limit)}
-	if s.limit < 1 || s.limit > repo.MaxListLimit {
-		return nil, fmt.Errorf("%w: --limit must be 1..%d", ErrUsage, repo.MaxListLimit)
+// filtered says whether any filter flag (not a page flag) was given.
+func (s *selection) filtered() bool {
+	return s.states != "" || s.space != "" || s.olderThan != 0 || s.newerThan != 0 || s.errorCode != ""
+}
+
+// filter is the tenant's attempts the filter flags select.
+func (s *selection) filter(tenant string) (ops.Filter, error) {
+	f := ops.Filter{TenantID: tenant, OlderThan: s.olderThan, NewerThan: s.newerThan, ErrorCode: s.errorCode}
+	if s.states != "" {
+		var err error
+		if f.States, err = ops.ParseStates(s.states); err != nil {
+			return ops.Filter{}, fmt.Errorf("%w: --state: %w", ErrUsage, err)
+		}
 	}
 	if s.space != "" {
 		id, err := uuid.Parse(s.space)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --space %q is not a UUID", ErrUsage, s.space)
+			return ops.Filter{}, fmt.Errorf("%w: --space %q is not a UUID", ErrUsage, s.space)
 		}
-		p.KnowledgeSpaceID = &id
+		f.KnowledgeSpaceID = &id
 	}
-	if p.After, err = ops.DecodeCursor(s.after); err != nil {
+	if s.olderThan < 0 || s.newerThan < 0 {
+		return ops.Filter{}, fmt.Errorf("%w: --older-than and --newer-than must not be negative", ErrUsage)
+	}
+	return f, nil
+}
+
+func (s *selection) params(tenant string) (*repo.ListAttemptsParams, error) {
+	f, err := s.filter(tenant)
+	if err != nil {
+		return nil, err
+	}
+	if s.limit < 1 || s.limit > repo.MaxListLimit {
+		return nil, fmt.Errorf("%w: --limit must be 1..%d", ErrUsage, repo.MaxListLimit)
+	}
+	after, err := ops.DecodeCursor(s.after)
+	if err != nil {
 		return nil, fmt.Errorf("%w: --after: %w", ErrUsage, err)
 	}
-	return p, nil
+	return f.Params(after, int32(s.limit)), nil
 }
 
 // newAttemptsListCommand is `kfsdb attempts list`.
 func newAttemptsListCommand(r *runner, af *attemptsFlags) *cobra.Command {
 	var sel selection
 	cmd := &cobra.Command{
-		Use:   "list --tenant T [--state S,S] [--space ID] [--limit N] [--after TOKEN]",
+		Use:   "list --tenant T [--state S,S] [--space ID] [--older-than D] [--newer-than D] [--error-code C] [--limit N] [--after TOKEN]",
 		Short: "a tenant's attempts, a page at a time, newest first",
 		Args:  exactArgs(0, "list takes no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {

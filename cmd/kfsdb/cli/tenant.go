@@ -93,12 +93,10 @@ func (o *TenantChangeOpts) Validate() error {
 	return nil
 }
 
-// burst is Burst, or its default: one second's worth of Rate, at least 1.
-func (o *TenantChangeOpts) burst() int32 {
-	if o.Burst > 0 {
-		return o.Burst
-	}
-	return int32(min(max(1, math.Ceil(o.Rate)), repo.MaxTenantBurst))
+// change is the change opts asks for.
+func (o *TenantChangeOpts) change() ops.TenantChange {
+	return ops.TenantChange{Action: o.Action, MaxRunning: o.MaxRunning, Rate: o.Rate, Burst: o.Burst,
+		ClearCap: o.ClearCap, ClearRate: o.ClearRate, Reason: o.Reason}
 }
 
 // ChangeTenant changes a tenant's limits as opts says, in one transaction,
@@ -129,79 +127,25 @@ func ChangeTenant(ctx context.Context, opts *TenantChangeOpts) error {
 	return err
 }
 
-// changeTenant makes the change on tx and says what it did in line.From
-// and line.To.
+// changeTenant makes the change on tx (ops.ChangeTenantLimits, which the
+// console's tenant page shares) and says what it did in line.From and
+// line.To.
 func changeTenant(ctx context.Context, tx pgx.Tx, opts *TenantChangeOpts, line *ops.AuditLine) error {
-	r := repo.New(nil)
-	before, err := tenantLimit(ctx, r, tx, opts.TenantID)
-	if err != nil {
-		return err
+	res, err := ops.ChangeTenantLimits(ctx, repo.New(nil), tx, opts.TenantID, opts.change())
+	if res != nil {
+		line.From = ops.LimitSummary(res.Before)
 	}
-	line.From = ops.LimitSummary(before)
-	refuse := func(why string) error {
-		printRow(opts.Out, "tenant %s: %s refused: %s (limits: %s)\n", opts.TenantID, opts.Action, why, line.From)
-		return fmt.Errorf("%w: %s", ErrRefused, why)
-	}
-	tenant := opts.TenantID
-	switch opts.Action {
-	case ops.TenantSetLimit:
-		if opts.MaxRunning > 0 {
-			err = r.SetTenantLimit(ctx, tx, &repo.SetTenantLimitParams{TenantID: tenant, MaxRunning: opts.MaxRunning})
-		}
-		if err == nil && opts.Rate > 0 {
-			err = r.SetTenantRate(ctx, tx, &repo.SetTenantRateParams{TenantID: tenant, Rate: opts.Rate, Burst: opts.burst()})
-		}
-	case ops.TenantClearLimit:
-		clearCap, clearRate := opts.ClearCap, opts.ClearRate
-		if !clearCap && !clearRate {
-			clearCap, clearRate = before != nil && before.MaxRunning > 0, before != nil && before.Rate > 0
-			if !clearCap && !clearRate {
-				return refuse("the tenant has no cap and no rate limit")
-			}
-		}
-		if clearCap {
-			if err = r.RemoveTenantLimit(ctx, tx, &repo.RemoveTenantLimitParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
-				return refuse("the tenant has no cap")
-			}
-		}
-		if err == nil && clearRate {
-			if err = r.RemoveTenantRate(ctx, tx, &repo.RemoveTenantRateParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
-				return refuse("the tenant has no rate limit")
-			}
-		}
-	case ops.TenantPause:
-		var res *repo.PauseTenantResult
-		var reason *string
-		if opts.Reason != "" {
-			reason = &opts.Reason
-		}
-		if res, err = r.PauseTenant(ctx, tx, &repo.PauseTenantParams{TenantID: tenant, Reason: reason}); err == nil && res.AlreadyPaused {
-			return refuse("the tenant is paused already")
-		}
-	case ops.TenantResume:
-		if err = r.ResumeTenant(ctx, tx, &repo.ResumeTenantParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
-			return refuse("the tenant is not paused")
-		}
+	var refused *ops.TenantChangeRefused
+	if errors.As(err, &refused) {
+		printRow(opts.Out, "tenant %s: %s refused: %s (limits: %s)\n", opts.TenantID, opts.Action, refused.Why, line.From)
+		return fmt.Errorf("%w: %s", ErrRefused, refused.Why)
 	}
 	if err != nil {
 		return err
 	}
-	after, err := tenantLimit(ctx, r, tx, tenant)
-	if err != nil {
-		return err
-	}
-	line.To = ops.LimitSummary(after)
-	printRow(opts.Out, "tenant %s: %s (was: %s)\n", tenant, line.To, line.From)
+	line.To = ops.LimitSummary(res.After)
+	printRow(opts.Out, "tenant %s: %s (was: %s)\n", opts.TenantID, line.To, line.From)
 	return nil
-}
-
-// tenantLimit reads tenant's limits; nil when it has none.
-func tenantLimit(ctx context.Context, r *repo.Repo, db repo.DBTX, tenant string) (*repo.TenantLimit, error) {
-	l, err := r.GetTenantLimit(ctx, db, &repo.GetTenantLimitParams{TenantID: tenant})
-	if errors.Is(err, repo.ErrNotFound) {
-		return nil, nil
-	}
-	return l, err
 }
 
 // tenantLimitJSON is one tenant's limits in `kfsdb tenant limits --json`
@@ -239,7 +183,7 @@ func listTenantLimits(ctx context.Context, db repo.DBTX, tenant string, asJSON b
 		if limits, err = r.ListTenantLimits(ctx, db, &repo.ListTenantLimitsParams{}); err != nil {
 			return err
 		}
-	} else if l, err := tenantLimit(ctx, r, db, tenant); err != nil {
+	} else if l, err := ops.TenantLimits(ctx, r, db, tenant); err != nil {
 		return err
 	} else if l != nil {
 		limits = append(limits, *l)
@@ -293,7 +237,7 @@ func readLimitsReport(ctx context.Context, db repo.DBTX, tenant string) (*limits
 		all, err = r.ListTenantLimits(ctx, db, &repo.ListTenantLimitsParams{})
 	} else {
 		var l *repo.TenantLimit
-		if l, err = tenantLimit(ctx, r, db, tenant); l != nil {
+		if l, err = ops.TenantLimits(ctx, r, db, tenant); l != nil {
 			all = append(all, *l)
 		}
 	}

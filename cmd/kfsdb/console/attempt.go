@@ -82,16 +82,27 @@ func (s *Server) attempt(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "attempt", "Attempt "+a.ID.String(), p)
 }
 
-// confirm shows what an action would do (ops.Plan) at the row version
-// read now, with the form that applies it at that version.
-func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
+// actionToConfirm is the ?action= a confirmation page (one attempt's,
+// or a bulk dry run's) is for, answering itself (ok false) when the
+// console is read-only (403) or the action unknown (400).
+func (s *Server) actionToConfirm(w http.ResponseWriter, r *http.Request) (ops.Action, bool) {
 	if s.cfg.ReadOnly {
 		s.fail(w, r, http.StatusForbidden, "this console is read-only")
-		return
+		return "", false
 	}
 	action, err := ops.ParseAction(r.URL.Query().Get("action"))
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, err.Error())
+		return "", false
+	}
+	return action, true
+}
+
+// confirm shows what an action would do (ops.Plan) at the row version
+// read now, with the form that applies it at that version.
+func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
+	action, ok := s.actionToConfirm(w, r)
+	if !ok {
 		return
 	}
 	a, o, tenant, ok := s.load(w, r)

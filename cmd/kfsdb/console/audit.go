@@ -19,6 +19,9 @@ type auditEntry struct {
 	// OperatorReason is the reason the operator typed in the
 	// confirmation form.
 	OperatorReason string
+	// Detail says which bulk action (and batch) a line belongs to, and a
+	// bulk action's filter and counts.
+	Detail string
 }
 
 // audit writes one structured line (ops.AuditLine) to
@@ -35,5 +38,5 @@ func (s *Server) audit(r *http.Request, e auditEntry) {
 	}
 	ops.AuditLine{Session: who, Remote: r.RemoteAddr, ForwardedClaim: forwardedFor(r), Tenant: cmp.Or(e.Tenant, s.cfg.TenantID),
 		Attempt: e.Attempt, Action: e.Action, From: e.From, To: e.To, Result: e.Result, Reason: e.Reason,
-		OperatorReason: e.OperatorReason}.Log(r.Context(), s.auditLog)
+		OperatorReason: e.OperatorReason, Detail: e.Detail}.Log(r.Context(), s.auditLog)
 }

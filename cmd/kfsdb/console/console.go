@@ -1,8 +1,10 @@
 // Package console is the web console of `kfsdb console`: server-rendered
 // pages (html/template, one embedded stylesheet, no JavaScript) that show
 // attempts by state, the outbox backlog, throughput and stuck attempts,
-// list and open attempts, and cancel, retry or supersede one through
-// cmd/kfsdb/ops, as the CLI does.
+// list and open attempts, and cancel, retry or supersede one, or every
+// attempt a filter matches (a dry run, a confirmation, then batches),
+// through cmd/kfsdb/ops, as the CLI does, and show and change a tenant's
+// limits of direct delivery (cap, rate, pause), as `kfsdb tenant` does.
 //
 // Security: every page and action goes through Handler's checks (see
 // security.go): a login session (started by POSTing the token or a
@@ -32,6 +34,7 @@ import (
 	"time"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -47,6 +50,19 @@ type Config struct {
 	// per login, logout and action, applied or refused. Defaults to
 	// Logger.
 	AuditLogger *slog.Logger
+	// BulkMax is the most attempts one bulk action may match
+	// (1..ops.MaxBulkMax): a dry run that matches more is refused with a
+	// message to narrow the filter. Defaults to ops.BulkMaxDefault.
+	BulkMax int
+	// BulkBatchSize is how many attempts each batch of a bulk action acts
+	// on, in one transaction (1..ops.MaxBulkBatch). Defaults to
+	// ops.BulkBatchDefault.
+	BulkBatchSize int
+	// BulkTimeout bounds the execution of one bulk action, which goes on
+	// if the browser goes away (each statement is still bounded by the
+	// database's statement_timeout); the attempts it did not reach are
+	// reported as such. Defaults to BulkTimeoutDefault.
+	BulkTimeout time.Duration
 	// AuthToken logs in: POSTed to /login (which starts a session) or sent
 	// as "Authorization: Bearer <token>". It must pass
 	// httpguard.CheckToken. Defaults to "": the console makes a strong
@@ -100,6 +116,9 @@ const (
 	PageSizeDefault     = 50
 	QueryTimeoutDefault = 5 * time.Second
 	SessionTTLDefault   = 8 * time.Hour
+	// BulkTimeoutDefault is under the server's write timeout (60 s), so
+	// that the result page still reaches the browser.
+	BulkTimeoutDefault = 45 * time.Second
 )
 
 // ErrInvalidConfig is returned by New for a missing or invalid field.
@@ -115,6 +134,7 @@ type Server struct {
 	csrfKey   []byte
 	static    fs.FS
 	sessions  sessions
+	bulk      bulkStore
 	throttle  *httpguard.Throttle
 	generated bool // the console made AuthToken
 
@@ -134,8 +154,12 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: TenantID must be at most %d characters", ErrInvalidConfig, repo.MaxTenantIDLength)
 	case cfg.ThroughputCap < 0 || cfg.ThroughputCap > repo.MaxThroughputCap:
 		return nil, fmt.Errorf("%w: ThroughputCap must be 1..%d", ErrInvalidConfig, repo.MaxThroughputCap)
-	case cfg.QueryTimeout < 0 || cfg.SessionTTL < 0:
-		return nil, fmt.Errorf("%w: QueryTimeout and SessionTTL must not be negative", ErrInvalidConfig)
+	case cfg.QueryTimeout < 0 || cfg.SessionTTL < 0 || cfg.BulkTimeout < 0:
+		return nil, fmt.Errorf("%w: QueryTimeout, SessionTTL and BulkTimeout must not be negative", ErrInvalidConfig)
+	case cfg.BulkMax < 0 || cfg.BulkMax > ops.MaxBulkMax:
+		return nil, fmt.Errorf("%w: BulkMax must be 1..%d", ErrInvalidConfig, ops.MaxBulkMax)
+	case cfg.BulkBatchSize < 0 || cfg.BulkBatchSize > ops.MaxBulkBatch:
+		return nil, fmt.Errorf("%w: BulkBatchSize must be 1..%d", ErrInvalidConfig, ops.MaxBulkBatch)
 	}
 	if cfg.AuthToken != "" {
 		if err := httpguard.CheckToken(cfg.AuthToken); err != nil {
@@ -148,6 +172,9 @@ func New(cfg Config) (*Server, error) {
 	cfg.PageSize = cmp.Or(cfg.PageSize, PageSizeDefault)
 	cfg.QueryTimeout = cmp.Or(cfg.QueryTimeout, QueryTimeoutDefault)
 	cfg.SessionTTL = cmp.Or(cfg.SessionTTL, SessionTTLDefault)
+	cfg.BulkMax = cmp.Or(cfg.BulkMax, ops.BulkMaxDefault)
+	cfg.BulkBatchSize = cmp.Or(cfg.BulkBatchSize, ops.BulkBatchDefault)
+	cfg.BulkTimeout = cmp.Or(cfg.BulkTimeout, BulkTimeoutDefault)
 	s := &Server{cfg: cfg, repo: cfg.Repo, log: cfg.Logger, auditLog: cfg.AuditLogger, csrfKey: make([]byte, 32),
 		throttle: cfg.Throttle}
 	if s.repo == nil {
@@ -175,7 +202,7 @@ func New(cfg Config) (*Server, error) {
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "attempts", "attempt", "confirm", "login", "error"} {
+	for _, name := range []string{"overview", "attempts", "attempt", "confirm", "bulk", "bulkresult", "tenant", "login", "error"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse the %s page: %w", name, err)
@@ -193,6 +220,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /attempts/{id}", s.attempt)
 	mux.HandleFunc("GET /attempts/{id}/confirm", s.confirm)
 	mux.HandleFunc("POST /attempts/{id}/act", s.act)
+	mux.HandleFunc("GET /bulk", s.bulkDryRun)
+	mux.HandleFunc("POST /bulk", s.bulkRun)
+	mux.HandleFunc("GET /bulk/{id}", s.bulkResult)
+	mux.HandleFunc("GET /tenant", s.tenant)
+	mux.HandleFunc("POST /tenant", s.tenantChange)
 	mux.HandleFunc("GET /login", s.loginForm)
 	mux.HandleFunc("POST /login", s.login)
 	mux.HandleFunc("POST /logout", s.logout)

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"net/url"
+	"strconv"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/kfstype"
@@ -50,7 +48,15 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
-	"age":  func(d time.Duration) string { return d.Round(time.Second).String() },
+	"age": func(d time.Duration) string { return d.Round(time.Second).String() },
+	// num writes a count with thousands separators: 10,000.
+	"num": func(n int) string {
+		s := strconv.Itoa(n)
+		for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+			s = s[:i] + "," + s[i:]
+		}
+		return s
+	},
 	"live": func(s kfstype.RunState) bool { return s.Live() },
 }
 
@@ -102,6 +108,11 @@ var flashes = func() map[string]string {
 		m[string(a)+"-applied"] = fmt.Sprintf("%s applied", a)
 		m[string(a)+"-changed"] = fmt.Sprintf("%s refused: the attempt changed since you confirmed; look again", a)
 		m[string(a)+"-refused"] = fmt.Sprintf("%s refused: not allowed in the attempt's state now; look again", a)
+	}
+	for _, a := range tenantActions {
+		m[a+"-applied"] = fmt.Sprintf("%s applied", a)
+		m[a+"-changed"] = fmt.Sprintf("%s refused: the tenant's limits changed since you looked; look again", a)
+		m[a+"-refused"] = fmt.Sprintf("%s refused: it does not apply to the tenant's limits now; look again", a)
 	}
 	return m
 }()
@@ -187,61 +198,37 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 // attemptsPage is the attempts list's data.
 type attemptsPage struct {
 	TenantID string
-	States   []stateBox
-	Space    string
+	Confined bool // the console serves TenantID only: no tenant field
+	Filter   filterForm
 	Attempts []*ops.AttemptView
 	Next     string // the next page's URL, "" on the last page
 	Error    string
-}
-
-type stateBox struct {
-	State   kfstype.RunState
-	Checked bool
+	// Bulk are the bulk actions offered on every match (none when
+	// read-only or without a tenant), BulkFields the filter they carry
+	// and BulkMax how many attempts one may act on.
+	Bulk       []ops.Action
+	BulkFields []field
+	BulkMax    int
 }
 
 func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	p := attemptsPage{Space: q.Get("space")}
-	asked := map[kfstype.RunState]bool{}
-	for _, st := range q["state"] {
-		asked[kfstype.RunState(st)] = true
-	}
-	var states []kfstype.RunState
-	for _, st := range kfstype.RunStates() {
-		p.States = append(p.States, stateBox{State: st, Checked: asked[st]})
-		if asked[st] || len(asked) == 0 {
-			states = append(states, st)
-		}
-	}
-	tenant, err := s.tenantOf(r)
-	switch {
-	case errors.Is(err, repo.ErrNotFound):
-		s.fail(w, r, http.StatusNotFound, "no such tenant in this console")
-		return
-	case errors.Is(err, errNoTenant):
+	f, form, err := s.filterOf(r)
+	p := attemptsPage{Filter: form, Confined: s.cfg.TenantID != ""}
+	if errors.Is(err, errNoTenant) {
 		p.Error = "Name a tenant to list its attempts."
 		s.render(w, r, http.StatusOK, "attempts", "Attempts", p)
 		return
 	}
-	p.TenantID = tenant
-	params := &repo.ListAttemptsParams{TenantID: tenant, States: states, Limit: s.cfg.PageSize}
-	if len(states) != len(asked) && len(asked) > 0 {
-		s.fail(w, r, http.StatusBadRequest, "unknown run state")
+	if !s.filterStatus(w, r, err) {
 		return
 	}
-	if p.Space != "" {
-		id, err := uuid.Parse(p.Space)
-		if err != nil {
-			s.fail(w, r, http.StatusBadRequest, "space is not a UUID")
-			return
-		}
-		params.KnowledgeSpaceID = &id
-	}
-	if params.After, err = ops.DecodeCursor(q.Get("after")); err != nil {
+	p.TenantID = f.TenantID
+	after, err := ops.DecodeCursor(r.URL.Query().Get("after"))
+	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, "bad page token")
 		return
 	}
-	page, err := s.repo.ListAttempts(r.Context(), s.cfg.DB, params)
+	page, err := s.repo.ListAttempts(r.Context(), s.cfg.DB, f.Params(after, s.cfg.PageSize))
 	if err != nil {
 		s.serverError(w, r, err)
 		return
@@ -250,14 +237,12 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 		p.Attempts = append(p.Attempts, ops.ViewOf(a, nil))
 	}
 	if page.Next != nil {
-		next := url.Values{"after": {ops.EncodeCursor(page.Next)}, "state": q["state"]}
-		if s.cfg.TenantID == "" {
-			next.Set("tenant", tenant)
-		}
-		if p.Space != "" {
-			next.Set("space", p.Space)
-		}
+		next := filterValues(f, s.tenantParam(f.TenantID))
+		next.Set("after", ops.EncodeCursor(page.Next))
 		p.Next = "/attempts?" + next.Encode()
+	}
+	if !s.cfg.ReadOnly {
+		p.Bulk, p.BulkFields, p.BulkMax = ops.Actions(), hiddenFields(filterValues(f, s.tenantParam(f.TenantID))), s.cfg.BulkMax
 	}
 	s.render(w, r, http.StatusOK, "attempts", "Attempts", p)
 }

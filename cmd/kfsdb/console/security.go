@@ -238,11 +238,23 @@ func (s *Server) mac(parts ...string) string {
 // csrfToken binds an action form to the session, one attempt of one
 // tenant at one row version, one action and a deadline: "UNIX.MAC".
 func (s *Server) csrfToken(p principal, tenant, attemptID, action string, version int32, now time.Time) string {
-	deadline := strconv.FormatInt(now.Add(csrfTTL).Unix(), 10)
-	return deadline + "." + s.mac("csrf", p.key, tenant, attemptID, action, strconv.Itoa(int(version)), deadline)
+	return s.sign(now, "csrf", p.key, tenant, attemptID, action, strconv.Itoa(int(version)))
 }
 
 func (s *Server) csrfValid(token string, p principal, tenant, attemptID, action string, version int32, now time.Time) bool {
+	return s.signedValid(token, now, "csrf", p.key, tenant, attemptID, action, strconv.Itoa(int(version)))
+}
+
+// sign is a form token binding parts until now + csrfTTL: "UNIX.MAC",
+// the MAC over parts and the deadline.
+func (s *Server) sign(now time.Time, parts ...string) string {
+	deadline := strconv.FormatInt(now.Add(csrfTTL).Unix(), 10)
+	return deadline + "." + s.mac(append(parts, deadline)...)
+}
+
+// signedValid says whether token is sign's for parts and not past its
+// deadline at now.
+func (s *Server) signedValid(token string, now time.Time, parts ...string) bool {
 	deadline, mac, ok := strings.Cut(token, ".")
 	if !ok {
 		return false
@@ -251,8 +263,7 @@ func (s *Server) csrfValid(token string, p principal, tenant, attemptID, action 
 	if err != nil || !now.Before(time.Unix(unix, 0)) {
 		return false
 	}
-	want := s.mac("csrf", p.key, tenant, attemptID, action, strconv.Itoa(int(version)), deadline)
-	return hmac.Equal([]byte(mac), []byte(want))
+	return hmac.Equal([]byte(mac), []byte(s.mac(append(parts, deadline)...)))
 }
 
 // loginPage is the login page's data.

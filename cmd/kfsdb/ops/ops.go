@@ -3,7 +3,9 @@
 // lease token, which would let a reader act as the worker), the timeline
 // its timestamps give, and the three operator actions, applied only
 // through repo's guarded transitions and only to the row version the
-// operator saw.
+// operator saw: on one attempt, or on every match of a filter (bulk.go:
+// a dry run, then batches), and the changes of a tenant's limits of
+// direct delivery (tenant.go).
 package ops
 
 import (
@@ -130,10 +132,13 @@ type Result struct {
 	// when refused).
 	From kfstype.RunState `json:"from,omitempty"`
 	To   kfstype.RunState `json:"to,omitempty"`
-	// Outcome is applied, would apply or refused; Reason says why a
-	// refusal happened, in words.
+	// Outcome is applied, would apply or refused (or, in a bulk action,
+	// not reached); Reason says why a refusal happened, in words, and
+	// Code names its kind (RefusedStale, RefusedState, RefusedNotFound,
+	// RefusedLiveAttempt).
 	Outcome string `json:"outcome"`
 	Reason  string `json:"reason,omitempty"`
+	Code    string `json:"code,omitempty"`
 	// RowVersion is the row's version after the action (before it in a
 	// dry run or a refusal).
 	RowVersion int32 `json:"row_version,omitempty"`
@@ -143,7 +148,7 @@ type Result struct {
 func Plan(a Action, att *kfstype.Attempt) Result {
 	res := Result{AttemptID: att.ID, Action: a, From: att.RunState, RowVersion: att.RowVersion}
 	if ok, why := a.Check(att); !ok {
-		res.To, res.Outcome, res.Reason = att.RunState, OutcomeRefused, why
+		res.To, res.Outcome, res.Reason, res.Code = att.RunState, OutcomeRefused, why, RefusedState
 		return res
 	}
 	res.To, res.Outcome = a.Target(), OutcomeWouldApply
@@ -157,7 +162,7 @@ func Do(ctx context.Context, r *repo.Repo, db repo.DBTX, a Action, att *kfstype.
 	after, err := Apply(ctx, r, db, a, att, reason)
 	if err != nil {
 		if why, refused := Refusal(err); refused {
-			res.Outcome, res.Reason = OutcomeRefused, why
+			res.Outcome, res.Reason, res.Code = OutcomeRefused, why, RefusalCode(err)
 			return res, nil
 		}
 		return res, err

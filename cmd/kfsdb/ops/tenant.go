@@ -1,7 +1,10 @@
 package ops
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -51,3 +54,132 @@ func LimitSummary(l *repo.TenantLimit) string {
 // FormatRate writes a rate of leases per second as briefly as it reads
 // exactly: 2, 0.5, 0.001.
 func FormatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
+
+// TenantChange is one change of a tenant's limits, as `kfsdb tenant` and
+// the console's tenant page make it.
+type TenantChange struct {
+	// Action is TenantSetLimit, TenantClearLimit, TenantPause or
+	// TenantResume.
+	Action string
+	// MaxRunning, with TenantSetLimit, caps the tenant's running attempts
+	// (> 0); 0 leaves the cap as it is.
+	MaxRunning int32
+	// Rate, with TenantSetLimit, limits the tenant to this many leases per
+	// second (> 0); 0 leaves the rate as it is.
+	Rate float64
+	// Burst, with Rate, is the bucket's size; 0 is one second's worth, at
+	// least 1.
+	Burst int32
+	// ClearCap and ClearRate, with TenantClearLimit, name the limits
+	// lifted; neither: each of the two the tenant has.
+	ClearCap, ClearRate bool
+	// Reason, with TenantPause, is stored as the pause's reason.
+	Reason string
+	// Seen, when not "", is the limits' LimitSummary the operator saw:
+	// the change is refused (*TenantChangeRefused) when the limits read
+	// in its transaction are other. Defaults to "": no such check.
+	Seen string
+}
+
+// burst is Burst, or its default: one second's worth of Rate, at least 1.
+func (c TenantChange) burst() int32 {
+	if c.Burst > 0 {
+		return c.Burst
+	}
+	return int32(min(max(1, math.Ceil(c.Rate)), repo.MaxTenantBurst))
+}
+
+// TenantChangeRefused is ChangeTenantLimits' refusal of a change that
+// does not apply (resuming a tenant that is not paused, pausing one that
+// is, lifting a limit it has not): nothing changed.
+type TenantChangeRefused struct {
+	// Why says it in words.
+	Why string
+	// Stale is set when the limits were not those of TenantChange.Seen.
+	Stale bool
+}
+
+func (e *TenantChangeRefused) Error() string { return e.Why }
+
+// TenantChangeResult is a tenant's limits around a change; nil is none.
+type TenantChangeResult struct {
+	Before, After *repo.TenantLimit
+}
+
+// ChangeTenantLimits makes c on tenant's limits through repo, on db: run
+// it in a transaction, so that the limits read before and after are the
+// change's. The result is nil when the limits could not be read, and
+// holds Before alone when the change was refused (*TenantChangeRefused)
+// or failed.
+func ChangeTenantLimits(ctx context.Context, r *repo.Repo, db repo.DBTX, tenant string, c TenantChange) (*TenantChangeResult, error) {
+	before, err := TenantLimits(ctx, r, db, tenant)
+	if err != nil {
+		return nil, err
+	}
+	res := &TenantChangeResult{Before: before}
+	refuse := func(why string) (*TenantChangeResult, error) { return res, &TenantChangeRefused{Why: why} }
+	if c.Seen != "" && LimitSummary(before) != c.Seen {
+		return res, &TenantChangeRefused{Why: fmt.Sprintf("the limits changed since they were read (%s, now %s)", c.Seen, LimitSummary(before)), Stale: true}
+	}
+	switch c.Action {
+	case TenantSetLimit:
+		if c.MaxRunning == 0 && c.Rate == 0 {
+			return refuse("no cap and no rate given")
+		}
+		if c.MaxRunning != 0 {
+			err = r.SetTenantLimit(ctx, db, &repo.SetTenantLimitParams{TenantID: tenant, MaxRunning: c.MaxRunning})
+		}
+		if err == nil && c.Rate != 0 {
+			err = r.SetTenantRate(ctx, db, &repo.SetTenantRateParams{TenantID: tenant, Rate: c.Rate, Burst: c.burst()})
+		}
+	case TenantClearLimit:
+		clearCap, clearRate := c.ClearCap, c.ClearRate
+		if !clearCap && !clearRate {
+			clearCap, clearRate = before != nil && before.MaxRunning > 0, before != nil && before.Rate > 0
+			if !clearCap && !clearRate {
+				return refuse("the tenant has no cap and no rate limit")
+			}
+		}
+		if clearCap {
+			if err = r.RemoveTenantLimit(ctx, db, &repo.RemoveTenantLimitParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
+				return refuse("the tenant has no cap")
+			}
+		}
+		if err == nil && clearRate {
+			if err = r.RemoveTenantRate(ctx, db, &repo.RemoveTenantRateParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
+				return refuse("the tenant has no rate limit")
+			}
+		}
+	case TenantPause:
+		var paused *repo.PauseTenantResult
+		var reason *string
+		if c.Reason != "" {
+			reason = &c.Reason
+		}
+		if paused, err = r.PauseTenant(ctx, db, &repo.PauseTenantParams{TenantID: tenant, Reason: reason}); err == nil && paused.AlreadyPaused {
+			return refuse("the tenant is paused already")
+		}
+	case TenantResume:
+		if err = r.ResumeTenant(ctx, db, &repo.ResumeTenantParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
+			return refuse("the tenant is not paused")
+		}
+	default:
+		return nil, fmt.Errorf("unknown tenant action %q: want %s, %s, %s or %s", c.Action, TenantSetLimit, TenantClearLimit, TenantPause, TenantResume)
+	}
+	if err != nil {
+		return res, err
+	}
+	if res.After, err = TenantLimits(ctx, r, db, tenant); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// TenantLimits reads tenant's limits; nil when it has none.
+func TenantLimits(ctx context.Context, r *repo.Repo, db repo.DBTX, tenant string) (*repo.TenantLimit, error) {
+	l, err := r.GetTenantLimit(ctx, db, &repo.GetTenantLimitParams{TenantID: tenant})
+	if errors.Is(err, repo.ErrNotFound) {
+		return nil, nil
+	}
+	return l, err
+}
