@@ -44,6 +44,30 @@ const (
 	// LeasesHandedBack counts leases fetched for slots that stopped before
 	// taking them, handed back as the source stopped.
 	LeasesHandedBack Counter = "source_leases_handed_back"
+	// Why an idle source looked again: each sleep that ends is followed by
+	// a fetch, so with Fetches these say what a fleet's fetches come from
+	// (docs/AGEING.md, "Wake-ups with an idle fleet").
+	//
+	// SourceWokenNamed counts notifications that named the source: a
+	// commit made a row due and woke this one idle listener (migration
+	// 0010).
+	SourceWokenNamed Counter = "source_woken_named"
+	// SourceWokenAll counts notifications that named nobody and woke every
+	// idle listener (a commit under REPEATABLE READ or SERIALIZABLE, or one
+	// that found every idle registration held by another transaction), and
+	// LISTEN (re)established.
+	SourceWokenAll Counter = "source_woken_all"
+	// SourceIdlePolls counts sleeps of a whole PollInterval that nothing
+	// cut short: the idle cost, one per PollInterval per idle source.
+	SourceIdlePolls Counter = "source_idle_polls"
+	// SourceShortWaits counts shorter sleeps that ran out: until the next
+	// row's due time, a due row another transaction held, or a failed
+	// fetch's backoff.
+	SourceShortWaits Counter = "source_short_waits"
+	// SourceRechecks counts the looks once more after a new idle
+	// registration (a commit that checked just before it woke nobody for
+	// this source).
+	SourceRechecks Counter = "source_rechecks"
 )
 
 // Counters returns every Counter the relay, the worker and the PostgreSQL
@@ -54,6 +78,7 @@ func Counters() []Counter {
 		LeasesAcquired, LeasesLost, Completed, Failed, Retried, Exhausted, Panicked,
 		StaleDeliveries, DeferredDelivery, PendingWaits,
 		Fetches, FetchedLeases, FetchExhausted, FetchFailed, LeasesHandedBack,
+		SourceWokenNamed, SourceWokenAll, SourceIdlePolls, SourceShortWaits, SourceRechecks,
 	}
 }
 

@@ -136,6 +136,11 @@ var helps = map[observe.Counter]string{
 	observe.FetchExhausted:   "Attempts FetchLeases failed as exhausted instead of leasing.",
 	observe.FetchFailed:      "FetchLeases calls that failed.",
 	observe.LeasesHandedBack: "Fetched leases handed back because their slot stopped first.",
+	observe.SourceWokenNamed: "Notifications that woke the PostgreSQL source by name: a commit made a row due and took its idle registration.",
+	observe.SourceWokenAll:   "Notifications that woke the PostgreSQL source with every other idle listener (no registration free to name).",
+	observe.SourceIdlePolls:  "Idle sleeps of the PostgreSQL source that ran the whole poll interval: its idle cost.",
+	observe.SourceShortWaits: "Shorter sleeps of the PostgreSQL source that ran out: a next due time, a locked due row, a failed fetch's backoff.",
+	observe.SourceRechecks:   "Looks once more of the PostgreSQL source after a new idle registration.",
 }
 
 var histogramHelps = map[observe.Histogram]string{

@@ -28,6 +28,9 @@ const Channel = "kfsdb_outbox"
 type Wakeup struct {
 	mu  sync.Mutex
 	due time.Time // zero: none pending
+	// kind is what noted the pending due time: WokeNamed, or WokeAll when
+	// anything else did.
+	kind Woke
 	// taken: a notification named the owner, so the commit took its idle
 	// registration out (migration 0010); the owner registers again.
 	taken bool
@@ -39,11 +42,14 @@ type Wakeup struct {
 func NewWakeup() *Wakeup { return &Wakeup{C: make(chan struct{}, 1)} }
 
 // Note records a due time and pokes C.
-func (w *Wakeup) Note(due time.Time) {
+func (w *Wakeup) Note(due time.Time) { w.note(due, WokeAll) }
+
+func (w *Wakeup) note(due time.Time, kind Woke) {
 	w.mu.Lock()
 	if w.due.IsZero() || due.Before(w.due) {
 		w.due = due
 	}
+	w.kind = max(w.kind, kind)
 	w.mu.Unlock()
 	select {
 	case w.C <- struct{}{}:
@@ -57,7 +63,7 @@ func (w *Wakeup) NoteTaken() {
 	w.mu.Lock()
 	w.taken = true
 	w.mu.Unlock()
-	w.Note(time.Now())
+	w.note(time.Now(), WokeNamed)
 }
 
 // TakeTaken reports, and clears, whether a notification took the owner's
@@ -72,32 +78,54 @@ func (w *Wakeup) TakeTaken() bool {
 
 // Take returns and clears the earliest due time noted, if any.
 func (w *Wakeup) Take() (time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	due := w.due
-	w.due = time.Time{}
-	return due, !due.IsZero()
+	due, _, ok := w.take()
+	return due, ok
 }
 
+func (w *Wakeup) take() (time.Time, Woke, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	due, kind := w.due, w.kind
+	w.due, w.kind = time.Time{}, WokeTimer
+	return due, kind, !due.IsZero()
+}
+
+// Woke says what ended a Sleep: what caused the look after it.
+type Woke int
+
+// In increasing precedence: a sleep ended by a notification that named
+// nobody counts as WokeAll whatever else was noted with it.
+const (
+	// WokeTimer: the deadline passed and no notification came.
+	WokeTimer Woke = iota
+	// WokeNamed: a notification named the owner (migration 0010).
+	WokeNamed
+	// WokeAll: a notification that named nobody (every listener woke), or
+	// a due time noted otherwise (LISTEN just established).
+	WokeAll
+)
+
 // Sleep waits until deadline, or until a notification says a row is due
-// (now, or before the deadline: then until that time), or ctx ends.
-func (w *Wakeup) Sleep(ctx context.Context, timer *time.Timer, deadline time.Time) error {
+// (now, or before the deadline: then until that time), or ctx ends, and
+// says which ended it.
+func (w *Wakeup) Sleep(ctx context.Context, timer *time.Timer, deadline time.Time) (Woke, error) {
+	woke := WokeTimer
 	for {
-		if due, ok := w.Take(); ok {
+		if due, kind, ok := w.take(); ok {
 			if !due.After(time.Now()) {
-				return nil
+				return kind, nil
 			}
 			if due.Before(deadline) {
-				deadline = due
+				deadline, woke = due, kind
 			}
 		}
 		timer.Reset(time.Until(deadline))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return ctx.Err()
+			return woke, ctx.Err()
 		case <-timer.C:
-			return nil
+			return woke, nil
 		case <-w.C:
 			timer.Stop()
 		}

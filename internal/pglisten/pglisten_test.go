@@ -1,6 +1,7 @@
 package pglisten
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -117,5 +118,45 @@ func TestWakeupNoteTaken(t *testing.T) {
 	}
 	if !w.TakeTaken() || w.TakeTaken() {
 		t.Fatal("TakeTaken() must report the taking once")
+	}
+}
+
+// Sleep says what ended it, so a source can count why it looked: its
+// timer, a notification naming it, or one naming nobody (which wins over
+// a name noted with it: the whole fleet was woken). A notification due
+// later than now but before the deadline ends the sleep at its time, as
+// a notification. Mutation caught: Sleep reporting WokeTimer, or the kind
+// of the first notification only.
+func TestSleepSaysWhatWokeIt(t *testing.T) {
+	ctx := context.Background()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	sleep := func(w *Wakeup, deadline time.Time) Woke {
+		t.Helper()
+		woke, err := w.Sleep(ctx, timer, deadline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return woke
+	}
+	w := NewWakeup()
+	if got := sleep(w, time.Now().Add(time.Millisecond)); got != WokeTimer {
+		t.Fatalf("nothing noted: %v, want WokeTimer", got)
+	}
+	w.NoteTaken()
+	if got := sleep(w, time.Now().Add(time.Hour)); got != WokeNamed {
+		t.Fatalf("named: %v, want WokeNamed", got)
+	}
+	w.NoteTaken()
+	w.Note(time.Now())
+	if got := sleep(w, time.Now().Add(time.Hour)); got != WokeAll {
+		t.Fatalf("named, then everyone: %v, want WokeAll", got)
+	}
+	w.Note(time.Now().Add(5 * time.Millisecond))
+	if got := sleep(w, time.Now().Add(time.Hour)); got != WokeAll {
+		t.Fatalf("a row due in 5 ms: %v, want WokeAll", got)
+	}
+	if got := sleep(w, time.Now().Add(time.Millisecond)); got != WokeTimer {
+		t.Fatalf("after a take: %v, want WokeTimer", got)
 	}
 }
