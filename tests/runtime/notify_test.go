@@ -288,7 +288,7 @@ func TestNoNamedWakeupLostUnderChurn(t *testing.T) {
 	var counts observe.Counts
 	runs := make([]func(context.Context) error, sources)
 	for i := range runs {
-		runs[i] = e.directWorker(t, h, pgsource.Config{PollInterval: noPoll, Metrics: &counts}, worker.Config{Concurrency: 2}).Run
+		runs[i] = e.directWorker(t, h, pgsource.Config{PollInterval: noPoll, Metrics: &counts}, worker.Config{Concurrency: 8}).Run
 	}
 	testfactory.RunAll(e.ctx, t, runs...)
 	require.Eventually(t, func() bool {
