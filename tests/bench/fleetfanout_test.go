@@ -21,14 +21,13 @@ import (
 
 // fanout measures Start with n idle listening processes: FLEET_FANOUT_STARTS
 // Starts one at a time FLEET_FANOUT_GAP apart (every process asleep on
-// LISTEN between them), then FLEET_FANOUT_SECONDS unpaced. Where the paced
-// Starts' fetches come from is counted three ways over their window: the
-// notifications by kind (a LISTEN connection of the test's own: naming one
-// listener, or everyone), the processes' counts of what ended each of
-// their sleeps (observe.SourceWokenNamed ... SourceRechecks, scraped from
-// their metrics endpoints before and after), and, with
-// FLEET_FANOUT_DIAGNOSE (default 1), which transactions held the idle
-// registrations when a commit found none it could take and woke everyone.
+// LISTEN between them), then FLEET_FANOUT_SECONDS unpaced (8 producers at
+// once: commits that check side by side) until the fleet has drained
+// them. Where each phase's fetches come from is counted three ways over
+// its window (wakeWindow): the notifications by kind, the processes'
+// counts of what ended each of their sleeps, and which transactions held
+// the idle registrations when a commit found none it could take and woke
+// everyone.
 func (b *fleetBench) fanout(t *testing.T, wake string, n int, spec procSpec) {
 	t.Helper()
 	ctx := context.Background()
@@ -40,14 +39,7 @@ func (b *fleetBench) fanout(t *testing.T, wake string, n int, spec procSpec) {
 		defer stopFleet(procs)
 		time.Sleep(3 * time.Second)
 	}
-	fallbacks := func(*testing.T) []string { return nil }
-	if envInt(t, "FLEET_FANOUT_DIAGNOSE", 1) == 1 {
-		fallbacks = b.diagnoseFallbacks(t)
-	}
-	before := scrapeFleet(t, procs)
-	notes := b.countPayloads(t)
-	b.resetStatements(t)
-	t0 := b.serverNow(t)
+	w := b.beginWakeWindow(t, procs)
 	var lat []time.Duration
 	for range b.c.fanoutStarts {
 		dt, _, err := b.start(ctx, ft)
@@ -58,12 +50,9 @@ func (b *fleetBench) fanout(t *testing.T, wake string, n int, spec procSpec) {
 		time.Sleep(b.c.fanoutGap)
 	}
 	time.Sleep(time.Second)
-	window := b.serverNow(t).Sub(t0)
-	calls := b.callsByName(t)
-	named, everyone, distinct := notes.stop(t)
-	after := scrapeFleet(t, procs)
-	held := fallbacks(t)
+	paced := w.end(t)
 
+	w = b.beginWakeWindow(t, procs)
 	t1 := time.Now()
 	burst := b.produce(t, ft, 0, time.Duration(b.c.fanoutSeconds)*time.Second)
 	tput := float64(len(burst)) / time.Since(t1).Seconds()
@@ -77,30 +66,88 @@ func (b *fleetBench) fanout(t *testing.T, wake string, n int, spec procSpec) {
 	} else if !b.drain(t, ft, 2*time.Minute) {
 		t.Errorf("fanout %d: attempts left unfinished", n)
 	}
+	unpaced := w.end(t)
 
-	starts := float64(len(lat))
-	per := func(v float64) float64 { return v / starts }
-	delta := func(c observe.Counter) float64 { return after[c] - before[c] }
-	fetches := float64(calls["FetchLeases"])
-	polls := delta(observe.SourceIdlePolls)
-	causes := delta(observe.SourceWokenNamed) + delta(observe.SourceWokenAll) + polls + delta(observe.SourceShortWaits) + delta(observe.SourceRechecks)
 	perProc := 0.0
 	if n > 0 {
-		perProc = fetches / starts / float64(n)
+		perProc = float64(paced.calls["FetchLeases"]) / float64(len(lat)) / float64(n)
 	}
-	line := fmt.Sprintf("fanout wakeups=%s listeners=%d starts=%d gap=%s window_s=%.1f start_p50_ms=%.2f start_p99_ms=%.2f "+
-		"fetches_per_start=%.2f wakeups_per_start_per_process=%.2f idle_polls_per_start=%.2f idle_polls_per_s=%.1f fetches_per_start_less_idle_polls=%.2f "+
-		"notify_named_per_start=%.2f notify_everyone_per_start=%.2f listeners_named=%d "+
-		"woken_named_per_start=%.2f woken_all_per_start=%.2f short_waits_per_start=%.2f rechecks_per_start=%.2f other_fetches_per_start=%.2f "+
-		"registrations_per_start=%.2f fallbacks=%d fallback_holders=%s unpaced_starts_per_s=%.0f unpaced_start_p99_ms=%.2f",
-		wake, n, len(lat), b.c.fanoutGap, window.Seconds(), ms(pct(lat, 0.5)), ms(pct(lat, 0.99)),
-		per(fetches), perProc, per(polls), polls/window.Seconds(), per(fetches-polls),
-		per(float64(named)), per(float64(everyone)), distinct,
-		per(delta(observe.SourceWokenNamed)), per(delta(observe.SourceWokenAll)), per(delta(observe.SourceShortWaits)), per(delta(observe.SourceRechecks)),
-		per(delta(observe.Fetches)-causes),
-		per(float64(calls["OutboxListenerIdle"])), len(held), holderSummary(held), tput, ms(pct(burst, 0.99)))
+	line := fmt.Sprintf("fanout wakeups=%s listeners=%d starts=%d gap=%s start_p50_ms=%.2f start_p99_ms=%.2f wakeups_per_start_per_process=%.2f %s "+
+		"unpaced_starts=%d unpaced_starts_per_s=%.0f unpaced_start_p99_ms=%.2f %s",
+		wake, n, len(lat), b.c.fanoutGap, ms(pct(lat, 0.5)), ms(pct(lat, 0.99)), perProc, paced.fields("", len(lat)),
+		len(burst), tput, ms(pct(burst, 0.99)), unpaced.fields("unpaced_", len(burst)))
 	fmt.Println(line)
 	b.lines = append(b.lines, line)
+}
+
+// wakeWindow counts what a phase of fanout woke: begun before it, ended
+// after it.
+type wakeWindow struct {
+	b      *fleetBench
+	procs  []*workerProc
+	before map[observe.Counter]float64
+	notes  *payloadCounter
+	t0     time.Time
+	// fallbacks reads the fallbacks' records (diagnoseFallbacks), nil
+	// with FLEET_FANOUT_DIAGNOSE=0.
+	fallbacks func(*testing.T) []string
+}
+
+// wakeCounts is what a wakeWindow counted.
+type wakeCounts struct {
+	window          time.Duration
+	calls           map[string]int64
+	named, everyone int
+	distinct        int
+	delta           map[observe.Counter]float64
+	held            []string
+}
+
+func (b *fleetBench) beginWakeWindow(t *testing.T, procs []*workerProc) *wakeWindow {
+	t.Helper()
+	w := &wakeWindow{b: b, procs: procs}
+	if envString("FLEET_FANOUT_DIAGNOSE", "1") != "0" {
+		w.fallbacks = b.diagnoseFallbacks(t)
+	}
+	w.before = scrapeFleet(t, procs)
+	w.notes = b.countPayloads(t)
+	b.resetStatements(t)
+	w.t0 = b.serverNow(t)
+	return w
+}
+
+func (w *wakeWindow) end(t *testing.T) *wakeCounts {
+	t.Helper()
+	c := &wakeCounts{window: w.b.serverNow(t).Sub(w.t0), calls: w.b.callsByName(t), delta: map[observe.Counter]float64{}}
+	c.named, c.everyone, c.distinct = w.notes.stop(t)
+	after := scrapeFleet(t, w.procs)
+	for k, v := range after {
+		c.delta[k] = v - w.before[k]
+	}
+	if w.fallbacks != nil {
+		c.held = w.fallbacks(t)
+	}
+	return c
+}
+
+// fields formats the counts per Start (starts of them), each name
+// prefixed with prefix. Idle polls are the fleet's idle cost (one per
+// PollInterval per idle process, whatever the Starts): fetches are given
+// with and without them.
+func (c *wakeCounts) fields(prefix string, starts int) string {
+	per := func(v float64) float64 { return v / float64(max(starts, 1)) }
+	d := c.delta
+	polls := d[observe.SourceIdlePolls]
+	causes := d[observe.SourceWokenNamed] + d[observe.SourceWokenAll] + polls + d[observe.SourceShortWaits] + d[observe.SourceRechecks]
+	fetches := float64(c.calls["FetchLeases"])
+	return strings.NewReplacer("@", prefix).Replace(fmt.Sprintf("@window_s=%.1f @fetches_per_start=%.2f @idle_polls_per_start=%.2f @idle_polls_per_s=%.1f "+
+		"@fetches_per_start_less_idle_polls=%.2f @notify_named_per_start=%.2f @notify_everyone_per_start=%.2f @listeners_named=%d "+
+		"@woken_named_per_start=%.2f @woken_all_per_start=%.2f @short_waits_per_start=%.2f @rechecks_per_start=%.2f @other_fetches_per_start=%.2f "+
+		"@registrations_per_start=%.2f @fallbacks=%d @fallback_holders=%s",
+		c.window.Seconds(), per(fetches), per(polls), polls/c.window.Seconds(), per(fetches-polls),
+		per(float64(c.named)), per(float64(c.everyone)), c.distinct,
+		per(d[observe.SourceWokenNamed]), per(d[observe.SourceWokenAll]), per(d[observe.SourceShortWaits]), per(d[observe.SourceRechecks]),
+		per(d[observe.Fetches]-causes), per(float64(c.calls["OutboxListenerIdle"])), len(c.held), holderSummary(c.held)))
 }
 
 // callsByName are pg_stat_statements' calls since the reset in this
