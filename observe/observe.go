@@ -64,9 +64,10 @@ const (
 	// row's due time, a due row another transaction held, or a failed
 	// fetch's backoff.
 	SourceShortWaits Counter = "source_short_waits"
-	// SourceRechecks counts the looks once more after a new idle
-	// registration (a commit that checked just before it woke nobody for
-	// this source).
+	// SourceRechecks counts the fetches that look once more after a new
+	// idle registration (a commit that checked just before it woke nobody
+	// for this source): only when reading the registration again found a
+	// row due, or found it taken again.
 	SourceRechecks Counter = "source_rechecks"
 )
 

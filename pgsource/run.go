@@ -258,7 +258,7 @@ func wokeCounter(woke pglisten.Woke, poll bool) observe.Counter {
 
 // idleWait decides the sleep after a short or failed fetch (poll: a whole
 // PollInterval, possibly jittered); again asks for one more fetch first (a
-// new idle registration's look once more).
+// new idle registration's look once more found a row due).
 func (l *fetchLoop) idleWait(ctx context.Context) (wait time.Duration, poll, again bool) {
 	s := l.s
 	if l.failed {
@@ -269,7 +269,8 @@ func (l *fetchLoop) idleWait(ctx context.Context) (wait time.Duration, poll, aga
 	}
 	if s.wake.TakeTaken() {
 		// A commit took the registration out as it woke this source
-		// (migration 0010): register again, and look once more.
+		// (migration 0010): register again, and look once more
+		// (pglisten.Idle.Next).
 		l.idle.Reset()
 	}
 	wait, again = l.idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,

@@ -140,7 +140,7 @@ var helps = map[observe.Counter]string{
 	observe.SourceWokenAll:   "Notifications that woke the PostgreSQL source with every other idle listener (no registration free to name).",
 	observe.SourceIdlePolls:  "Idle sleeps of the PostgreSQL source that ran the whole poll interval: its idle cost.",
 	observe.SourceShortWaits: "Shorter sleeps of the PostgreSQL source that ran out: a next due time, a locked due row, a failed fetch's backoff.",
-	observe.SourceRechecks:   "Looks once more of the PostgreSQL source after a new idle registration.",
+	observe.SourceRechecks:   "Fetches of the PostgreSQL source that look once more after a new idle registration found a row due.",
 }
 
 var histogramHelps = map[observe.Histogram]string{

@@ -299,6 +299,8 @@ type IdleParams struct {
 	// CallTimeout bounds the registration's statement (none when zero):
 	// one on a connection that died without a word ends by it.
 	CallTimeout time.Duration
+	// register replaces repo.OutboxListenerIdle on Pool, in tests.
+	register func(context.Context) (*repo.OutboxListenerIdleResult, error)
 	// TrustFresh skips the registration's refresh while it is young (a
 	// quarter of its TTL) and no row comes due before the poll: a commit
 	// notifies the owner anyway, and rows that come due by time alone are
@@ -312,7 +314,8 @@ type IdleParams struct {
 func (p *IdleParams) TTL() time.Duration { return 2*p.PollInterval + 10*time.Second }
 
 // Next decides how long to sleep after a look that found nothing; again
-// asks for one more look first (after a new registration).
+// asks for one more look first (after a new registration, when a row is
+// due or the registration could not be read again).
 func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, again bool) {
 	res := w.recheck
 	w.recheck = nil
@@ -327,10 +330,7 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 			return wait, false
 		}
 		var err error
-		cctx, cancel := bounded(ctx, p.CallTimeout)
-		res, err = p.Repo.OutboxListenerIdle(cctx, p.Pool, &repo.OutboxListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
-		cancel()
-		if err != nil {
+		if res, err = register(ctx, p); err != nil {
 			if ctx.Err() == nil {
 				p.Log.WarnContext(ctx, "could not register idle; polling", "err", err)
 			}
@@ -338,9 +338,23 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 		}
 		if res.Inserted {
 			// A commit that checked just before the registration did not
-			// notify: the look after it finds that row.
-			w.recheck = res
-			return 0, true
+			// notify: the look once more after it must see that row. A
+			// statement begun after the registration committed sees it:
+			// reading the registration again (a refresh now, with the
+			// heads of the due indexes) is that look, for a few index
+			// probes instead of a fetch. The fetch follows when a row is
+			// due, or when this second reading is not a plain refresh (a
+			// commit took the registration in between: its wake-up is on
+			// its way, and the look costs no more than before).
+			look, err := register(ctx, p)
+			if err != nil || !look.Registered || look.Inserted || look.NextDueIn != nil && *look.NextDueIn <= 0 {
+				if err == nil {
+					res = look
+				}
+				w.recheck = res
+				return 0, true
+			}
+			res = look
 		}
 	}
 	w.noteRegistration(res)
@@ -356,6 +370,18 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 		return min(*res.NextDueIn, p.PollInterval), false
 	}
 	return p.PollInterval, false
+}
+
+// register registers the owner idle, or refreshes its registration
+// (repo.OutboxListenerIdle), on the pool: a transaction of its own, so
+// that a statement after it sees what it committed.
+func register(ctx context.Context, p *IdleParams) (*repo.OutboxListenerIdleResult, error) {
+	cctx, cancel := bounded(ctx, p.CallTimeout)
+	defer cancel()
+	if p.register != nil {
+		return p.register(cctx)
+	}
+	return p.Repo.OutboxListenerIdle(cctx, p.Pool, &repo.OutboxListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
 }
 
 // fresh returns the sleep when p.TrustFresh lets the owner skip the

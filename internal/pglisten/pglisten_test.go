@@ -2,6 +2,8 @@ package pglisten
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -158,5 +160,52 @@ func TestSleepSaysWhatWokeIt(t *testing.T) {
 	}
 	if got := sleep(w, time.Now().Add(time.Millisecond)); got != WokeTimer {
 		t.Fatalf("after a take: %v, want WokeTimer", got)
+	}
+}
+
+// A new registration is followed by a look once more that sees every
+// commit that checked before it: the registration read again (a refresh,
+// a statement of its own after it committed). The owner sleeps only when
+// that second reading is a plain refresh with no row due; otherwise it
+// fetches, as it always did. Mutations caught: no second reading (the
+// owner sleeps on the first answer, which a commit just before it may
+// have outdated), the second reading's due row ignored, a second
+// registration (a commit took the first in between) taken as a refresh.
+func TestNewRegistrationLooksOnceMore(t *testing.T) {
+	ctx := context.Background()
+	in := func(d time.Duration) *time.Duration { return &d }
+	inserted := &repo.OutboxListenerIdleResult{Registered: true, Inserted: true}
+	for _, c := range []struct {
+		name   string
+		second *repo.OutboxListenerIdleResult
+		err    error
+		fetch  bool
+	}{
+		{name: "nothing due: sleep", second: &repo.OutboxListenerIdleResult{Registered: true}},
+		{name: "a row due later: sleep", second: &repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(time.Minute)}},
+		{name: "a row due now: fetch", second: &repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(0)}, fetch: true},
+		{name: "registered anew: fetch", second: &repo.OutboxListenerIdleResult{Registered: true, Inserted: true}, fetch: true},
+		{name: "refused: fetch", second: &repo.OutboxListenerIdleResult{}, fetch: true},
+		{name: "failed: fetch", err: errors.New("connection lost"), fetch: true},
+	} {
+		var calls []*repo.OutboxListenerIdleResult
+		answers := []*repo.OutboxListenerIdleResult{inserted, c.second}
+		p := &IdleParams{PollInterval: time.Second, FollowUp: 20 * time.Millisecond, Listening: true, Log: slog.New(slog.DiscardHandler),
+			register: func(context.Context) (*repo.OutboxListenerIdleResult, error) {
+				res := answers[len(calls)]
+				calls = append(calls, res)
+				if len(calls) == 2 && c.err != nil {
+					return nil, c.err
+				}
+				return res, nil
+			}}
+		var w Idle
+		wait, again := w.Next(ctx, p)
+		if len(calls) != 2 {
+			t.Errorf("%s: %d readings of the registration, want 2 (the registration, then the look once more)", c.name, len(calls))
+		}
+		if again != c.fetch || !again && wait <= 0 {
+			t.Errorf("%s: Next = %v, %v; want a fetch %v", c.name, wait, again, c.fetch)
+		}
 	}
 }
