@@ -205,54 +205,67 @@ func (b *fleetBench) compare(t *testing.T, mode, wake string, total int, url str
 	return lines
 }
 
-// wakeupCheck is a wake-up function: the migration, and its section, that
-// creates it.
+// wakeupCheck is a wake-up check: the migration sections that put it in
+// place, run in order.
 type wakeupCheck struct {
-	name, file string
-	down       bool
+	name     string
+	sections []migrationSection
 }
 
-// wakeupChecks are the wake-up checks FLEET_WAKEUPS names, each the
-// section of the migration that puts it in place, in the order they were
-// migrated: the last is the one a migrated database has.
+// migrationSection is a migration's Up or Down section.
+type migrationSection struct {
+	file string
+	down bool
+}
+
+// wakeupChecks are the wake-up checks FLEET_WAKEUPS names, in the order
+// they were migrated: the last is the one a migrated database has.
 var wakeupChecks = []wakeupCheck{
 	// Migration 0007's: every commit that made a row due while anyone was
-	// registered idle notified every listener (0010's Down restores it).
-	{"broadcast", "00010_targeted_wakeups.sql", true},
+	// registered idle notified every listener (0010's Down restores it,
+	// once 0013's has pointed the triggers back at its function).
+	{"broadcast", []migrationSection{{"00013_held_wakeups.sql", true}, {"00010_targeted_wakeups.sql", true}}},
 	// Migration 0010's: one registered idle listener per row made due,
-	// named in the payload.
-	{"targeted", "00010_targeted_wakeups.sql", false},
+	// named in the payload; everyone woken when every registration is
+	// held.
+	{"targeted", []migrationSection{{"00013_held_wakeups.sql", true}, {"00010_targeted_wakeups.sql", false}}},
+	// Migration 0013's: as 0010's, and a commit that finds every
+	// registration held names those listeners (up to eight) instead of
+	// waking every process.
+	{"held", []migrationSection{{"00010_targeted_wakeups.sql", false}, {"00013_held_wakeups.sql", false}}},
 }
 
 // migratedWakeups is the wake-up check of a migrated database.
 var migratedWakeups = wakeupChecks[len(wakeupChecks)-1].name
 
-// setWakeups puts the wake-up check named wake in place (wakeupChecks),
-// running its migration's Up or Down section.
+// setWakeups puts the wake-up check named wake in place (wakeupChecks).
 func (b *fleetBench) setWakeups(t *testing.T, wake string) {
 	t.Helper()
 	i := slices.IndexFunc(wakeupChecks, func(c wakeupCheck) bool { return c.name == wake })
 	if i < 0 {
 		t.Fatalf("FLEET_WAKEUPS: unknown %q", wake)
 	}
-	c := wakeupChecks[i]
-	text, err := fs.ReadFile(migrations.FS, c.file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	up, down, ok := strings.Cut(string(text), "-- +goose Down")
-	if !ok {
-		t.Fatalf("%s: no Down section", c.file)
-	}
-	sql := up[strings.Index(up, "-- +goose Up"):]
-	if c.down {
-		sql = down
-	}
-	if _, err := b.pool.Exec(context.Background(), sql); err != nil {
-		t.Fatalf("wake-ups %s: %v", wake, err)
+	var ran []string
+	for _, s := range wakeupChecks[i].sections {
+		text, err := fs.ReadFile(migrations.FS, s.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, down, ok := strings.Cut(string(text), "-- +goose Down")
+		if !ok {
+			t.Fatalf("%s: no Down section", s.file)
+		}
+		sql, section := up[strings.Index(up, "-- +goose Up"):], "Up"
+		if s.down {
+			sql, section = down, "Down"
+		}
+		if _, err := b.pool.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("wake-ups %s: %s %s: %v", wake, s.file, section, err)
+		}
+		ran = append(ran, s.file+" "+section)
 	}
 	b.wake = wake
-	fmt.Printf("wakeups=%s (%s, %s section)\n", wake, c.file, map[bool]string{true: "Down", false: "Up"}[c.down])
+	fmt.Printf("wakeups=%s (%s)\n", wake, strings.Join(ran, ", then "))
 }
 
 func (c *fleetConfig) directURL(url string) string {

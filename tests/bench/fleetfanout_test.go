@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -245,10 +246,21 @@ func (c *payloadCounter) stop(t *testing.T) (named, everyone, distinct int) {
 	return c.named, c.everyone, len(c.names)
 }
 
-// fallbackAnchor is the line of the wake-up function (migrations 0010 and
-// later) whose branch notifies everyone because every registration was
-// held.
-const fallbackAnchor = `ELSIF EXISTS (SELECT 1 FROM "document_compilation_outbox_idle_listeners") THEN`
+// fallbackAnchor is a line of a wake-up function, and whether a record
+// goes before it or after it.
+type fallbackAnchor struct {
+	line   string
+	before bool
+}
+
+// fallbackAnchors are the lines of the wake-up functions where a commit
+// that found every registration held goes on: migration 0010's branch
+// that notifies everyone (the record goes after the line), 0013's naming
+// of the held registrations (the record goes before it).
+var fallbackAnchors = []fallbackAnchor{
+	{`ELSIF EXISTS (SELECT 1 FROM "document_compilation_outbox_idle_listeners") THEN`, false},
+	{`held := ARRAY(`, true},
+}
 
 // diagnoseFallbacks replaces the wake-up function in place with a copy
 // that, where it falls back to notifying everyone, records which
@@ -260,22 +272,31 @@ func (b *fleetBench) diagnoseFallbacks(t *testing.T) func(*testing.T) []string {
 	t.Helper()
 	ctx := context.Background()
 	var def string
-	if err := b.pool.QueryRow(ctx, `SELECT pg_get_functiondef('document_compilation_outbox_wake'::regproc)`).Scan(&def); err != nil {
+	if err := b.pool.QueryRow(ctx, `SELECT pg_get_functiondef(tgfoid) FROM pg_trigger
+		WHERE tgrelid = 'document_compilation_outbox'::regclass AND tgname LIKE 'document_compilation_outbox_wake%on_insert'`).Scan(&def); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(def, fallbackAnchor) {
+	i := slices.IndexFunc(fallbackAnchors, func(a fallbackAnchor) bool { return strings.Contains(def, a.line) })
+	if i < 0 {
 		return func(*testing.T) []string { return nil }
 	}
-	record := fallbackAnchor + `
+	anchor := fallbackAnchors[i]
+	record := `
     INSERT INTO public.fleet_wake_fallbacks (registrations, holders)
     SELECT count(*)::integer, array_agg(coalesce(substring(a.query from '-- name: (\w+)'), left(a.query, 40), 'no holder'))
       FROM "document_compilation_outbox_idle_listeners" l
       LEFT JOIN pg_locks k ON k.locktype = 'transactionid' AND k.transactionid = l.xmax AND k.mode = 'ExclusiveLock' AND k.granted
-      LEFT JOIN pg_stat_activity a ON a.pid = k.pid;`
+      LEFT JOIN pg_stat_activity a ON a.pid = k.pid;
+`
+	if anchor.before {
+		record += anchor.line
+	} else {
+		record = anchor.line + record
+	}
 	for _, q := range []string{
 		`CREATE TABLE IF NOT EXISTS public.fleet_wake_fallbacks (at timestamptz NOT NULL DEFAULT clock_timestamp(), registrations integer NOT NULL, holders text[])`,
 		`TRUNCATE public.fleet_wake_fallbacks`,
-		strings.Replace(def, fallbackAnchor, record, 1),
+		strings.Replace(def, anchor.line, record, 1),
 	} {
 		if _, err := b.pool.Exec(ctx, q); err != nil {
 			t.Fatalf("diagnosing wake-up function: %v", err)

@@ -238,6 +238,9 @@ func TestDownStandaloneKeepsRows(t *testing.T) {
 
 	code, out, errOut := down()
 	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "00013_held_wakeups.sql") // a function and triggers: rolled back
+	code, out, errOut = down()
+	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "00010_targeted_wakeups.sql") // a function: rolled back
 	code, out, errOut = down()
 	require.Equal(t, 0, code, errOut)
@@ -298,6 +301,8 @@ func TestDownPlatformKeepsFloorAndRows(t *testing.T) {
 	}
 
 	code, _, errOut := down()
+	require.Equal(t, 0, code, errOut) // 0013: a function and triggers
+	code, _, errOut = down()
 	require.Equal(t, 0, code, errOut) // 0010: a function
 	code, _, errOut = down()
 	require.Equal(t, 0, code, errOut) // 0009: empty

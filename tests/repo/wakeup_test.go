@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -269,7 +270,8 @@ func TestCommitWakesOneIdleListenerPerRow(t *testing.T) {
 	require.Empty(t, n.next(t), "nobody registered: nobody notified")
 
 	// A registration another transaction holds (its listener refreshing
-	// it) is skipped; with no other left, the commit wakes everyone.
+	// it) cannot be taken; with no other left, the commit names it and
+	// leaves it in place (migration 0013; 0010 woke everyone).
 	b.idle(t, "worker-a", time.Minute)
 	holder, err := b.db.Pool.Begin(b.ctx)
 	require.NoError(t, err)
@@ -277,9 +279,7 @@ func TestCommitWakesOneIdleListenerPerRow(t *testing.T) {
 	_, err = holder.Exec(b.ctx, `SELECT 1 FROM document_compilation_outbox_idle_listeners WHERE listener_id = 'worker-a' FOR UPDATE`)
 	require.NoError(t, err)
 	b.drv.Start(b.ctx, t, b.scope(t), nil)
-	got := n.next(t)
-	require.Len(t, got, 1)
-	require.NotContains(t, got[0], "|", "a held registration: the commit names nobody, every listener wakes")
+	require.Equal(t, []string{"worker-a"}, namedIn(t, n.next(t)), "a held registration: its listener is named")
 	require.NoError(t, holder.Rollback(b.ctx))
 	require.Equal(t, []string{"worker-a"}, b.listeners(t))
 }
@@ -300,12 +300,14 @@ func namedIn(t *testing.T, payloads []string) []string {
 // TestCommitNamesTheNextFreeRegistration: a registration another
 // transaction holds (its listener refreshing it, or another commit that
 // took it and has not finished) is skipped for the next in order (the
-// latest refreshed first), not answered by waking everyone; only when
-// every registration is held does a commit name nobody. Mutations caught:
-// the candidate taken without SKIP LOCKED (the Start waits for the
-// refresh: its deadline fails it), the fallback taken whenever the first
-// candidate is held (a payload naming nobody), candidates taken in
-// another order (the wrong name).
+// latest refreshed first), not answered by waking everyone. When every
+// registration is held, the commit names each of them and takes none
+// (migration 0013); more than eight held, it wakes everyone. Mutations
+// caught: the candidate taken without SKIP LOCKED (the Start waits for
+// the refresh: its deadline fails it), the fallback taken whenever the
+// first candidate is held (a payload naming nobody), candidates taken in
+// another order (the wrong name), 0010's fallback to everyone (0013's Down:
+// a payload naming nobody with two held), no cap (nine names).
 func TestCommitNamesTheNextFreeRegistration(t *testing.T) {
 	b := setup(t)
 	n := listenRelay(t, b)
@@ -342,14 +344,29 @@ func TestCommitNamesTheNextFreeRegistration(t *testing.T) {
 	start()
 	require.Equal(t, []string{"worker-d"}, namedIn(t, n.next(t)), "worker-a refreshing, worker-c taken by a commit in progress")
 
-	// Every registration left is held: wake everyone.
+	// Every registration left is held: name them, the last refreshed
+	// first, and take none.
 	start()
-	got := n.next(t)
-	require.Len(t, got, 1)
-	require.NotContains(t, got[0], "|", "every registration held: the commit names nobody")
+	require.Equal(t, []string{"worker-a", "worker-c"}, namedIn(t, n.next(t)), "every registration held: each is named")
 
 	require.NoError(t, other.Commit(b.ctx))
 	require.Equal(t, []string{"worker-c"}, namedIn(t, n.next(t)), "the other commit wakes the one it took")
 	require.NoError(t, refresh.Commit(b.ctx))
 	require.Equal(t, []string{"worker-a"}, b.listeners(t))
+
+	// More than eight held: wake everyone.
+	for i := range 8 {
+		b.idle(t, fmt.Sprintf("worker-%d", i), time.Minute)
+	}
+	all, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = all.Rollback(context.WithoutCancel(b.ctx)) }()
+	_, err = all.Exec(b.ctx, `SELECT 1 FROM document_compilation_outbox_idle_listeners FOR UPDATE`)
+	require.NoError(t, err)
+	start()
+	got := n.next(t)
+	require.Len(t, got, 1)
+	require.NotContains(t, got[0], "|", "nine registrations held: the commit names nobody, every listener wakes")
+	require.NoError(t, all.Rollback(b.ctx))
+	require.Len(t, b.listeners(t), 9)
 }
