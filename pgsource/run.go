@@ -93,12 +93,22 @@ func (s *Source) Run(ctx context.Context) error {
 			// Short or failed, and nothing in flight: idle.
 			wait, poll, again := l.idleWait(ctx)
 			if again {
-				s.cfg.Metrics.Add(observe.SourceRechecks, 1)
+				c := observe.SourceShortWaits // a retry's due row, still due
+				if l.idle.OnceMore() {
+					c = observe.SourceRechecks
+				}
+				s.cfg.Metrics.Add(c, 1)
 				continue
 			}
 			woke, err := s.wake.Sleep(ctx, timer, time.Now().Add(wait))
 			if err != nil {
 				return err
+			}
+			if l.idle.SkipFetch(woke) {
+				// A retry wait for a due row ran out: read the
+				// registration again before fetching (LookBeforeRetry);
+				// a fetch after it counts as the wait's.
+				continue
 			}
 			s.cfg.Metrics.Add(wokeCounter(woke, poll), 1)
 			l.short, l.failed = false, false
@@ -275,7 +285,7 @@ func (l *fetchLoop) idleWait(ctx context.Context) (wait time.Duration, poll, aga
 	}
 	wait, again = l.idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
 		PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval, CallTimeout: s.cfg.WriteTimeout,
-		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true})
+		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true, LookBeforeRetry: true})
 	if again {
 		l.short = false
 	}

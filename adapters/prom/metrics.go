@@ -136,10 +136,10 @@ var helps = map[observe.Counter]string{
 	observe.FetchExhausted:   "Attempts FetchLeases failed as exhausted instead of leasing.",
 	observe.FetchFailed:      "FetchLeases calls that failed.",
 	observe.LeasesHandedBack: "Fetched leases handed back because their slot stopped first.",
-	observe.SourceWokenNamed: "Notifications that woke the PostgreSQL source by name: a commit made a row due and took its idle registration.",
-	observe.SourceWokenAll:   "Notifications that woke the PostgreSQL source with every other idle listener (no registration free to name).",
-	observe.SourceIdlePolls:  "Idle sleeps of the PostgreSQL source that ran the whole poll interval: its idle cost.",
-	observe.SourceShortWaits: "Shorter sleeps of the PostgreSQL source that ran out: a next due time, a locked due row, a failed fetch's backoff.",
+	observe.SourceWokenNamed: "Fetches of the PostgreSQL source after a notification that named it: a commit made a row due.",
+	observe.SourceWokenAll:   "Fetches of the PostgreSQL source after a notification that named nobody and woke every listener.",
+	observe.SourceIdlePolls:  "Fetches of the PostgreSQL source after an idle sleep of the whole poll interval: its idle cost.",
+	observe.SourceShortWaits: "Fetches of the PostgreSQL source after a shorter sleep ran out: a next due time, a due row still due, a failed fetch's backoff.",
 	observe.SourceRechecks:   "Fetches of the PostgreSQL source that look once more after a new idle registration found a row due.",
 }
 

@@ -266,6 +266,14 @@ type Idle struct {
 	recheck *repo.OutboxListenerIdleResult
 	// retry is the wait before looking for a locked due row again.
 	retry time.Duration
+	// lookFirst: the wait Next returned is a retry after which the owner
+	// reads its registration again before it fetches (IdleParams.
+	// LookBeforeRetry); skipped: it did (SkipFetch), so the next reading
+	// follows that wait, not a fetch.
+	lookFirst, skipped bool
+	// onceMore: the fetch Next last asked for is a new registration's
+	// look once more (OnceMore).
+	onceMore bool
 	// refreshed is when the owner's registration was last confirmed, and
 	// nextDue when that confirmation said the next row comes due (zero:
 	// none); both zero once a look ended the registration.
@@ -282,6 +290,21 @@ func (w *Idle) Reset() { *w = Idle{} }
 func (w *Idle) Found() {
 	w.recheck = nil
 	w.retry = 0
+	w.lookFirst, w.skipped = false, false
+}
+
+// OnceMore reports whether the fetch Next last asked for (again) is a new
+// registration's look once more, not a retry's.
+func (w *Idle) OnceMore() bool { return w.onceMore }
+
+// SkipFetch is asked as a sleep ends: true when the sleep was a retry
+// wait that ran out (woke is WokeTimer) and the owner is to call Next,
+// which reads the registration again, instead of fetching. A sleep a
+// notification ended is followed by a fetch.
+func (w *Idle) SkipFetch(woke Woke) bool {
+	w.skipped = woke == WokeTimer && w.lookFirst
+	w.lookFirst = false
+	return w.skipped
 }
 
 // IdleParams is what Idle.Next needs of its owner.
@@ -299,6 +322,20 @@ type IdleParams struct {
 	// CallTimeout bounds the registration's statement (none when zero):
 	// one on a connection that died without a word ends by it.
 	CallTimeout time.Duration
+	// LookBeforeRetry: a due row the registration reports is not fetched
+	// at once but looked at again, with the registration, after each retry
+	// wait (SkipFetch), and fetched only while it stays due past the
+	// FollowUp wait: it is most often one a commit just made due and woke
+	// another listener for, which takes it meanwhile. Not after a new
+	// registration's look once more, whose due row may be one no commit
+	// woke anybody for: that is fetched at once; nor after a refused
+	// registration, which keeps fetching at the retry pace (a transaction
+	// holding the wake-up lock for long, its check run early by SET
+	// CONSTRAINTS, refuses every registration meanwhile, and a fleet with
+	// none left in place is woken by nobody). A direct source sets it:
+	// in an idle fleet every refresh that falls while a row waits for its
+	// woken listener would otherwise fetch too.
+	LookBeforeRetry bool
 	// register replaces repo.OutboxListenerIdle on Pool, in tests.
 	register func(context.Context) (*repo.OutboxListenerIdleResult, error)
 	// TrustFresh skips the registration's refresh while it is young (a
@@ -319,6 +356,8 @@ func (p *IdleParams) TTL() time.Duration { return 2*p.PollInterval + 10*time.Sec
 func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, again bool) {
 	res := w.recheck
 	w.recheck = nil
+	looked := w.skipped // this reading follows a retry wait, not a fetch
+	w.skipped, w.lookFirst, w.onceMore = false, false, false
 	if res == nil {
 		if !p.Listening {
 			// Not listening (or LISTEN lost, which ends the registration):
@@ -351,18 +390,26 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 				if err == nil {
 					res = look
 				}
-				w.recheck = res
+				w.recheck, w.onceMore = res, true
 				return 0, true
 			}
 			res = look
 		}
 	}
 	w.noteRegistration(res)
-	if !res.Registered || res.NextDueIn != nil && *res.NextDueIn <= 0 {
+	due := res.NextDueIn != nil && *res.NextDueIn <= 0
+	if !res.Registered || due {
+		if p.LookBeforeRetry && due && res.Registered && looked && w.retry >= p.FollowUp {
+			// Still due after the whole backoff: fetch it; the answer
+			// stands for the reading after that fetch.
+			w.recheck = res
+			return 0, true
+		}
 		// A commit was checking at that instant, or a due row's lock was
 		// held: look again soon, backing off to the follow-up pace while
 		// it lasts (a notification still wakes the owner at once).
 		w.retry = min(max(2*w.retry, time.Millisecond), p.FollowUp)
+		w.lookFirst = p.LookBeforeRetry && res.Registered
 		return w.retry, false
 	}
 	w.retry = 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -204,8 +205,89 @@ func TestNewRegistrationLooksOnceMore(t *testing.T) {
 		if len(calls) != 2 {
 			t.Errorf("%s: %d readings of the registration, want 2 (the registration, then the look once more)", c.name, len(calls))
 		}
-		if again != c.fetch || !again && wait <= 0 {
-			t.Errorf("%s: Next = %v, %v; want a fetch %v", c.name, wait, again, c.fetch)
+		if again != c.fetch || !again && wait <= 0 || again && !w.OnceMore() {
+			t.Errorf("%s: Next = %v, %v (once more %v); want a fetch %v, the look once more", c.name, wait, again, w.OnceMore(), c.fetch)
 		}
+	}
+}
+
+// With LookBeforeRetry, a due row a refresh reports is looked at again
+// with the registration after each retry wait, not fetched; fetched once
+// it is still due past the follow-up wait; forgotten when a look finds it
+// gone. A notification during a retry wait, a refused registration and a
+// new registration's due row are fetched at once. Mutations caught: no
+// look before the retry's fetch (SkipFetch false), a row still due never
+// fetched (the liveness of a due row nobody woke anybody for), a refused
+// registration waiting for the lock without fetching.
+func TestLookBeforeRetry(t *testing.T) {
+	ctx := context.Background()
+	in := func(d time.Duration) *time.Duration { return &d }
+	due := &repo.OutboxListenerIdleResult{Registered: true, NextDueIn: in(0)}
+	idle := &repo.OutboxListenerIdleResult{Registered: true}
+	params := func(answers ...*repo.OutboxListenerIdleResult) (*IdleParams, *int) {
+		n := new(int)
+		return &IdleParams{PollInterval: time.Second, FollowUp: 20 * time.Millisecond, Listening: true, LookBeforeRetry: true,
+			Log: slog.New(slog.DiscardHandler),
+			register: func(context.Context) (*repo.OutboxListenerIdleResult, error) {
+				res := answers[min(*n, len(answers)-1)]
+				*n++
+				return res, nil
+			}}, n
+	}
+
+	// A refresh reports a due row for the whole backoff: looks (1, 2, 4,
+	// 8, 16, 20 ms waits), then a fetch.
+	p, readings := params(due)
+	var w Idle
+	var waits []time.Duration
+	for {
+		wait, again := w.Next(ctx, p)
+		if again {
+			break
+		}
+		waits = append(waits, wait)
+		if !w.SkipFetch(WokeTimer) {
+			t.Fatalf("retry wait %v ran out: want a look before any fetch", wait)
+		}
+		if len(waits) > 10 {
+			t.Fatal("a row still due past the follow-up wait is never fetched")
+		}
+	}
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond, 20 * time.Millisecond}
+	if !slices.Equal(waits, want) || *readings != len(want)+1 || w.OnceMore() {
+		t.Fatalf("waits %v, %d readings, once more %v; want %v, %d readings, a retry's fetch", waits, *readings, w.OnceMore(), want, len(want)+1)
+	}
+
+	// Gone at the second look: sleep, no fetch.
+	p, _ = params(due, idle)
+	w = Idle{}
+	if wait, again := w.Next(ctx, p); again || !w.SkipFetch(WokeTimer) {
+		t.Fatalf("first reading: %v, %v; want a retry wait and a look", wait, again)
+	}
+	if wait, again := w.Next(ctx, p); again || wait != time.Second || w.SkipFetch(WokeTimer) {
+		t.Fatalf("the row gone: %v, %v; want the poll interval, no look", wait, again)
+	}
+
+	// A notification during the retry wait: fetch.
+	p, _ = params(due)
+	w = Idle{}
+	w.Next(ctx, p)
+	if w.SkipFetch(WokeNamed) {
+		t.Fatal("a notification ended the retry wait: want a fetch")
+	}
+
+	// Refused: fetch after the wait, as without LookBeforeRetry.
+	p, _ = params(&repo.OutboxListenerIdleResult{})
+	w = Idle{}
+	if _, again := w.Next(ctx, p); again || w.SkipFetch(WokeTimer) {
+		t.Fatal("a refused registration: want a fetch after the retry wait")
+	}
+
+	// Without LookBeforeRetry: fetch after every retry wait.
+	p, _ = params(due)
+	p.LookBeforeRetry = false
+	w = Idle{}
+	if _, again := w.Next(ctx, p); again || w.SkipFetch(WokeTimer) {
+		t.Fatal("LookBeforeRetry unset: want a fetch after the retry wait")
 	}
 }
