@@ -286,7 +286,8 @@ func (b *fleetBench) diagnoseFallbacks(t *testing.T) func(*testing.T) []string {
     SELECT count(*)::integer, array_agg(coalesce(substring(a.query from '-- name: (\w+)'), left(a.query, 40), 'no holder'))
       FROM "document_compilation_outbox_idle_listeners" l
       LEFT JOIN pg_locks k ON k.locktype = 'transactionid' AND k.transactionid = l.xmax AND k.mode = 'ExclusiveLock' AND k.granted
-      LEFT JOIN pg_stat_activity a ON a.pid = k.pid;
+      LEFT JOIN pg_stat_activity a ON a.pid = k.pid
+    HAVING count(*) > 0;
 `
 	if anchor.before {
 		record += anchor.line
