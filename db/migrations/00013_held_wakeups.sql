@@ -34,11 +34,11 @@
 -- 0010's; older ones wake on every notification, as before.
 --
 -- The check is a function of its own, document_compilation_outbox_wake_named,
--- and 0007's two triggers are replaced by two on it (one transaction: no
--- commit runs between them without a check). 0010's function stays as it
--- is, unused, so the Down only points the triggers back at it: a Down
--- that wrote 0010's function again would hold its DELETE, which kfsdb's
--- Down guard refuses (migrate/guard.go).
+-- on two triggers of its own that stand in for 0007's (one transaction:
+-- no commit runs between them without a check). 0010's function and
+-- 0007's triggers stay, disabled, so the Down only enables them again: a
+-- Down that wrote 0010's function again would hold its DELETE, which
+-- kfsdb's Down guard refuses (migrate/guard.go).
 
 -- +goose Up
 -- +goose StatementBegin
@@ -83,12 +83,11 @@ $$;
 -- +goose StatementEnd
 
 -- The same triggers as 0007's, on the new function, under names of their
--- own: kfsdb tells an exported database's version by its objects
--- (migrate/unrecorded.go), and 0007's names would say 0013 ran on every
--- database 0007 did.
-DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_on_insert" ON "document_compilation_outbox";
-DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_on_update" ON "document_compilation_outbox";
-DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_named_on_insert" ON "document_compilation_outbox";
+-- own (kfsdb tells an exported database's version by its objects,
+-- migrate/unrecorded.go), and 0007's disabled, not dropped: ENABLE and
+-- DISABLE TRIGGER and CREATE TRIGGER take SHARE ROW EXCLUSIVE on the
+-- outbox, which lets its readers through; DROP TRIGGER would take ACCESS
+-- EXCLUSIVE.
 CREATE CONSTRAINT TRIGGER "document_compilation_outbox_wake_named_on_insert"
   AFTER INSERT ON "document_compilation_outbox"
   DEFERRABLE INITIALLY DEFERRED
@@ -96,7 +95,6 @@ CREATE CONSTRAINT TRIGGER "document_compilation_outbox_wake_named_on_insert"
   WHEN (NEW."status" = 'pending' AND NEW."available_at" <> 'infinity')
   EXECUTE FUNCTION "document_compilation_outbox_wake_named"();
 
-DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_named_on_update" ON "document_compilation_outbox";
 CREATE CONSTRAINT TRIGGER "document_compilation_outbox_wake_named_on_update"
   AFTER UPDATE OF "status", "available_at" ON "document_compilation_outbox"
   DEFERRABLE INITIALLY DEFERRED
@@ -105,24 +103,14 @@ CREATE CONSTRAINT TRIGGER "document_compilation_outbox_wake_named_on_update"
         AND (OLD."status" <> 'pending' OR OLD."available_at" = 'infinity'))
   EXECUTE FUNCTION "document_compilation_outbox_wake_named"();
 
+ALTER TABLE "document_compilation_outbox"
+  DISABLE TRIGGER "document_compilation_outbox_wake_on_insert",
+  DISABLE TRIGGER "document_compilation_outbox_wake_on_update";
+
 -- +goose Down
-DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_named_on_insert" ON "document_compilation_outbox";
+ALTER TABLE "document_compilation_outbox"
+  ENABLE TRIGGER "document_compilation_outbox_wake_on_insert",
+  ENABLE TRIGGER "document_compilation_outbox_wake_on_update";
 DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_named_on_update" ON "document_compilation_outbox";
-DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_on_insert" ON "document_compilation_outbox";
-CREATE CONSTRAINT TRIGGER "document_compilation_outbox_wake_on_insert"
-  AFTER INSERT ON "document_compilation_outbox"
-  DEFERRABLE INITIALLY DEFERRED
-  FOR EACH ROW
-  WHEN (NEW."status" = 'pending' AND NEW."available_at" <> 'infinity')
-  EXECUTE FUNCTION "document_compilation_outbox_wake"();
-
-DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_on_update" ON "document_compilation_outbox";
-CREATE CONSTRAINT TRIGGER "document_compilation_outbox_wake_on_update"
-  AFTER UPDATE OF "status", "available_at" ON "document_compilation_outbox"
-  DEFERRABLE INITIALLY DEFERRED
-  FOR EACH ROW
-  WHEN (NEW."status" = 'pending' AND NEW."available_at" <> 'infinity'
-        AND (OLD."status" <> 'pending' OR OLD."available_at" = 'infinity'))
-  EXECUTE FUNCTION "document_compilation_outbox_wake"();
-
+DROP TRIGGER IF EXISTS "document_compilation_outbox_wake_named_on_insert" ON "document_compilation_outbox";
 DROP FUNCTION IF EXISTS "document_compilation_outbox_wake_named"();

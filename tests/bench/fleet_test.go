@@ -223,7 +223,7 @@ type migrationSection struct {
 var wakeupChecks = []wakeupCheck{
 	// Migration 0007's: every commit that made a row due while anyone was
 	// registered idle notified every listener (0010's Down restores it,
-	// once 0013's has pointed the triggers back at its function).
+	// once 0013's has enabled 0007's triggers again).
 	{"broadcast", []migrationSection{{"00013_held_wakeups.sql", true}, {"00010_targeted_wakeups.sql", true}}},
 	// Migration 0010's: one registered idle listener per row made due,
 	// named in the payload; everyone woken when every registration is
@@ -232,7 +232,7 @@ var wakeupChecks = []wakeupCheck{
 	// Migration 0013's: as 0010's, and a commit that finds every
 	// registration held names those listeners (up to eight) instead of
 	// waking every process.
-	{"held", []migrationSection{{"00010_targeted_wakeups.sql", false}, {"00013_held_wakeups.sql", false}}},
+	{"held", []migrationSection{{"00013_held_wakeups.sql", true}, {"00010_targeted_wakeups.sql", false}, {"00013_held_wakeups.sql", false}}},
 }
 
 // migratedWakeups is the wake-up check of a migrated database.
