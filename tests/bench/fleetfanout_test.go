@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +90,8 @@ type wakeWindow struct {
 	before map[observe.Counter]float64
 	notes  *payloadCounter
 	t0     time.Time
+	// scraped is the middle of the scrape before.
+	scraped time.Time
 	// fallbacks reads the fallbacks' records (diagnoseFallbacks), nil
 	// with FLEET_FANOUT_DIAGNOSE=0.
 	fallbacks func(*testing.T) []string
@@ -96,7 +99,11 @@ type wakeWindow struct {
 
 // wakeCounts is what a wakeWindow counted.
 type wakeCounts struct {
-	window          time.Duration
+	window time.Duration
+	// scrapes is the time between the middles of the scrapes before and
+	// after: the processes' counters' window, a little longer than the
+	// statements'.
+	scrapes         time.Duration
 	calls           map[string]int64
 	named, everyone int
 	distinct        int
@@ -110,7 +117,9 @@ func (b *fleetBench) beginWakeWindow(t *testing.T, procs []*workerProc) *wakeWin
 	if envString("FLEET_FANOUT_DIAGNOSE", "1") != "0" {
 		w.fallbacks = b.diagnoseFallbacks(t)
 	}
+	begin := time.Now()
 	w.before = scrapeFleet(t, procs)
+	w.scraped = begin.Add(time.Since(begin) / 2)
 	w.notes = b.countPayloads(t)
 	b.resetStatements(t)
 	w.t0 = b.serverNow(t)
@@ -121,7 +130,9 @@ func (w *wakeWindow) end(t *testing.T) *wakeCounts {
 	t.Helper()
 	c := &wakeCounts{window: w.b.serverNow(t).Sub(w.t0), calls: w.b.callsByName(t), delta: map[observe.Counter]float64{}}
 	c.named, c.everyone, c.distinct = w.notes.stop(t)
+	begin := time.Now()
 	after := scrapeFleet(t, w.procs)
+	c.scrapes = begin.Add(time.Since(begin) / 2).Sub(w.scraped)
 	for k, v := range after {
 		c.delta[k] = v - w.before[k]
 	}
@@ -134,18 +145,22 @@ func (w *wakeWindow) end(t *testing.T) *wakeCounts {
 // fields formats the counts per Start (starts of them), each name
 // prefixed with prefix. Idle polls are the fleet's idle cost (one per
 // PollInterval per idle process, whatever the Starts): fetches are given
-// with and without them.
+// with and without them, the polls taken at the rate the counters saw
+// over the statements' window.
 func (c *wakeCounts) fields(prefix string, starts int) string {
 	per := func(v float64) float64 { return v / float64(max(starts, 1)) }
 	d := c.delta
 	polls := d[observe.SourceIdlePolls]
 	causes := d[observe.SourceWokenNamed] + d[observe.SourceWokenAll] + polls + d[observe.SourceShortWaits] + d[observe.SourceRechecks]
+	if c.scrapes > c.window {
+		polls *= c.window.Seconds() / c.scrapes.Seconds()
+	}
 	fetches := float64(c.calls["FetchLeases"])
-	return strings.NewReplacer("@", prefix).Replace(fmt.Sprintf("@window_s=%.1f @fetches_per_start=%.2f @idle_polls_per_start=%.2f @idle_polls_per_s=%.1f "+
+	return strings.NewReplacer("@", prefix).Replace(fmt.Sprintf("@window_s=%.1f @scrapes_s=%.1f @fetches_per_start=%.2f @idle_polls_per_start=%.2f @idle_polls_per_s=%.1f "+
 		"@fetches_per_start_less_idle_polls=%.2f @notify_named_per_start=%.2f @notify_everyone_per_start=%.2f @listeners_named=%d "+
 		"@woken_named_per_start=%.2f @woken_all_per_start=%.2f @short_waits_per_start=%.2f @rechecks_per_start=%.2f @other_fetches_per_start=%.2f "+
 		"@registrations_per_start=%.2f @fallbacks=%d @fallback_holders=%s",
-		c.window.Seconds(), per(fetches), per(polls), polls/c.window.Seconds(), per(fetches-polls),
+		c.window.Seconds(), c.scrapes.Seconds(), per(fetches), per(polls), polls/c.window.Seconds(), per(fetches-polls),
 		per(float64(c.named)), per(float64(c.everyone)), c.distinct,
 		per(d[observe.SourceWokenNamed]), per(d[observe.SourceWokenAll]), per(d[observe.SourceShortWaits]), per(d[observe.SourceRechecks]),
 		per(d[observe.Fetches]-causes), per(float64(c.calls["OutboxListenerIdle"])), len(c.held), holderSummary(c.held)))
@@ -357,38 +372,59 @@ func holderSummary(held []string) string {
 var metricsLine = regexp.MustCompile(`serving metrics on (http://\S+/metrics)`)
 
 // scrapeFleet sums the processes' source counters (observe) from their
-// metrics endpoints.
+// metrics endpoints, scraped all at once: each scrape also reads the
+// backlog gauges from the database (slow on a loaded server), and
+// scraped one after another the processes' windows would outlast the
+// statements' by all those scrapes (idle polls counted that were not in
+// the statements' window).
 func scrapeFleet(t *testing.T, procs []*workerProc) map[observe.Counter]float64 {
 	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second}
+	counts := make([]map[observe.Counter]float64, len(procs))
+	errs := make([]error, len(procs))
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Go(func() { counts[i], errs[i] = scrapeProc(client, p) })
+	}
+	wg.Wait()
 	sums := map[observe.Counter]float64{}
-	client := &http.Client{Timeout: 10 * time.Second}
-	for _, p := range procs {
-		m := metricsLine.FindStringSubmatch(p.out.String())
-		if m == nil {
-			t.Fatalf("a fleet process printed no metrics address:\n%s", p.out.String())
+	for i := range procs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
 		}
-		resp, err := client.Get(m[1])
-		if err != nil {
-			t.Fatalf("scrape %s: %v", m[1], err)
-		}
-		body, err := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("scrape %s: %v (status %d)", m[1], err, resp.StatusCode)
-		}
-		sc := bufio.NewScanner(strings.NewReader(string(body)))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			f := strings.Fields(sc.Text())
-			if len(f) != 2 || !strings.HasPrefix(f[0], "kfsdb_") || !strings.HasSuffix(f[0], "_total") {
-				continue
-			}
-			v, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				continue
-			}
-			sums[observe.Counter(strings.TrimSuffix(strings.TrimPrefix(f[0], "kfsdb_"), "_total"))] += v
+		for k, v := range counts[i] {
+			sums[k] += v
 		}
 	}
 	return sums
+}
+
+// scrapeProc reads one process's kfsdb counters.
+func scrapeProc(client *http.Client, p *workerProc) (map[observe.Counter]float64, error) {
+	m := metricsLine.FindStringSubmatch(p.out.String())
+	if m == nil {
+		return nil, fmt.Errorf("a fleet process printed no metrics address:\n%s", p.out.String())
+	}
+	resp, err := client.Get(m[1])
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", m[1], err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %v (status %d)", m[1], err, resp.StatusCode)
+	}
+	out := map[observe.Counter]float64{}
+	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 || !strings.HasPrefix(f[0], "kfsdb_") || !strings.HasSuffix(f[0], "_total") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+			out[observe.Counter(strings.TrimSuffix(strings.TrimPrefix(f[0], "kfsdb_"), "_total"))] += v
+		}
+	}
+	return out, nil
 }
