@@ -36,6 +36,8 @@
 # for), FLEET_WAKEUPS ("held targeted broadcast": the wake-up checks of
 # migrations 0013, 0010 and 0007, for direct and fanout),
 # FLEET_FANOUT_DIAGNOSE (1; 0 leaves the wake-up function unrecorded),
+# FLEET_FANOUT_LISTENERS ("0 1 FLEET_PROCESSES": the idle fleets fanout
+# measures),
 # FLEET_FANOUT_STARTS (200),
 # FLEET_FANOUT_GAP (50ms), FLEET_FANOUT_SECONDS (5), FLEET_MAX_CONNS (each
 # fleet process's pool; default 2*slots+4), FLEET_MAX_CONNECTIONS (the

@@ -37,6 +37,7 @@ type fleetConfig struct {
 	bouncerPool, fanoutStarts    int
 	fanoutGap                    time.Duration
 	fanoutSeconds, maxAttempts   int
+	fanoutListeners              []int
 	maxConns                     int
 }
 
@@ -81,6 +82,17 @@ func fleetConfigFromEnv(t *testing.T) *fleetConfig {
 		}
 	}
 	c.bouncerPollInterval = envDuration(t, "FLEET_PGBOUNCER_POLL_INTERVAL", 100*time.Millisecond)
+	c.fanoutListeners = slices.Compact([]int{0, 1, c.processes})
+	if s := os.Getenv("FLEET_FANOUT_LISTENERS"); s != "" {
+		c.fanoutListeners = nil
+		for f := range strings.FieldsSeq(s) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 0 {
+				t.Fatalf("FLEET_FANOUT_LISTENERS=%q: want counts of idle processes, space-separated", s)
+			}
+			c.fanoutListeners = append(c.fanoutListeners, n)
+		}
+	}
 	return c
 }
 
@@ -159,7 +171,7 @@ func TestFleet(t *testing.T) {
 		case "fanout":
 			for _, wake := range c.wakeups {
 				b.setWakeups(t, wake)
-				for _, n := range slices.Compact([]int{0, 1, c.processes}) {
+				for _, n := range c.fanoutListeners {
 					b.fanout(t, wake, n, procSpec{bin: c.bin, url: c.directURL(b.url), workers: 1, concurrency: c.slots,
 						stepDelay: c.stepDelay, pollJitter: c.pollJitter, pollInterval: c.pollInterval, maxConns: c.maxConns, idPrefix: "fanout"})
 				}
