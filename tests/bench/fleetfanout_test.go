@@ -159,11 +159,12 @@ func (c *wakeCounts) fields(prefix string, starts int) string {
 	return strings.NewReplacer("@", prefix).Replace(fmt.Sprintf("@window_s=%.1f @scrapes_s=%.1f @fetches_per_start=%.2f @idle_polls_per_start=%.2f @idle_polls_per_s=%.1f "+
 		"@fetches_per_start_less_idle_polls=%.2f @notify_named_per_start=%.2f @notify_everyone_per_start=%.2f @listeners_named=%d "+
 		"@woken_named_per_start=%.2f @woken_all_per_start=%.2f @short_waits_per_start=%.2f @rechecks_per_start=%.2f @other_fetches_per_start=%.2f "+
-		"@registrations_per_start=%.2f @fallbacks=%d @fallback_holders=%s",
+		"@registrations_per_start=%.2f @leases_per_fetch=%.2f @fallbacks=%d @fallback_holders=%s",
 		c.window.Seconds(), c.scrapes.Seconds(), per(fetches), per(polls), polls/c.window.Seconds(), per(fetches-polls),
 		per(float64(c.named)), per(float64(c.everyone)), c.distinct,
 		per(d[observe.SourceWokenNamed]), per(d[observe.SourceWokenAll]), per(d[observe.SourceShortWaits]), per(d[observe.SourceRechecks]),
-		per(d[observe.Fetches]-causes), per(float64(c.calls["OutboxListenerIdle"])), len(c.held), holderSummary(c.held)))
+		per(d[observe.Fetches]-causes), per(float64(c.calls["OutboxListenerIdle"])),
+		d[observe.FetchedLeases]/max(d[observe.Fetches], 1), len(c.held), holderSummary(c.held)))
 }
 
 // callsByName are pg_stat_statements' calls since the reset in this
