@@ -111,6 +111,9 @@ func (s *Source) Run(ctx context.Context) error {
 				continue
 			}
 			s.cfg.Metrics.Add(wokeCounter(woke, poll), 1)
+			if woke == pglisten.WokeTimer && poll {
+				l.idle.Polled()
+			}
 			l.short, l.failed = false, false
 			continue
 		}

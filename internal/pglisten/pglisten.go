@@ -271,6 +271,9 @@ type Idle struct {
 	// LookBeforeRetry); skipped: it did (SkipFetch), so the next reading
 	// follows that wait, not a fetch.
 	lookFirst, skipped bool
+	// polled: the owner's last sleep was a whole PollInterval that
+	// nothing cut short (Polled).
+	polled bool
 	// onceMore: the fetch Next last asked for is a new registration's
 	// look once more (OnceMore).
 	onceMore bool
@@ -290,8 +293,13 @@ func (w *Idle) Reset() { *w = Idle{} }
 func (w *Idle) Found() {
 	w.recheck = nil
 	w.retry = 0
-	w.lookFirst, w.skipped = false, false
+	w.lookFirst, w.skipped, w.polled = false, false, false
 }
+
+// Polled: the owner slept a whole PollInterval that nothing cut short,
+// and fetches now; the reading of the registration after that fetch is
+// a poll's.
+func (w *Idle) Polled() { w.polled = true }
 
 // OnceMore reports whether the fetch Next last asked for (again) is a new
 // registration's look once more, not a retry's.
@@ -332,9 +340,14 @@ type IdleParams struct {
 	// registration, which keeps fetching at the retry pace (a transaction
 	// holding the wake-up lock for long, its check run early by SET
 	// CONSTRAINTS, refuses every registration meanwhile, and a fleet with
-	// none left in place is woken by nobody). A direct source sets it:
-	// in an idle fleet every refresh that falls while a row waits for its
-	// woken listener would otherwise fetch too.
+	// none left in place is woken by nobody). A refresh after an idle poll
+	// (Polled) that reports a due row starts no retries at all: the row
+	// is a woken listener's, which retries it itself if its lock was held,
+	// or a fetch's in flight; the next poll looks again. A direct source
+	// sets it: in an idle fleet every refresh that falls while a row waits
+	// for its woken listener would otherwise fetch too, and in a burst of
+	// Starts, when a row is nearly always due, every idle process would
+	// fetch at the follow-up pace.
 	LookBeforeRetry bool
 	// register replaces repo.OutboxListenerIdle on Pool, in tests.
 	register func(context.Context) (*repo.OutboxListenerIdleResult, error)
@@ -357,7 +370,8 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 	res := w.recheck
 	w.recheck = nil
 	looked := w.skipped // this reading follows a retry wait, not a fetch
-	w.skipped, w.lookFirst, w.onceMore = false, false, false
+	polled := w.polled  // it follows an idle poll's fetch
+	w.skipped, w.lookFirst, w.onceMore, w.polled = false, false, false, false
 	if res == nil {
 		if !p.Listening {
 			// Not listening (or LISTEN lost, which ends the registration):
@@ -398,6 +412,14 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 	}
 	w.noteRegistration(res)
 	due := res.NextDueIn != nil && *res.NextDueIn <= 0
+	if p.LookBeforeRetry && due && polled && res.Registered && !res.Inserted {
+		// A refresh after an idle poll whose fetch found nothing: the due
+		// row is another's (a woken listener's, whose own look once more
+		// and retries follow it, or a fetch's in flight). Sleep; the next
+		// poll looks again.
+		w.retry, w.nextDue = 0, time.Time{}
+		return p.PollInterval, false
+	}
 	if !res.Registered || due {
 		if p.LookBeforeRetry && due && res.Registered && looked && w.retry >= p.FollowUp {
 			// Still due after the whole backoff: fetch it; the answer

@@ -214,11 +214,12 @@ func TestNewRegistrationLooksOnceMore(t *testing.T) {
 // With LookBeforeRetry, a due row a refresh reports is looked at again
 // with the registration after each retry wait, not fetched; fetched once
 // it is still due past the follow-up wait; forgotten when a look finds it
-// gone. A notification during a retry wait, a refused registration and a
+// gone; not retried at all when the refresh follows an idle poll. A notification during a retry wait, a refused registration and a
 // new registration's due row are fetched at once. Mutations caught: no
 // look before the retry's fetch (SkipFetch false), a row still due never
 // fetched (the liveness of a due row nobody woke anybody for), a refused
-// registration waiting for the lock without fetching.
+// registration waiting for the lock without fetching, a poll's refresh
+// that starts retries for a row another listener was woken for.
 func TestLookBeforeRetry(t *testing.T) {
 	ctx := context.Background()
 	in := func(d time.Duration) *time.Duration { return &d }
@@ -281,6 +282,22 @@ func TestLookBeforeRetry(t *testing.T) {
 	w = Idle{}
 	if _, again := w.Next(ctx, p); again || w.SkipFetch(WokeTimer) {
 		t.Fatal("a refused registration: want a fetch after the retry wait")
+	}
+
+	// A refresh after an idle poll reports a due row: no retries, sleep
+	// until the next poll (the row is a woken listener's); a new
+	// registration after it still fetches the row at once.
+	p, _ = params(due)
+	w = Idle{}
+	w.Polled()
+	if wait, again := w.Next(ctx, p); again || wait != time.Second || w.SkipFetch(WokeTimer) {
+		t.Fatalf("a poll's refresh with a due row: %v, %v; want the poll interval, no look", wait, again)
+	}
+	p, _ = params(&repo.OutboxListenerIdleResult{Registered: true, Inserted: true}, due)
+	w = Idle{}
+	w.Polled()
+	if _, again := w.Next(ctx, p); !again || !w.OnceMore() {
+		t.Fatal("a poll's new registration with a due row: want the look once more's fetch")
 	}
 
 	// Without LookBeforeRetry: fetch after every retry wait.
