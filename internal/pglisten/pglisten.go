@@ -272,8 +272,9 @@ type Idle struct {
 	// follows that wait, not a fetch.
 	lookFirst, skipped bool
 	// polled: the owner's last sleep was a whole PollInterval that
-	// nothing cut short (Polled).
-	polled bool
+	// nothing cut short (Polled). retried: the fetch Next last asked for
+	// is a retry's, for a row still due past the follow-up wait.
+	polled, retried bool
 	// onceMore: the fetch Next last asked for is a new registration's
 	// look once more (OnceMore).
 	onceMore bool
@@ -293,7 +294,7 @@ func (w *Idle) Reset() { *w = Idle{} }
 func (w *Idle) Found() {
 	w.recheck = nil
 	w.retry = 0
-	w.lookFirst, w.skipped, w.polled = false, false, false
+	w.lookFirst, w.skipped, w.polled, w.retried = false, false, false, false
 }
 
 // Polled: the owner slept a whole PollInterval that nothing cut short,
@@ -332,9 +333,13 @@ type IdleParams struct {
 	CallTimeout time.Duration
 	// LookBeforeRetry: a due row the registration reports is not fetched
 	// at once but looked at again, with the registration, after each retry
-	// wait (SkipFetch), and fetched only while it stays due past the
+	// wait (SkipFetch), and fetched once if it is still due past the
 	// FollowUp wait: it is most often one a commit just made due and woke
-	// another listener for, which takes it meanwhile. Not after a new
+	// another listener for, which takes it meanwhile. If that fetch finds
+	// nothing either, the row is one a fetch in flight holds: the owner
+	// sleeps until its next poll, instead of fetching at the follow-up pace
+	// for as long as rows keep coming due (in a burst of Starts, every
+	// process woken once did so until the burst ended). Not after a new
 	// registration's look once more, whose due row may be one no commit
 	// woke anybody for: that is fetched at once; nor after a refused
 	// registration, which keeps fetching at the retry pace (a transaction
@@ -369,9 +374,10 @@ func (p *IdleParams) TTL() time.Duration { return 2*p.PollInterval + 10*time.Sec
 func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, again bool) {
 	res := w.recheck
 	w.recheck = nil
-	looked := w.skipped // this reading follows a retry wait, not a fetch
-	polled := w.polled  // it follows an idle poll's fetch
-	w.skipped, w.lookFirst, w.onceMore, w.polled = false, false, false, false
+	looked := w.skipped  // this reading follows a retry wait, not a fetch
+	polled := w.polled   // it follows an idle poll's fetch
+	retried := w.retried // it follows a retry's fetch that found nothing
+	w.skipped, w.lookFirst, w.onceMore, w.polled, w.retried = false, false, false, false, false
 	if res == nil {
 		if !p.Listening {
 			// Not listening (or LISTEN lost, which ends the registration):
@@ -412,19 +418,19 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 	}
 	w.noteRegistration(res)
 	due := res.NextDueIn != nil && *res.NextDueIn <= 0
-	if p.LookBeforeRetry && due && polled && res.Registered && !res.Inserted {
-		// A refresh after an idle poll whose fetch found nothing: the due
-		// row is another's (a woken listener's, whose own look once more
-		// and retries follow it, or a fetch's in flight). Sleep; the next
-		// poll looks again.
+	if p.LookBeforeRetry && due && res.Registered && (polled && !res.Inserted || retried) {
+		// A refresh after an idle poll whose fetch found nothing, or a
+		// retry's fetch that found nothing: the due row is another's (a
+		// woken listener's, whose own look once more and retry follow it,
+		// or a fetch's in flight). Sleep; the next poll looks again.
 		w.retry, w.nextDue = 0, time.Time{}
 		return p.PollInterval, false
 	}
 	if !res.Registered || due {
 		if p.LookBeforeRetry && due && res.Registered && looked && w.retry >= p.FollowUp {
-			// Still due after the whole backoff: fetch it; the answer
-			// stands for the reading after that fetch.
-			w.recheck = res
+			// Still due after the whole backoff: fetch it, once; the
+			// answer stands for the reading after that fetch.
+			w.recheck, w.retried = res, true
 			return 0, true
 		}
 		// A commit was checking at that instant, or a due row's lock was

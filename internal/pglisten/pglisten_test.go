@@ -214,12 +214,14 @@ func TestNewRegistrationLooksOnceMore(t *testing.T) {
 // With LookBeforeRetry, a due row a refresh reports is looked at again
 // with the registration after each retry wait, not fetched; fetched once
 // it is still due past the follow-up wait; forgotten when a look finds it
-// gone; not retried at all when the refresh follows an idle poll. A notification during a retry wait, a refused registration and a
+// gone; fetched once only (a row still due after that is a fetch's in
+// flight); not retried at all when the refresh follows an idle poll. A notification during a retry wait, a refused registration and a
 // new registration's due row are fetched at once. Mutations caught: no
 // look before the retry's fetch (SkipFetch false), a row still due never
 // fetched (the liveness of a due row nobody woke anybody for), a refused
 // registration waiting for the lock without fetching, a poll's refresh
-// that starts retries for a row another listener was woken for.
+// that starts retries for a row another listener was woken for, retries
+// at the follow-up pace while rows keep coming due.
 func TestLookBeforeRetry(t *testing.T) {
 	ctx := context.Background()
 	in := func(d time.Duration) *time.Duration { return &d }
@@ -257,6 +259,11 @@ func TestLookBeforeRetry(t *testing.T) {
 	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 4 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond, 20 * time.Millisecond}
 	if !slices.Equal(waits, want) || *readings != len(want)+1 || w.OnceMore() {
 		t.Fatalf("waits %v, %d readings, once more %v; want %v, %d readings, a retry's fetch", waits, *readings, w.OnceMore(), want, len(want)+1)
+	}
+	// That fetch found nothing: the row is a fetch's in flight; sleep
+	// until the next poll, no more retries.
+	if wait, again := w.Next(ctx, p); again || wait != time.Second || w.SkipFetch(WokeTimer) || *readings != len(want)+1 {
+		t.Fatalf("after the retry's empty fetch: %v, %v, %d readings; want the poll interval, no reading", wait, again, *readings)
 	}
 
 	// Gone at the second look: sleep, no fetch.
