@@ -65,7 +65,7 @@ func TestSQL(t *testing.T) {
 	require.Contains(t, none, "(no migration after version")
 
 	_, err = SQL(DirectionUp, 5, SQLOptions{})
-	require.ErrorContains(t, err, "--from 5 is not 0 or a migration version (1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12)")
+	require.ErrorContains(t, err, "--from 5 is not 0 or a migration version (1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13)")
 	_, err = SQL("sideways", 0, SQLOptions{})
 	require.ErrorContains(t, err, `direction must be "up" or "down"`)
 }

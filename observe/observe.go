@@ -51,6 +51,35 @@ const (
 	// LeasesHandedBack counts leases fetched for slots that stopped before
 	// taking them, handed back as the source stopped.
 	LeasesHandedBack Counter = "source_leases_handed_back"
+	// Why an idle source fetched again, one count per fetch after an idle
+	// sleep, so with Fetches these say what a fleet's fetches come from
+	// (docs/AGEING.md, "Wake-ups with an idle fleet").
+	//
+	// SourceWokenNamed counts fetches after a notification that named the
+	// source: a commit made a row due and woke this one idle listener
+	// (migration 0010), or found every registration held and named this
+	// one's (0013).
+	SourceWokenNamed Counter = "source_woken_named"
+	// SourceWokenAll counts fetches after a notification that named nobody
+	// and woke every listener (a commit under REPEATABLE READ or
+	// SERIALIZABLE, or one that found every idle registration held by
+	// another transaction: always before migration 0013, more than eight
+	// since), and after LISTEN (re)established.
+	SourceWokenAll Counter = "source_woken_all"
+	// SourceIdlePolls counts fetches after a sleep of a whole PollInterval
+	// that nothing cut short: the idle cost, one per PollInterval per idle
+	// source.
+	SourceIdlePolls Counter = "source_idle_polls"
+	// SourceShortWaits counts fetches after a shorter sleep ran out: until
+	// the next row's due time, a failed fetch's backoff, or a retry wait
+	// for a due row (fetched once reading the registration again still
+	// found it due past the follow-up wait).
+	SourceShortWaits Counter = "source_short_waits"
+	// SourceRechecks counts the fetches that look once more after a new
+	// idle registration (a commit that checked just before it woke nobody
+	// for this source): only when reading the registration again found a
+	// row due, or found it taken again.
+	SourceRechecks Counter = "source_rechecks"
 )
 
 // Counters returns every Counter the relay, the worker and the PostgreSQL
@@ -61,6 +90,7 @@ func Counters() []Counter {
 		LeasesAcquired, LeasesLost, Completed, Failed, Retried, Exhausted, Panicked,
 		StaleDeliveries, DeferredDelivery, PendingWaits, HandlersAbandoned, EventsDropped,
 		Fetches, FetchedLeases, FetchExhausted, FetchFailed, LeasesHandedBack,
+		SourceWokenNamed, SourceWokenAll, SourceIdlePolls, SourceShortWaits, SourceRechecks,
 	}
 }
 

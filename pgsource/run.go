@@ -91,12 +91,28 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 		if l.inFlight == 0 {
 			// Short or failed, and nothing in flight: idle.
-			wait, again := l.idleWait(ctx)
+			wait, poll, again := l.idleWait(ctx)
 			if again {
+				c := observe.SourceShortWaits // a retry's due row, still due
+				if l.idle.OnceMore() {
+					c = observe.SourceRechecks
+				}
+				s.cfg.Metrics.Add(c, 1)
 				continue
 			}
-			if err := s.wake.Sleep(ctx, timer, time.Now().Add(wait)); err != nil {
+			woke, err := s.wake.Sleep(ctx, timer, time.Now().Add(wait))
+			if err != nil {
 				return err
+			}
+			if l.idle.SkipFetch(woke) {
+				// A retry wait for a due row ran out: read the
+				// registration again before fetching (LookBeforeRetry);
+				// a fetch after it counts as the wait's.
+				continue
+			}
+			s.cfg.Metrics.Add(wokeCounter(woke, poll), 1)
+			if woke == pglisten.WokeTimer && poll {
+				l.idle.Polled()
 			}
 			l.short, l.failed = false, false
 			continue
@@ -238,32 +254,49 @@ func (l *fetchLoop) deliver(ctx context.Context, pending []*request, f fetched) 
 	return pending
 }
 
-// idleWait decides the sleep after a short or failed fetch; again asks for
-// one more fetch first (a new idle registration's look once more).
-func (l *fetchLoop) idleWait(ctx context.Context) (time.Duration, bool) {
+// wokeCounter is the counter of a sleep's end: woken by a notification,
+// or its timer ran out (a whole PollInterval: poll).
+func wokeCounter(woke pglisten.Woke, poll bool) observe.Counter {
+	switch {
+	case woke == pglisten.WokeNamed:
+		return observe.SourceWokenNamed
+	case woke == pglisten.WokeAll:
+		return observe.SourceWokenAll
+	case poll:
+		return observe.SourceIdlePolls
+	default:
+		return observe.SourceShortWaits
+	}
+}
+
+// idleWait decides the sleep after a short or failed fetch (poll: a whole
+// PollInterval, possibly jittered); again asks for one more fetch first (a
+// new idle registration's look once more found a row due).
+func (l *fetchLoop) idleWait(ctx context.Context) (wait time.Duration, poll, again bool) {
 	s := l.s
 	if l.failed {
 		// Not a whole PollInterval (an hour, for an idle fleet): a server
 		// back from a failover, or a dead connection replaced, is tried
 		// again within seconds.
-		return backoff.Retry(l.failures, s.cfg.PollInterval), false
+		return backoff.Retry(l.failures, s.cfg.PollInterval), false, false
 	}
 	if s.wake.TakeTaken() {
 		// A commit took the registration out as it woke this source
-		// (migration 0010): register again, and look once more.
+		// (migration 0010): register again, and look once more
+		// (pglisten.Idle.Next).
 		l.idle.Reset()
 	}
-	wait, again := l.idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
+	wait, again = l.idle.Next(ctx, &pglisten.IdleParams{Repo: s.cfg.Repo, Pool: s.pool, Log: s.log, ID: s.workerID,
 		PollInterval: s.cfg.PollInterval, FollowUp: s.cfg.FollowUpInterval, CallTimeout: s.cfg.WriteTimeout,
-		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true,
+		Listening: !s.cfg.PollOnly && s.listening.Load(), TrustFresh: true, LookBeforeRetry: true,
 		Partial: s.cfg.Tenants != nil || len(s.cfg.ExcludeTenants) > 0})
 	if again {
 		l.short = false
 	}
-	if wait == s.cfg.PollInterval {
+	if poll = wait == s.cfg.PollInterval; poll {
 		wait = jittered(wait, s.cfg.PollJitter, rand.Float64)
 	}
-	return wait, again
+	return wait, poll, again
 }
 
 // jittered is d shortened by up to frac of it, by r's draw (0 ≤ r() < 1).

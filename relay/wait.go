@@ -86,7 +86,8 @@ func (r *Relay) awake(ctx context.Context) {
 
 // sleep waits until deadline, or until a notification says a row is due.
 func (r *Relay) sleep(ctx context.Context, timer *time.Timer, deadline time.Time) error {
-	return r.wake.Sleep(ctx, timer, deadline)
+	_, err := r.wake.Sleep(ctx, timer, deadline)
+	return err
 }
 
 // listen holds one pooled connection in LISTEN and notes notifications in

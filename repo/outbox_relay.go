@@ -113,8 +113,10 @@ type OutboxListenerIdleResult struct {
 	// false (a commit was checking at that instant), the relay must poll
 	// again shortly instead of sleeping.
 	Registered bool
-	// Inserted: the registration is new. Claim once more before sleeping;
-	// a row committed just before the registration is found by that claim.
+	// Inserted: the registration is new. Look once more before sleeping:
+	// a row committed just before the registration is visible to any
+	// statement begun after it, such as OutboxListenerIdle again (then a
+	// refresh, whose NextDueIn says whether to claim) or a claim.
 	Inserted bool
 	// NextDueIn is how long until the earliest outbox row is or becomes
 	// due, by the database's clock; nil when none will (only deferred rows

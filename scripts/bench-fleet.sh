@@ -13,7 +13,13 @@
 #              and poll-only through PgBouncer when that mode is chosen)
 #   fanout     Start's latency and throughput with 0, 1 and
 #              FLEET_PROCESSES idle listening processes, and the fetches
-#              (wake-ups) each Start causes
+#              (wake-ups) each Start causes, paced and in an unpaced
+#              burst: fetches per Start with and without the idle polls,
+#              notifications by kind (naming a listener or everyone),
+#              each process's reasons to fetch (observe.SourceWoken*,
+#              SourceIdlePolls, SourceShortWaits, SourceRechecks, scraped
+#              from --metrics-listen), registrations, and the statements
+#              that held every registration when a commit found none free
 # Latency is Start -> the completion's commit (track_commit_timestamp);
 # statements from pg_stat_statements, connections from pg_stat_activity
 # (application_name kfsdb-fleet-worker), server CPU from the container's
@@ -27,8 +33,11 @@
 # FLEET_POLL_INTERVAL (the source's, 1s), FLEET_POLL_JITTER (the
 # source's, 0), FLEET_PGBOUNCER_POOL (20), FLEET_PGBOUNCER_POLL_INTERVAL
 # (100ms: a poll-only source waits that long for work it was not woken
-# for), FLEET_WAKEUPS ("targeted broadcast": migration 0010's wake-ups and
-# 0007's it replaced, the before and after, for direct and fanout),
+# for), FLEET_WAKEUPS ("held targeted broadcast": the wake-up checks of
+# migrations 0013, 0010 and 0007, for direct and fanout),
+# FLEET_FANOUT_DIAGNOSE (1; 0 leaves the wake-up function unrecorded),
+# FLEET_FANOUT_LISTENERS ("0 1 FLEET_PROCESSES": the idle fleets fanout
+# measures),
 # FLEET_FANOUT_STARTS (200),
 # FLEET_FANOUT_GAP (50ms), FLEET_FANOUT_SECONDS (5), FLEET_MAX_CONNS (each
 # fleet process's pool; default 2*slots+4), FLEET_MAX_CONNECTIONS (the

@@ -138,6 +138,11 @@ var helps = map[observe.Counter]string{
 	observe.FetchExhausted:    "Attempts FetchLeases failed as exhausted instead of leasing.",
 	observe.FetchFailed:       "FetchLeases calls that failed.",
 	observe.LeasesHandedBack:  "Fetched leases handed back because their slot stopped first.",
+	observe.SourceWokenNamed:  "Fetches of the PostgreSQL source after a notification that named it: a commit made a row due.",
+	observe.SourceWokenAll:    "Fetches of the PostgreSQL source after a notification that named nobody and woke every listener.",
+	observe.SourceIdlePolls:   "Fetches of the PostgreSQL source after an idle sleep of the whole poll interval: its idle cost.",
+	observe.SourceShortWaits:  "Fetches of the PostgreSQL source after a shorter sleep ran out: a next due time, a due row still due, a failed fetch's backoff.",
+	observe.SourceRechecks:    "Fetches of the PostgreSQL source that look once more after a new idle registration found a row due.",
 }
 
 var histogramHelps = map[observe.Histogram]string{

@@ -60,8 +60,10 @@ RETURNING o.*;
 -- exclusively without waiting; when a commit is checking (it holds the
 -- lock shared) the registration is refused (registered = false) and the
 -- relay polls again shortly instead. After a new registration (inserted)
--- the relay must claim once more before it sleeps: a commit that checked
--- before the registration is visible to that claim. Also deletes other
+-- the relay must look once more before it sleeps: a commit that checked
+-- before the registration is visible to any statement begun after it
+-- committed, such as this one again (now a refresh: its next_due_in says
+-- whether to claim) or a claim. Also deletes other
 -- relays' expired registrations, and returns how long until the next row
 -- becomes due, in microseconds (zero or less: one is due now;
 -- has_next_due false: none will), read from the heads of delivery_due_idx

@@ -28,6 +28,9 @@ const Channel = "kfsdb_outbox"
 type Wakeup struct {
 	mu  sync.Mutex
 	due time.Time // zero: none pending
+	// kind is what noted the pending due time: WokeNamed, or WokeAll when
+	// anything else did.
+	kind Woke
 	// taken: a notification named the owner, so the commit took its idle
 	// registration out (migration 0010); the owner registers again.
 	taken bool
@@ -39,11 +42,14 @@ type Wakeup struct {
 func NewWakeup() *Wakeup { return &Wakeup{C: make(chan struct{}, 1)} }
 
 // Note records a due time and pokes C.
-func (w *Wakeup) Note(due time.Time) {
+func (w *Wakeup) Note(due time.Time) { w.note(due, WokeAll) }
+
+func (w *Wakeup) note(due time.Time, kind Woke) {
 	w.mu.Lock()
 	if w.due.IsZero() || due.Before(w.due) {
 		w.due = due
 	}
+	w.kind = max(w.kind, kind)
 	w.mu.Unlock()
 	select {
 	case w.C <- struct{}{}:
@@ -57,7 +63,7 @@ func (w *Wakeup) NoteTaken() {
 	w.mu.Lock()
 	w.taken = true
 	w.mu.Unlock()
-	w.Note(time.Now())
+	w.note(time.Now(), WokeNamed)
 }
 
 // TakeTaken reports, and clears, whether a notification took the owner's
@@ -72,32 +78,54 @@ func (w *Wakeup) TakeTaken() bool {
 
 // Take returns and clears the earliest due time noted, if any.
 func (w *Wakeup) Take() (time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	due := w.due
-	w.due = time.Time{}
-	return due, !due.IsZero()
+	due, _, ok := w.take()
+	return due, ok
 }
 
+func (w *Wakeup) take() (time.Time, Woke, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	due, kind := w.due, w.kind
+	w.due, w.kind = time.Time{}, WokeTimer
+	return due, kind, !due.IsZero()
+}
+
+// Woke says what ended a Sleep: what caused the look after it.
+type Woke int
+
+// In increasing precedence: a sleep ended by a notification that named
+// nobody counts as WokeAll whatever else was noted with it.
+const (
+	// WokeTimer: the deadline passed and no notification came.
+	WokeTimer Woke = iota
+	// WokeNamed: a notification named the owner (migration 0010).
+	WokeNamed
+	// WokeAll: a notification that named nobody (every listener woke), or
+	// a due time noted otherwise (LISTEN just established).
+	WokeAll
+)
+
 // Sleep waits until deadline, or until a notification says a row is due
-// (now, or before the deadline: then until that time), or ctx ends.
-func (w *Wakeup) Sleep(ctx context.Context, timer *time.Timer, deadline time.Time) error {
+// (now, or before the deadline: then until that time), or ctx ends, and
+// says which ended it.
+func (w *Wakeup) Sleep(ctx context.Context, timer *time.Timer, deadline time.Time) (Woke, error) {
+	woke := WokeTimer
 	for {
-		if due, ok := w.Take(); ok {
+		if due, kind, ok := w.take(); ok {
 			if !due.After(time.Now()) {
-				return nil
+				return kind, nil
 			}
 			if due.Before(deadline) {
-				deadline = due
+				deadline, woke = due, kind
 			}
 		}
 		timer.Reset(time.Until(deadline))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return ctx.Err()
+			return woke, ctx.Err()
 		case <-timer.C:
-			return nil
+			return woke, nil
 		case <-w.C:
 			timer.Stop()
 		}
@@ -238,6 +266,18 @@ type Idle struct {
 	recheck *repo.OutboxListenerIdleResult
 	// retry is the wait before looking for a locked due row again.
 	retry time.Duration
+	// lookFirst: the wait Next returned is a retry after which the owner
+	// reads its registration again before it fetches (IdleParams.
+	// LookBeforeRetry); skipped: it did (SkipFetch), so the next reading
+	// follows that wait, not a fetch.
+	lookFirst, skipped bool
+	// polled: the owner's last sleep was a whole PollInterval that
+	// nothing cut short (Polled). retried: the fetch Next last asked for
+	// is a retry's, for a row still due past the follow-up wait.
+	polled, retried bool
+	// onceMore: the fetch Next last asked for is a new registration's
+	// look once more (OnceMore).
+	onceMore bool
 	// refreshed is when the owner's registration was last confirmed, and
 	// nextDue when that confirmation said the next row comes due (zero:
 	// none); both zero once a look ended the registration.
@@ -254,6 +294,26 @@ func (w *Idle) Reset() { *w = Idle{} }
 func (w *Idle) Found() {
 	w.recheck = nil
 	w.retry = 0
+	w.lookFirst, w.skipped, w.polled, w.retried = false, false, false, false
+}
+
+// Polled: the owner slept a whole PollInterval that nothing cut short,
+// and fetches now; the reading of the registration after that fetch is
+// a poll's.
+func (w *Idle) Polled() { w.polled = true }
+
+// OnceMore reports whether the fetch Next last asked for (again) is a new
+// registration's look once more, not a retry's.
+func (w *Idle) OnceMore() bool { return w.onceMore }
+
+// SkipFetch is asked as a sleep ends: true when the sleep was a retry
+// wait that ran out (woke is WokeTimer) and the owner is to call Next,
+// which reads the registration again, instead of fetching. A sleep a
+// notification ended is followed by a fetch.
+func (w *Idle) SkipFetch(woke Woke) bool {
+	w.skipped = woke == WokeTimer && w.lookFirst
+	w.lookFirst = false
+	return w.skipped
 }
 
 // IdleParams is what Idle.Next needs of its owner.
@@ -271,6 +331,31 @@ type IdleParams struct {
 	// CallTimeout bounds the registration's statement (none when zero):
 	// one on a connection that died without a word ends by it.
 	CallTimeout time.Duration
+	// LookBeforeRetry: a due row the registration reports is not fetched
+	// at once but looked at again, with the registration, after each retry
+	// wait (SkipFetch), and fetched once if it is still due past the
+	// FollowUp wait: it is most often one a commit just made due and woke
+	// another listener for, which takes it meanwhile. If that fetch finds
+	// nothing either, the row is one a fetch in flight holds: the owner
+	// sleeps until its next poll, instead of fetching at the follow-up pace
+	// for as long as rows keep coming due (in a burst of Starts, every
+	// process woken once did so until the burst ended). Not after a new
+	// registration's look once more, whose due row may be one no commit
+	// woke anybody for: that is fetched at once; nor after a refused
+	// registration, which keeps fetching at the retry pace (a transaction
+	// holding the wake-up lock for long, its check run early by SET
+	// CONSTRAINTS, refuses every registration meanwhile, and a fleet with
+	// none left in place is woken by nobody). A refresh after an idle poll
+	// (Polled) that reports a due row starts no retries at all: the row
+	// is a woken listener's, which retries it itself if its lock was held,
+	// or a fetch's in flight; the next poll looks again. A direct source
+	// sets it: in an idle fleet every refresh that falls while a row waits
+	// for its woken listener would otherwise fetch too, and in a burst of
+	// Starts, when a row is nearly always due, every idle process would
+	// fetch at the follow-up pace.
+	LookBeforeRetry bool
+	// register replaces repo.OutboxListenerIdle on Pool, in tests.
+	register func(context.Context) (*repo.OutboxListenerIdleResult, error)
 	// TrustFresh skips the registration's refresh while it is young (a
 	// quarter of its TTL) and no row comes due before the poll: a commit
 	// notifies the owner anyway, and rows that come due by time alone are
@@ -291,10 +376,15 @@ type IdleParams struct {
 func (p *IdleParams) TTL() time.Duration { return 2*p.PollInterval + 10*time.Second }
 
 // Next decides how long to sleep after a look that found nothing; again
-// asks for one more look first (after a new registration).
+// asks for one more look first (after a new registration, when a row is
+// due or the registration could not be read again).
 func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, again bool) {
 	res := w.recheck
 	w.recheck = nil
+	looked := w.skipped  // this reading follows a retry wait, not a fetch
+	polled := w.polled   // it follows an idle poll's fetch
+	retried := w.retried // it follows a retry's fetch that found nothing
+	w.skipped, w.lookFirst, w.onceMore, w.polled, w.retried = false, false, false, false, false
 	if res == nil {
 		if !p.Listening {
 			// Not listening (or LISTEN lost, which ends the registration):
@@ -306,10 +396,7 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 			return wait, false
 		}
 		var err error
-		cctx, cancel := bounded(ctx, p.CallTimeout)
-		res, err = p.Repo.OutboxListenerIdle(cctx, p.Pool, &repo.OutboxListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
-		cancel()
-		if err != nil {
+		if res, err = register(ctx, p); err != nil {
 			if ctx.Err() == nil {
 				p.Log.WarnContext(ctx, "could not register idle; polling", "err", err)
 			}
@@ -317,9 +404,23 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 		}
 		if res.Inserted {
 			// A commit that checked just before the registration did not
-			// notify: the look after it finds that row.
-			w.recheck = res
-			return 0, true
+			// notify: the look once more after it must see that row. A
+			// statement begun after the registration committed sees it:
+			// reading the registration again (a refresh now, with the
+			// heads of the due indexes) is that look, for a few index
+			// probes instead of a fetch. The fetch follows when a row is
+			// due, or when this second reading is not a plain refresh (a
+			// commit took the registration in between: its wake-up is on
+			// its way, and the look costs no more than before).
+			look, err := register(ctx, p)
+			if err != nil || !look.Registered || look.Inserted || look.NextDueIn != nil && *look.NextDueIn <= 0 {
+				if err == nil {
+					res = look
+				}
+				w.recheck, w.onceMore = res, true
+				return 0, true
+			}
+			res = look
 		}
 	}
 	if p.Partial && res.NextDueIn != nil && *res.NextDueIn <= 0 {
@@ -328,11 +429,27 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 		res = &notNow
 	}
 	w.noteRegistration(res)
-	if !res.Registered || res.NextDueIn != nil && *res.NextDueIn <= 0 {
+	due := res.NextDueIn != nil && *res.NextDueIn <= 0
+	if p.LookBeforeRetry && due && res.Registered && (polled && !res.Inserted || retried) {
+		// A refresh after an idle poll whose fetch found nothing, or a
+		// retry's fetch that found nothing: the due row is another's (a
+		// woken listener's, whose own look once more and retry follow it,
+		// or a fetch's in flight). Sleep; the next poll looks again.
+		w.retry, w.nextDue = 0, time.Time{}
+		return p.PollInterval, false
+	}
+	if !res.Registered || due {
+		if p.LookBeforeRetry && due && res.Registered && looked && w.retry >= p.FollowUp {
+			// Still due after the whole backoff: fetch it, once; the
+			// answer stands for the reading after that fetch.
+			w.recheck, w.retried = res, true
+			return 0, true
+		}
 		// A commit was checking at that instant, or a due row's lock was
 		// held: look again soon, backing off to the follow-up pace while
 		// it lasts (a notification still wakes the owner at once).
 		w.retry = min(max(2*w.retry, time.Millisecond), p.FollowUp)
+		w.lookFirst = p.LookBeforeRetry && res.Registered
 		return w.retry, false
 	}
 	w.retry = 0
@@ -340,6 +457,18 @@ func (w *Idle) Next(ctx context.Context, p *IdleParams) (wait time.Duration, aga
 		return min(*res.NextDueIn, p.PollInterval), false
 	}
 	return p.PollInterval, false
+}
+
+// register registers the owner idle, or refreshes its registration
+// (repo.OutboxListenerIdle), on the pool: a transaction of its own, so
+// that a statement after it sees what it committed.
+func register(ctx context.Context, p *IdleParams) (*repo.OutboxListenerIdleResult, error) {
+	cctx, cancel := bounded(ctx, p.CallTimeout)
+	defer cancel()
+	if p.register != nil {
+		return p.register(cctx)
+	}
+	return p.Repo.OutboxListenerIdle(cctx, p.Pool, &repo.OutboxListenerIdleParams{ListenerID: p.ID, TTL: p.TTL()})
 }
 
 // fresh returns the sleep when p.TrustFresh lets the owner skip the

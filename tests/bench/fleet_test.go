@@ -37,6 +37,7 @@ type fleetConfig struct {
 	bouncerPool, fanoutStarts    int
 	fanoutGap                    time.Duration
 	fanoutSeconds, maxAttempts   int
+	fanoutListeners              []int
 	maxConns                     int
 }
 
@@ -70,13 +71,28 @@ func fleetConfigFromEnv(t *testing.T) *fleetConfig {
 		c.rates = append(c.rates, r)
 	}
 	c.modes = strings.Fields(envString("FLEET_MODES", "direct pgbouncer idle fanout"))
-	c.wakeups = strings.Fields(envString("FLEET_WAKEUPS", "targeted broadcast"))
+	var names []string
+	for _, w := range wakeupChecks {
+		names = append([]string{w.name}, names...)
+	}
+	c.wakeups = strings.Fields(envString("FLEET_WAKEUPS", strings.Join(names, " ")))
 	for _, w := range c.wakeups {
-		if w != "targeted" && w != "broadcast" {
-			t.Fatalf("FLEET_WAKEUPS: unknown %q (want targeted, broadcast)", w)
+		if !slices.Contains(names, w) {
+			t.Fatalf("FLEET_WAKEUPS: unknown %q (want some of %s)", w, strings.Join(names, ", "))
 		}
 	}
 	c.bouncerPollInterval = envDuration(t, "FLEET_PGBOUNCER_POLL_INTERVAL", 100*time.Millisecond)
+	c.fanoutListeners = slices.Compact([]int{0, 1, c.processes})
+	if s := os.Getenv("FLEET_FANOUT_LISTENERS"); s != "" {
+		c.fanoutListeners = nil
+		for f := range strings.FieldsSeq(s) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 0 {
+				t.Fatalf("FLEET_FANOUT_LISTENERS=%q: want counts of idle processes, space-separated", s)
+			}
+			c.fanoutListeners = append(c.fanoutListeners, n)
+		}
+	}
 	return c
 }
 
@@ -123,7 +139,7 @@ func TestFleet(t *testing.T) {
 	}
 	requireEnv(t)
 	c := fleetConfigFromEnv(t)
-	b := &fleetBench{c: c, url: env.url, db: dbName(t, env.url), wake: "targeted"}
+	b := &fleetBench{c: c, url: env.url, db: dbName(t, env.url), wake: migratedWakeups}
 	b.open(t)
 	defer b.pool.Close()
 	total := c.processes * c.slots
@@ -138,7 +154,7 @@ func TestFleet(t *testing.T) {
 				b.setWakeups(t, wake)
 				summary = append(summary, b.compare(t, mode, wake, total, c.directURL(b.url), false, c.pollInterval)...)
 			}
-			b.setWakeups(t, "targeted")
+			b.setWakeups(t, migratedWakeups)
 		case "pgbouncer":
 			burl, stop := startBouncer(t, b.url, c.bouncerPool, total*3+200)
 			summary = append(summary, b.compare(t, mode, "none (poll only)", total, burl(b.db), true, c.bouncerPollInterval)...)
@@ -155,12 +171,12 @@ func TestFleet(t *testing.T) {
 		case "fanout":
 			for _, wake := range c.wakeups {
 				b.setWakeups(t, wake)
-				for _, n := range slices.Compact([]int{0, 1, c.processes}) {
+				for _, n := range c.fanoutListeners {
 					b.fanout(t, wake, n, procSpec{bin: c.bin, url: c.directURL(b.url), workers: 1, concurrency: c.slots,
 						stepDelay: c.stepDelay, pollJitter: c.pollJitter, pollInterval: c.pollInterval, maxConns: c.maxConns, idPrefix: "fanout"})
 				}
 			}
-			b.setWakeups(t, "targeted")
+			b.setWakeups(t, migratedWakeups)
 		default:
 			t.Fatalf("FLEET_MODES: unknown mode %q (want direct, pgbouncer, idle, fanout)", mode)
 		}
@@ -201,30 +217,67 @@ func (b *fleetBench) compare(t *testing.T, mode, wake string, total int, url str
 	return lines
 }
 
-// setWakeups puts the wake-up check of migration 0010 in place
-// ("targeted": one idle listener per row made due, as migrated) or the
-// one of migration 0007 it replaced ("broadcast": every idle listener
-// wakes on every commit, the before of issue 40's fleet), running 0010's
-// Up or Down section.
+// wakeupCheck is a wake-up check: the migration sections that put it in
+// place, run in order.
+type wakeupCheck struct {
+	name     string
+	sections []migrationSection
+}
+
+// migrationSection is a migration's Up or Down section.
+type migrationSection struct {
+	file string
+	down bool
+}
+
+// wakeupChecks are the wake-up checks FLEET_WAKEUPS names, in the order
+// they were migrated: the last is the one a migrated database has.
+var wakeupChecks = []wakeupCheck{
+	// Migration 0007's: every commit that made a row due while anyone was
+	// registered idle notified every listener (0010's Down restores it,
+	// once 0013's has enabled 0007's triggers again).
+	{"broadcast", []migrationSection{{"00013_held_wakeups.sql", true}, {"00010_targeted_wakeups.sql", true}}},
+	// Migration 0010's: one registered idle listener per row made due,
+	// named in the payload; everyone woken when every registration is
+	// held.
+	{"targeted", []migrationSection{{"00013_held_wakeups.sql", true}, {"00010_targeted_wakeups.sql", false}}},
+	// Migration 0013's: as 0010's, and a commit that finds every
+	// registration held names those listeners (up to eight) instead of
+	// waking every process.
+	{"held", []migrationSection{{"00013_held_wakeups.sql", true}, {"00010_targeted_wakeups.sql", false}, {"00013_held_wakeups.sql", false}}},
+}
+
+// migratedWakeups is the wake-up check of a migrated database.
+var migratedWakeups = wakeupChecks[len(wakeupChecks)-1].name
+
+// setWakeups puts the wake-up check named wake in place (wakeupChecks).
 func (b *fleetBench) setWakeups(t *testing.T, wake string) {
 	t.Helper()
-	text, err := fs.ReadFile(migrations.FS, "00010_targeted_wakeups.sql")
-	if err != nil {
-		t.Fatal(err)
+	i := slices.IndexFunc(wakeupChecks, func(c wakeupCheck) bool { return c.name == wake })
+	if i < 0 {
+		t.Fatalf("FLEET_WAKEUPS: unknown %q", wake)
 	}
-	up, down, ok := strings.Cut(string(text), "-- +goose Down")
-	if !ok {
-		t.Fatal("00010: no Down section")
-	}
-	sql := up[strings.Index(up, "-- +goose Up"):]
-	if wake == "broadcast" {
-		sql = down
-	}
-	if _, err := b.pool.Exec(context.Background(), sql); err != nil {
-		t.Fatalf("wake-ups %s: %v", wake, err)
+	var ran []string
+	for _, s := range wakeupChecks[i].sections {
+		text, err := fs.ReadFile(migrations.FS, s.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		up, down, ok := strings.Cut(string(text), "-- +goose Down")
+		if !ok {
+			t.Fatalf("%s: no Down section", s.file)
+		}
+		sql, section := up[strings.Index(up, "-- +goose Up"):], "Up"
+		if s.down {
+			sql, section = down, "Down"
+		}
+		if _, err := b.pool.Exec(context.Background(), sql); err != nil {
+			t.Fatalf("wake-ups %s: %s %s: %v", wake, s.file, section, err)
+		}
+		ran = append(ran, s.file+" "+section)
 	}
 	b.wake = wake
-	fmt.Printf("wakeups=%s (migration 0010's %s section)\n", wake, map[bool]string{true: "Down", false: "Up"}[wake == "broadcast"])
+	fmt.Printf("wakeups=%s (%s)\n", wake, strings.Join(ran, ", then "))
 }
 
 func (c *fleetConfig) directURL(url string) string {
@@ -569,56 +622,6 @@ func (b *fleetBench) idle(t *testing.T, mode string, n int, spec procSpec) {
 	line := fmt.Sprintf("idle mode=%s processes=%d seconds=%.0f server_cpu_pct_of_core=%s statements_per_s=%.1f statements_per_s_per_process=%.2f "+
 		"fetches_per_s=%.1f server_conns=%d conns_per_process=%.1f states=%s",
 		mode, n, secs, cpu, float64(all)/secs, float64(all)/secs/float64(n), float64(fetches)/secs, conns, float64(conns)/float64(n), strings.Join(states, ","))
-	fmt.Println(line)
-	b.lines = append(b.lines, line)
-}
-
-// fanout measures Start with n idle listening processes: FLEET_FANOUT_STARTS
-// Starts one at a time FLEET_FANOUT_GAP apart (every process asleep on
-// LISTEN between them), then FLEET_FANOUT_SECONDS unpaced.
-func (b *fleetBench) fanout(t *testing.T, wake string, n int, spec procSpec) {
-	t.Helper()
-	ft := b.tenant(t, b.c.fanoutStarts+b.c.fanoutSeconds*5000+1000)
-	var procs []*workerProc
-	if n > 0 {
-		procs = startFleet(t, n, spec)
-		defer stopFleet(procs)
-		time.Sleep(3 * time.Second)
-	}
-	b.resetStatements(t)
-	var lat []time.Duration
-	for range b.c.fanoutStarts {
-		dt, _, err := b.start(context.Background(), ft)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lat = append(lat, dt)
-		time.Sleep(b.c.fanoutGap)
-	}
-	time.Sleep(time.Second)
-	fetches, _ := b.statementCalls(t)
-	var notifies int64
-	_ = b.pool.QueryRow(context.Background(), `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements WHERE query ILIKE '%pg_notify%'`).Scan(&notifies)
-	perProc := 0.0
-	if n > 0 {
-		perProc = float64(fetches) / float64(b.c.fanoutStarts) / float64(n)
-	}
-	t0 := time.Now()
-	burst := b.produce(t, ft, 0, time.Duration(b.c.fanoutSeconds)*time.Second)
-	tput := float64(len(burst)) / time.Since(t0).Seconds()
-	if n == 0 {
-		// Nobody runs them: take them out of the outbox, so that the next
-		// measurement's processes do not.
-		if _, err := b.pool.Exec(context.Background(), `DELETE FROM document_compilation_outbox o USING document_compilation_attempts a
-			WHERE a.id = o.attempt_id AND a.tenant_id = $1`, ft.id); err != nil {
-			t.Fatal(err)
-		}
-	} else if !b.drain(t, ft, 2*time.Minute) {
-		t.Errorf("fanout %d: attempts left unfinished", n)
-	}
-	line := fmt.Sprintf("fanout wakeups=%s listeners=%d starts=%d gap=%s start_p50_ms=%.2f start_p99_ms=%.2f fetches_per_start=%.2f wakeups_per_start_per_process=%.2f "+
-		"unpaced_starts_per_s=%.0f unpaced_start_p99_ms=%.2f",
-		wake, n, len(lat), b.c.fanoutGap, ms(pct(lat, 0.5)), ms(pct(lat, 0.99)), float64(fetches)/float64(len(lat)), perProc, tput, ms(pct(burst, 0.99)))
 	fmt.Println(line)
 	b.lines = append(b.lines, line)
 }

@@ -42,6 +42,9 @@ type procSpec struct {
 	pollOnly                bool
 	maxConns                int
 	idPrefix                string
+	// metrics: serve the process's counters on a loopback port of its
+	// own (scrapeFleet reads them).
+	metrics bool
 }
 
 // startFleet starts n processes and waits until each says it runs.
@@ -63,6 +66,9 @@ func startFleet(t *testing.T, n int, s procSpec) []*workerProc {
 		}
 		if s.maxConns > 0 {
 			args = append(args, "--max-conns", strconv.Itoa(s.maxConns))
+		}
+		if s.metrics {
+			args = append(args, "--metrics-listen", "127.0.0.1:0")
 		}
 		p := &workerProc{cmd: exec.Command(s.bin, args...), out: &testfactory.SyncBuffer{}, exited: make(chan struct{})}
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out

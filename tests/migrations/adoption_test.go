@@ -656,7 +656,7 @@ func TestSQLExportMatchesUp(t *testing.T) {
 		}
 		code, _, errOut := kfsdbCLI(ctx, "migrate", "sql", "--up", "--from", "5")
 		require.Equal(t, 2, code)
-		require.Contains(t, errOut, "--from 5 is not 0 or a migration version (1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12)")
+		require.Contains(t, errOut, "--from 5 is not 0 or a migration version (1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13)")
 	})
 }
 

@@ -238,6 +238,9 @@ func TestDownStandaloneKeepsRows(t *testing.T) {
 
 	code, out, errOut := down()
 	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "00013_held_wakeups.sql") // a function and triggers: rolled back
+	code, out, errOut = down()
+	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "00012_attempt_outcome_notify.sql") // a trigger and its function: rolled back
 	code, out, errOut = down()
 	require.Equal(t, 0, code, errOut)
@@ -304,6 +307,8 @@ func TestDownPlatformKeepsFloorAndRows(t *testing.T) {
 	}
 
 	code, _, errOut := down()
+	require.Equal(t, 0, code, errOut) // 0013: a function and triggers
+	code, _, errOut = down()
 	require.Equal(t, 0, code, errOut) // 0012: a trigger and its function
 	code, _, errOut = down()
 	require.Equal(t, 0, code, errOut) // 0011: no rate, no pause
@@ -355,9 +360,11 @@ func TestDownTenantRatesKeepsRatesAndPauses(t *testing.T) {
 	addTenantLimit(ctx, t, db.Pool)
 	exec(`UPDATE ` + tenantLimits + ` SET leases_per_second = 2.5, burst = 3, tokens = 3, tokens_at = now()`)
 	exec(`INSERT INTO ` + tenantLimits + ` (tenant_id, paused_at, pause_reason, updated_at) VALUES ('tenant-b', now(), 'billing', now())`)
-	first, firstOut, firstErr := down() // 0012: a trigger and its function, nothing to lose
-	require.Equal(t, 0, first, firstErr)
-	require.Contains(t, firstOut, "00012_attempt_outcome_notify.sql")
+	for _, later := range []string{"00013_held_wakeups.sql", "00012_attempt_outcome_notify.sql"} { // nothing to lose
+		c, laterOut, laterErr := down()
+		require.Equal(t, 0, c, laterErr)
+		require.Contains(t, laterOut, later)
+	}
 	before, rows := catalog(ctx, t, db.Pool), tableRows(ctx, t, db.Pool, tenantLimits)
 	p := provider(ctx, t, db.URL)
 

@@ -3,6 +3,7 @@ package repo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -245,18 +246,9 @@ func TestCommitWakesOneIdleListenerPerRow(t *testing.T) {
 	for _, id := range []string{"worker-a", "worker-b", "worker-c"} {
 		b.idle(t, id, time.Minute)
 	}
-	named := func(payloads []string) []string {
-		var ids []string
-		for _, p := range payloads {
-			_, id, ok := strings.Cut(p, "|")
-			require.True(t, ok, "payload %q names no listener: every listener wakes", p)
-			ids = append(ids, id)
-		}
-		return ids
-	}
 
 	b.drv.Start(b.ctx, t, b.scope(t), nil)
-	woken := named(n.next(t))
+	woken := namedIn(t, n.next(t))
 	require.Len(t, woken, 1, "one row due: one listener woken")
 	left := b.listeners(t)
 	require.Len(t, left, 2)
@@ -269,7 +261,7 @@ func TestCommitWakesOneIdleListenerPerRow(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, tx.Commit(b.ctx))
-	woken = named(n.next(t))
+	woken = namedIn(t, n.next(t))
 	slices.Sort(woken)
 	require.Equal(t, left, woken, "three rows due, two listeners left: both woken, once each")
 	require.Empty(t, b.listeners(t))
@@ -278,7 +270,8 @@ func TestCommitWakesOneIdleListenerPerRow(t *testing.T) {
 	require.Empty(t, n.next(t), "nobody registered: nobody notified")
 
 	// A registration another transaction holds (its listener refreshing
-	// it) is skipped; with no other left, the commit wakes everyone.
+	// it) cannot be taken; with no other left, the commit names it and
+	// leaves it in place (migration 0013; 0010 woke everyone).
 	b.idle(t, "worker-a", time.Minute)
 	holder, err := b.db.Pool.Begin(b.ctx)
 	require.NoError(t, err)
@@ -286,9 +279,94 @@ func TestCommitWakesOneIdleListenerPerRow(t *testing.T) {
 	_, err = holder.Exec(b.ctx, `SELECT 1 FROM document_compilation_outbox_idle_listeners WHERE listener_id = 'worker-a' FOR UPDATE`)
 	require.NoError(t, err)
 	b.drv.Start(b.ctx, t, b.scope(t), nil)
-	got := n.next(t)
-	require.Len(t, got, 1)
-	require.NotContains(t, got[0], "|", "a held registration: the commit names nobody, every listener wakes")
+	require.Equal(t, []string{"worker-a"}, namedIn(t, n.next(t)), "a held registration: its listener is named")
 	require.NoError(t, holder.Rollback(b.ctx))
 	require.Equal(t, []string{"worker-a"}, b.listeners(t))
+}
+
+// namedIn returns the listeners that payloads name, failing on one that
+// names nobody (every listener wakes).
+func namedIn(t *testing.T, payloads []string) []string {
+	t.Helper()
+	var ids []string
+	for _, p := range payloads {
+		_, id, ok := strings.Cut(p, "|")
+		require.True(t, ok, "payload %q names no listener: every listener wakes", p)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// TestCommitNamesTheNextFreeRegistration: a registration another
+// transaction holds (its listener refreshing it, or another commit that
+// took it and has not finished) is skipped for the next in order (the
+// latest refreshed first), not answered by waking everyone. When every
+// registration is held, the commit names each of them and takes none
+// (migration 0013); more than eight held, it wakes everyone. Mutations
+// caught: the candidate taken without SKIP LOCKED (the Start waits for
+// the refresh: its deadline fails it), the fallback taken whenever the
+// first candidate is held (a payload naming nobody), candidates taken in
+// another order (the wrong name), 0010's fallback to everyone (0013's Down:
+// a payload naming nobody with two held), no cap (nine names).
+func TestCommitNamesTheNextFreeRegistration(t *testing.T) {
+	b := setup(t)
+	n := listenRelay(t, b)
+	// Refreshed last first: worker-a, then b, c, d.
+	for i, id := range []string{"worker-a", "worker-b", "worker-c", "worker-d"} {
+		b.idle(t, id, time.Duration(4-i)*time.Minute)
+	}
+	start := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+		defer cancel()
+		_, err := b.repo.Start(ctx, b.db.Pool, b.scope(t).StartParams())
+		require.NoError(t, err, "a commit must never wait for a held registration")
+	}
+
+	// worker-a refreshes its registration: its transaction holds the row.
+	refresh, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = refresh.Rollback(context.WithoutCancel(b.ctx)) }()
+	res, err := b.repo.OutboxListenerIdle(b.ctx, refresh, &repo.OutboxListenerIdleParams{ListenerID: "worker-a", TTL: 4 * time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, &repo.OutboxListenerIdleResult{Registered: true}, res)
+	start()
+	require.Equal(t, []string{"worker-b"}, namedIn(t, n.next(t)), "worker-a is refreshing: the next is named")
+
+	// Another commit has taken worker-c (its check ran) and not finished.
+	other, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = other.Rollback(context.WithoutCancel(b.ctx)) }()
+	_, err = b.repo.Start(b.ctx, other, b.scope(t).StartParams())
+	require.NoError(t, err)
+	_, err = other.Exec(b.ctx, `SET CONSTRAINTS ALL IMMEDIATE`)
+	require.NoError(t, err)
+	start()
+	require.Equal(t, []string{"worker-d"}, namedIn(t, n.next(t)), "worker-a refreshing, worker-c taken by a commit in progress")
+
+	// Every registration left is held: name them, the last refreshed
+	// first, and take none.
+	start()
+	require.Equal(t, []string{"worker-a", "worker-c"}, namedIn(t, n.next(t)), "every registration held: each is named")
+
+	require.NoError(t, other.Commit(b.ctx))
+	require.Equal(t, []string{"worker-c"}, namedIn(t, n.next(t)), "the other commit wakes the one it took")
+	require.NoError(t, refresh.Commit(b.ctx))
+	require.Equal(t, []string{"worker-a"}, b.listeners(t))
+
+	// More than eight held: wake everyone.
+	for i := range 8 {
+		b.idle(t, fmt.Sprintf("worker-%d", i), time.Minute)
+	}
+	all, err := b.db.Pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = all.Rollback(context.WithoutCancel(b.ctx)) }()
+	_, err = all.Exec(b.ctx, `SELECT 1 FROM document_compilation_outbox_idle_listeners FOR UPDATE`)
+	require.NoError(t, err)
+	start()
+	got := n.next(t)
+	require.Len(t, got, 1)
+	require.NotContains(t, got[0], "|", "nine registrations held: the commit names nobody, every listener wakes")
+	require.NoError(t, all.Rollback(b.ctx))
+	require.Len(t, b.listeners(t), 9)
 }

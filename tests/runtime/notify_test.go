@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
+	"github.com/knowledgefs/kfsdb/observe"
+	"github.com/knowledgefs/kfsdb/pgsource"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
 	"github.com/knowledgefs/kfsdb/tests/testfactory"
@@ -218,29 +220,7 @@ func TestNoWakeupLostUnderChurn(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		for p := range producers {
-			wg.Go(func() {
-				doc := b.docs[r*producers+p]
-				if holds[p] < 0 {
-					res, err := b.repo.Start(b.ctx, b.pool, doc.Scope.StartParams())
-					if assert.NoError(t, err) {
-						ids[p] = res.Attempt.ID
-					}
-					return
-				}
-				tx, err := b.pool.Begin(b.ctx)
-				if !assert.NoError(t, err) {
-					return
-				}
-				defer func() { _ = tx.Rollback(context.WithoutCancel(b.ctx)) }()
-				res, err := b.repo.Start(b.ctx, tx, doc.Scope.StartParams())
-				if !assert.NoError(t, err) {
-					return
-				}
-				time.Sleep(holds[p])
-				if assert.NoError(t, tx.Commit(b.ctx)) {
-					ids[p] = res.Attempt.ID
-				}
-			})
+			wg.Go(func() { ids[p] = b.startHolding(t, b.docs[r*producers+p].Scope.StartParams(), holds[p]) })
 		}
 		wg.Wait()
 		committed := time.Now()
@@ -256,4 +236,82 @@ func TestNoWakeupLostUnderChurn(t *testing.T) {
 		<-b.started
 	}
 	t.Logf("%d rounds of %d Starts: worst last commit -> claimed %s (poll %s)", rounds, producers, worst.Round(time.Millisecond), noPoll)
+}
+
+// startHolding starts an attempt on the pool (hold < 0) or in a
+// transaction committed after hold, and returns its id (the zero id after
+// a failure, which it reports); goroutine-safe.
+func (e *env) startHolding(t *testing.T, params *repo.StartParams, hold time.Duration) uuid.UUID {
+	if hold < 0 {
+		res, err := e.repo.Start(e.ctx, e.pool, params)
+		if !assert.NoError(t, err) {
+			return uuid.Nil
+		}
+		return res.Attempt.ID
+	}
+	tx, err := e.pool.Begin(e.ctx)
+	if !assert.NoError(t, err) {
+		return uuid.Nil
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(e.ctx)) }()
+	res, err := e.repo.Start(e.ctx, tx, params)
+	if !assert.NoError(t, err) {
+		return uuid.Nil
+	}
+	time.Sleep(hold)
+	if !assert.NoError(t, tx.Commit(e.ctx)) {
+		return uuid.Nil
+	}
+	return res.Attempt.ID
+}
+
+// TestNoNamedWakeupLostUnderChurn: several direct sources, each woken by
+// name (one idle listener per row made due, migration 0010 and after),
+// an hour's poll, and producers racing them as TestNoWakeupLostUnderChurn
+// races the relay: each commit takes one registration out and names its
+// source, which fetches, registers again and looks once more, while other
+// commits check. Every round's rows must be fetched; a lost wake-up costs
+// the hour (hangAfter fails it long before). Mutations caught: a source
+// that does not register again after a named wake-up (the registrations
+// run out, commits name nobody, a round stalls), a source that ignores
+// its own name, a registration that skips the look once more (a commit
+// that checked just before it named nobody: a stall, in some rounds).
+func TestNoNamedWakeupLostUnderChurn(t *testing.T) {
+	t.Parallel()
+	const sources, producers, rounds = 4, 4, 30
+	e := newEnv(t, 40)
+	docs := testfactory.SeedDocuments(e.ctx, t, e.pool, 1, producers*rounds)
+	cands := testfactory.Candidates(docs)
+	h := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) error {
+		return testfactory.CompileJob(ctx, job, cands[job.Attempt.KnowledgeSpaceID], nil)
+	})
+	var counts observe.Counts
+	runs := make([]func(context.Context) error, sources)
+	for i := range runs {
+		runs[i] = e.directWorker(t, h, pgsource.Config{PollInterval: noPoll, Metrics: &counts}, worker.Config{Concurrency: 8}).Run
+	}
+	testfactory.RunAll(e.ctx, t, runs...)
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM document_compilation_outbox_idle_listeners`).Scan(&n))
+		return n == sources
+	}, hangAfter, 5*time.Millisecond, "every source registers idle")
+	rng := rand.New(rand.NewPCG(2, 9))
+	for r := range rounds {
+		ids := make([]uuid.UUID, producers)
+		var wg sync.WaitGroup
+		for p := range producers {
+			hold := time.Duration(rng.IntN(4000)-1000) * time.Microsecond // < 0: on the pool
+			wg.Go(func() { ids[p] = e.startHolding(t, docs[r*producers+p].Scope.StartParams(), hold) })
+		}
+		wg.Wait()
+		require.Eventually(t, func() bool {
+			var pending int
+			require.NoError(t, e.pool.QueryRow(e.ctx, `SELECT count(*) FROM document_compilation_outbox WHERE attempt_id = ANY($1) AND status = 'pending'`, ids).Scan(&pending))
+			return pending == 0
+		}, hangAfter, time.Millisecond, "round %d: a committed row was not fetched: its wake-up was lost", r)
+		time.Sleep(time.Duration(rng.IntN(20)) * time.Millisecond) // the sources go idle at a different moment each round
+	}
+	t.Logf("counts: %v", counts.Snapshot())
+	require.Positive(t, counts.Get(observe.SourceWokenNamed), "the sources were woken by name")
 }
