@@ -1,7 +1,7 @@
 // Package repo persists document compilation attempts and their outbox rows.
 //
 // Each exported method is one transition of the compilation state machine
-// (see the README's state diagram) and runs as one SQL statement, so it is
+// (see the state diagram in docs/ADOPTING.md) and runs as one SQL statement, so it is
 // atomic on its own and composes into a caller's transaction: pass a
 // *pgxpool.Pool, a *pgx.Conn or a pgx.Tx as the DBTX. Every precondition is
 // a guard in the statement's WHERE; a refused transition changes nothing and

@@ -13,8 +13,6 @@ import (
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
 
-func TestMain(m *testing.M) { kfsdbtest.Main(m) }
-
 // TestQuickStart runs the README's quick start twice on one database,
 // empty at first: the first run migrates it, and each run starts one
 // attempt (on platform rows of its own) that its worker completes.

@@ -85,7 +85,7 @@ func TestStartMany(t *testing.T) {
 	})
 
 	t.Run("RefusedEntriesCostTwoStatementsEach", func(t *testing.T) {
-		// The README's "1 + 2 per refused entry": the batch statement
+		// docs/ADOPTING.md's "1 + 2 per refused entry": the batch statement
 		// (which also returns live attempts), then each refused entry
 		// through Start alone, its statement and the read that explains it.
 		b := setup(t)

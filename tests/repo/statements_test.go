@@ -38,7 +38,7 @@ func (c *statementCounter) count(f func()) int64 {
 // TestStatementsPerTransition pins how many statements each transition
 // sends on its happy path (one) and when refused (one more, read-only, to
 // say why). It fails if a change adds a round trip. With
-// KFS_STATEMENTS_TABLE=path it writes the README's table there.
+// KFS_STATEMENTS_TABLE=path it writes docs/ADOPTING.md's table there.
 func TestStatementsPerTransition(t *testing.T) {
 	b := setup(t)
 	cfg, err := pgxpool.ParseConfig(b.db.URL)
