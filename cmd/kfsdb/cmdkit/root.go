@@ -14,11 +14,6 @@ import (
 
 // Root says how NewRoot builds a binary's root command.
 type Root struct {
-	// Use is the binary's name, as cobra's Use: errors and warnings start
-	// with it. Required.
-	Use string
-	// Short and Long are the root's help (cobra's).
-	Short, Long string
 	// DatabaseURL receives --database-url and, once the root's pre-run
 	// has resolved it, the URL every command uses: --database-url, else
 	// --database-url-file's first line, else $DATABASE_URL, else "".
@@ -29,6 +24,8 @@ type Root struct {
 	DatabaseURLUsage string
 	// Getenv supplies $DATABASE_URL. Defaults to nil: an empty environment.
 	Getenv func(string) string
+	// Long is the root's help above its usage (cobra's). Defaults to "".
+	Long string
 	// PreRun, when not nil, runs after the database URL is resolved and
 	// before any command (kfsdb opens its audit sink there).
 	PreRun func(cmd *cobra.Command) error
@@ -37,6 +34,11 @@ type Root struct {
 	// root only holds commands, and answers an empty or unknown command
 	// line with its help and a usage error.
 	RunE func(cmd *cobra.Command, args []string) error
+	// Short is the root's one-line help (cobra's). Defaults to "".
+	Short string
+	// Use is the binary's name, as cobra's Use: errors and warnings start
+	// with it. Required.
+	Use string
 }
 
 // databaseURLUsageDefault is --database-url's help by default.
