@@ -283,6 +283,16 @@ func writeResults(w io.Writer, asJSON bool, results []ops.Result) error {
 	return nil
 }
 
+// actionNames are the names of ops' actions, in the table's order: the
+// subcommands of `kfsdb attempts` besides list and show.
+func actionNames() []string {
+	var out []string
+	for _, action := range ops.Actions() {
+		out = append(out, string(action))
+	}
+	return out
+}
+
 // newAttemptsActionCommand is `kfsdb attempts NAME` for one row of ops'
 // table of actions: on the attempt ids given, on one page of a selection
 // (--state, …), or, for an action offered on every match (spec.Bulk), on

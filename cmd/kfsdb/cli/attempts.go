@@ -27,10 +27,7 @@ import (
 // act on them, one subcommand each.
 func newAttemptsCommand(r *runner) *cobra.Command {
 	var af attemptsFlags
-	subcommands := []string{"list", "show"}
-	for _, action := range ops.Actions() {
-		subcommands = append(subcommands, string(action))
-	}
+	subcommands := append([]string{"list", "show"}, actionNames()...)
 	cmd := &cobra.Command{
 		Use:   "attempts " + strings.Join(subcommands, "|") + " --tenant T",
 		Short: "find, inspect and act on a tenant's attempts through the guarded transitions (filters, pages, --dry-run, --yes, --json)",

@@ -141,7 +141,7 @@ func newRootCommand(r *runner) *cobra.Command {
 	root.PersistentFlags().StringVar(&r.databaseURLFile, "database-url-file", "",
 		"read the PostgreSQL URL from the first line of this file, which must be readable by its owner only (0600)")
 	root.PersistentFlags().StringVar(&r.auditFlags.file, "audit-file", "",
-		"also append every audit line (one per change: purge, migrate up/down, attempts cancel/retry/supersede, tenant set-limit/clear-limit/pause/resume) to this file, created 0600; defaults to $"+EnvAuditFile)
+		"also append every audit line (one per change: purge, migrate up/down, attempts "+strings.Join(actionNames(), "/")+", tenant set-limit/clear-limit/pause/resume) to this file, created 0600; defaults to $"+EnvAuditFile)
 	root.PersistentFlags().BoolVar(&r.auditFlags.syslog, "audit-syslog", false,
 		"also send every audit line to the local syslog (authpriv); defaults to $"+EnvAuditSyslog)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {

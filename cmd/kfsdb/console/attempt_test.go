@@ -20,12 +20,7 @@ import (
 // ignoring ActionSpec.StoresReason fails RetryConfirm or CancelConfirm;
 // the list offering ops.Actions() fails the release check.
 func TestActionPagesRender(t *testing.T) {
-	pages, err := parsePages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{pages: pages}
-	s.log = testLogger(t)
+	s := pageServer(t)
 	pending := &kfstype.Attempt{ID: uuid.New(), TenantID: "acme", RunState: kfstype.RunStateDispatchPending, RowVersion: 3, CreatedAt: time.Now()}
 	failed := &kfstype.Attempt{ID: uuid.New(), TenantID: "acme", RunState: kfstype.RunStateFailed, RowVersion: 4, CreatedAt: time.Now()}
 	deferred := &kfstype.OutboxMessage{ID: uuid.New(), Status: kfstype.OutboxStatusPending, AvailableAt: kfstype.Forever}
@@ -59,19 +54,36 @@ func TestActionPagesRender(t *testing.T) {
 		"BulkCancelReason": {"bulk", bulkPage{Action: ops.Cancel, Matched: 1, Changed: 1, Changes: []stateCount{{kfstype.RunStateQueued, 1}}, Count: 1, Plan: "p", CSRF: "x"},
 			[]string{`<label>Reason (stored with each attempt and recorded in the audit log) <input name="reason"`}, nil},
 	} {
-		t.Run(name, func(t *testing.T) {
-			w := httptest.NewRecorder()
-			s.render(w, httptest.NewRequest("GET", "/", nil), 200, tc.page, "t", tc.data)
-			for _, want := range tc.want {
-				if !strings.Contains(w.Body.String(), want) {
-					t.Errorf("no %q in:\n%s", want, w.Body.String())
-				}
-			}
-			for _, not := range tc.dontWant {
-				if strings.Contains(w.Body.String(), not) {
-					t.Errorf("%q in:\n%s", not, w.Body.String())
-				}
-			}
-		})
+		t.Run(name, func(t *testing.T) { requirePage(t, s, tc.page, tc.data, tc.want, tc.dontWant) })
+	}
+}
+
+// pageServer is a Server that renders pages and nothing else.
+func pageServer(t *testing.T) *Server {
+	t.Helper()
+	pages, err := parsePages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{pages: pages}
+	s.log = testLogger(t)
+	return s
+}
+
+// requirePage renders page from data and requires every want in it and
+// no dontWant.
+func requirePage(t *testing.T, s *Server, page string, data any, want, dontWant []string) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	s.render(w, httptest.NewRequest("GET", "/", nil), 200, page, "t", data)
+	for _, w1 := range want {
+		if !strings.Contains(w.Body.String(), w1) {
+			t.Errorf("no %q in:\n%s", w1, w.Body.String())
+		}
+	}
+	for _, not := range dontWant {
+		if strings.Contains(w.Body.String(), not) {
+			t.Errorf("%q in:\n%s", not, w.Body.String())
+		}
 	}
 }
