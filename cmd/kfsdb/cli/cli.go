@@ -34,10 +34,11 @@ import (
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
-// rootLong is `kfsdb --help`'s text above the commands.
-const rootLong = `kfsdb is the binary operators deploy against a production database: it
+// rootLong is `kfsdb --help`'s text above the commands; the actions are
+// ops' table's.
+var rootLong = `kfsdb is the binary operators deploy against a production database: it
 migrates kfsdb's schema, inspects attempts and the outbox, and acts on
-attempts only through the guarded transitions (cancel, retry, supersede,
+attempts only through the guarded transitions (` + strings.Join(actionNames(), ", ") + `,
 purge), and sets tenants' limits (caps, rates, pauses).
 It runs no handler and publishes nothing.
 
