@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/knowledgefs/kfsdb/internal/nilvalue"
+	"github.com/knowledgefs/kfsdb/internal/runcfg"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/relay"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -50,16 +50,11 @@ func New() *Queue {
 	return &Queue{wake: make(chan struct{}, 1), prefix: fmt.Sprintf("mem-%08x-", rand.Uint32())}
 }
 
-// errNilQueue is what a nil Queue's Publish and Receive return.
-var errNilQueue = errors.New("memqueue: nil Queue (use memqueue.New)")
-
-// usable refuses a nil Queue and a nil context.
+// usable refuses a Queue not made by New and a nil context, as relay's
+// and worker's values do (a *repo.InputError), and an ended ctx.
 func (q *Queue) usable(ctx context.Context) error {
-	switch {
-	case q == nil:
-		return errNilQueue
-	case nilvalue.Is(ctx):
-		return errors.New("memqueue: ctx is nil")
+	if err := runcfg.Usable(ctx, "memqueue", "Queue", q != nil && q.wake != nil); err != nil {
+		return err
 	}
 	return ctx.Err()
 }

@@ -206,7 +206,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Source, error) {
 // worker's id, lease duration and concurrency.
 func (s *Source) Bind(workerID string, leaseDuration time.Duration, slots int) error {
 	if s == nil || s.pool == nil {
-		return runcfg.Invalid("pgsource", "Source", "must be made by pgsource.New (is nil or a zero Source)")
+		return runcfg.NotMade("pgsource", "Source")
 	}
 	if err := runcfg.ValidID("pgsource", "workerID", workerID); err != nil {
 		return err
@@ -231,7 +231,7 @@ func (s *Source) Bind(workerID string, leaseDuration time.Duration, slots int) e
 
 func (s *Source) bound() (chan *request, error) {
 	if s == nil || s.pool == nil {
-		return nil, runcfg.Invalid("pgsource", "Source", "must be made by pgsource.New (is nil or a zero Source)")
+		return nil, runcfg.NotMade("pgsource", "Source")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -122,11 +122,5 @@ func (r *Relay) ID() string {
 
 // usable refuses a Relay not made by New and a nil context.
 func (r *Relay) usable(ctx context.Context) error {
-	switch {
-	case r == nil || r.cfg == nil:
-		return runcfg.Invalid("relay", "Relay", "must be made by relay.New (is nil or a zero Relay)")
-	case nilvalue.Is(ctx):
-		return runcfg.Invalid("relay", "ctx", "must not be nil")
-	}
-	return nil
+	return runcfg.Usable(ctx, "relay", "Relay", r != nil && r.cfg != nil)
 }

@@ -195,13 +195,7 @@ func (w *Worker) ID() string {
 
 // usable refuses a Worker not made by New and a nil context.
 func (w *Worker) usable(ctx context.Context) error {
-	switch {
-	case w == nil || w.cfg == nil:
-		return runcfg.Invalid("worker", "Worker", "must be made by worker.New (is nil or a zero Worker)")
-	case nilvalue.Is(ctx):
-		return runcfg.Invalid("worker", "ctx", "must not be nil")
-	}
-	return nil
+	return runcfg.Usable(ctx, "worker", "Worker", w != nil && w.cfg != nil)
 }
 
 // Run receives and processes deliveries with Concurrency goroutines until

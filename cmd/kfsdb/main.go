@@ -2,7 +2,8 @@
 // database: it manages kfsdb's PostgreSQL schema (kfsdb migrate), inspects
 // attempts and the outbox (attempts, outbox, stuck, console) and acts on
 // attempts only through the guarded transitions (attempts
-// cancel|retry|supersede, purge), all on the database a URL names. It runs
+// cancel|retry|supersede|release, the table in cmd/kfsdb/ops/actions.go;
+// purge), all on the database a URL names. It runs
 // no handler and publishes nothing: work, relay and bench are kfsdb-bench's
 // (bench/kfsdb-bench), the demo is tests/cmd/kfsdb-demo (`make demo`). See
 // `kfsdb -h`.

@@ -1,10 +1,12 @@
 package runcfg
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
@@ -14,6 +16,24 @@ import (
 // as they match repo's (errors.As, errors.Is repo.ErrInvalidInput).
 func Invalid(pkg, field, reason string) error {
 	return fmt.Errorf("%s: %w", pkg, &repo.InputError{Field: field, Reason: reason})
+}
+
+// NotMade is Invalid for a receiver of type typ that pkg's New did not
+// make (a nil pointer or a zero value).
+func NotMade(pkg, typ string) error {
+	return Invalid(pkg, typ, fmt.Sprintf("must be made by %s.New (is nil or a zero %s)", pkg, typ))
+}
+
+// Usable is the check at the top of a runtime value's methods (a Relay's,
+// a Worker's): NotMade unless made, else Invalid for a nil ctx, else nil.
+func Usable(ctx context.Context, pkg, typ string, made bool) error {
+	switch {
+	case !made:
+		return NotMade(pkg, typ)
+	case nilvalue.Is(ctx):
+		return Invalid(pkg, "ctx", "must not be nil")
+	}
+	return nil
 }
 
 // Duration is a named duration for NonNegative.

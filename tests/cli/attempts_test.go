@@ -264,6 +264,71 @@ func TestAttemptsActions(t *testing.T) {
 	})
 }
 
+// TestAttemptsRelease: release makes a deferred start's outbox row due
+// now, at the version read, and writes an audit line; the reason is only
+// audited, not stored; a row that is due already and an attempt that is
+// not dispatch_pending are refused with the reason; release is not
+// offered on every match (no --all). Mutation: ops' release row calling
+// RetryFailed fails the applied case; Bulk set on it fails the --all case.
+func TestAttemptsRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDB(t)
+	drv := &testfactory.Driver{Repo: repo.New(nil), DB: db.Pool}
+	f := &operatorFixture{db: db, tenant: "ops-" + uuid.NewString()[:8]}
+	scope := func() *testfactory.Scope {
+		return testfactory.NewScope(ctx, t, db.Pool, &testfactory.ScopeOpts{TenantID: new(f.tenant)})
+	}
+	f.failed = drv.InState(ctx, t, scope(), kfstype.RunStateFailed)
+	deferred := drv.Start(ctx, t, scope(), &testfactory.StartOpts{Deferred: new(true)})
+	parked := func(id uuid.UUID) bool {
+		var atInfinity bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT available_at = 'infinity' FROM document_compilation_outbox WHERE attempt_id = $1`, id).Scan(&atInfinity))
+		return atInfinity
+	}
+	require.True(t, parked(deferred.ID))
+	_, before := f.state(t, deferred.ID)
+
+	code, out, stderr := runCmd(t, db.URL, "", "attempts", "release", "--tenant", f.tenant, "--dry-run", "--json", deferred.ID.String(), f.failed.ID.String())
+	require.Equal(t, 1, code, "refusals are reported with status 1")
+	require.Contains(t, stderr, "refused: 1 of 2 attempts")
+	var rs []ops.Result
+	require.NoError(t, json.Unmarshal([]byte(out), &rs), out)
+	require.Len(t, rs, 2)
+	require.Equal(t, ops.OutcomeWouldApply, rs[0].Outcome)
+	require.Equal(t, kfstype.RunStateDispatchPending, rs[0].To)
+	require.Equal(t, ops.OutcomeRefused, rs[1].Outcome)
+	require.Contains(t, rs[1].Reason, "only a dispatch_pending attempt whose start was deferred can be released")
+	require.True(t, parked(deferred.ID), "a dry run changes nothing")
+	require.NotContains(t, stderr, "msg=audit", "a dry run acts on nothing")
+
+	code, out, stderr = runCmd(t, db.URL, "", "attempts", "release", "--tenant", f.tenant, "--reason", "operator: go", deferred.ID.String())
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "applied: dispatch_pending → dispatch_pending")
+	require.False(t, parked(deferred.ID), "the outbox row is due")
+	st, after := f.state(t, deferred.ID)
+	require.Equal(t, kfstype.RunStateDispatchPending, st)
+	require.Equal(t, before+1, after)
+	testfactory.RequireInvariants(ctx, t, db.Pool, deferred.ID)
+	require.Regexp(t, `msg=audit at=\S+ session=cli:\S+ remote=\S+ forwarded_claim="" tenant=`+f.tenant+` attempt=`+deferred.ID.String()+
+		` action=release from=dispatch_pending to=dispatch_pending result=applied reason="" operator_reason="operator: go" db_role=\S+`, stderr)
+	released, err := drv.Repo.GetAttempt(ctx, db.Pool, &repo.GetAttemptParams{TenantID: f.tenant, AttemptID: deferred.ID})
+	require.NoError(t, err)
+	require.Nil(t, released.LastErrorMessage, "release stores no reason")
+
+	// Due already: the guarded statement refuses, and says why.
+	code, out, stderr = runCmd(t, db.URL, "", "attempts", "release", "--tenant", f.tenant, deferred.ID.String())
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "outbox row is not deferred")
+	require.Regexp(t, `msg=audit .* attempt=`+deferred.ID.String()+` action=release from=dispatch_pending to=dispatch_pending result=refused reason=".+"`, stderr)
+	_, again := f.state(t, deferred.ID)
+	require.Equal(t, after, again)
+
+	code, _, stderr = runCmd(t, db.URL, "", "attempts", "release", "--tenant", f.tenant, "--all")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "unknown flag: --all")
+}
+
 func TestAttemptsListPages(t *testing.T) {
 	t.Parallel()
 	f := newOperatorFixture(t)

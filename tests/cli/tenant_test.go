@@ -58,14 +58,14 @@ func TestTenantCommandsRefuseBadInput(t *testing.T) {
 		opts    cli.TenantChangeOpts
 		wantErr string
 	}{
-		"MissingURL":      {cli.TenantChangeOpts{TenantID: "t", Action: ops.TenantPause, Out: &strings.Builder{}}, "DatabaseURL is required"},
-		"MissingOut":      {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", Action: ops.TenantPause}, "Out is required"},
-		"UnknownAction":   {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", Action: "tenant-delete", Out: &strings.Builder{}}, `Action "tenant-delete"`},
-		"RateOnPause":     {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", Action: ops.TenantPause, Rate: 1, Out: &strings.Builder{}}, "go with tenant-set-limit only"},
-		"ClearOnResume":   {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", Action: ops.TenantResume, ClearCap: true, Out: &strings.Builder{}}, "go with tenant-clear-limit only"},
-		"InfiniteRate":    {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", Action: ops.TenantSetLimit, Rate: math.Inf(1), Out: &strings.Builder{}}, "Rate must be"},
-		"ValidSetLimit":   {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", Action: ops.TenantSetLimit, Rate: 0.5, Out: &strings.Builder{}}, ""},
-		"ValidClearLimit": {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", Action: ops.TenantClearLimit, ClearRate: true, Out: &strings.Builder{}}, ""},
+		"MissingURL":      {cli.TenantChangeOpts{TenantID: "t", TenantChange: ops.TenantChange{Action: ops.TenantPause}, Out: &strings.Builder{}}, "DatabaseURL is required"},
+		"MissingOut":      {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", TenantChange: ops.TenantChange{Action: ops.TenantPause}}, "Out is required"},
+		"UnknownAction":   {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", TenantChange: ops.TenantChange{Action: "tenant-delete"}, Out: &strings.Builder{}}, `Action "tenant-delete"`},
+		"RateOnPause":     {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", TenantChange: ops.TenantChange{Action: ops.TenantPause, Rate: 1}, Out: &strings.Builder{}}, "go with tenant-set-limit only"},
+		"ClearOnResume":   {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", TenantChange: ops.TenantChange{Action: ops.TenantResume, ClearCap: true}, Out: &strings.Builder{}}, "go with tenant-clear-limit only"},
+		"InfiniteRate":    {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", TenantChange: ops.TenantChange{Action: ops.TenantSetLimit, Rate: math.Inf(1)}, Out: &strings.Builder{}}, "Rate must be"},
+		"ValidSetLimit":   {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", TenantChange: ops.TenantChange{Action: ops.TenantSetLimit, Rate: 0.5}, Out: &strings.Builder{}}, ""},
+		"ValidClearLimit": {cli.TenantChangeOpts{DatabaseURL: url, TenantID: "t", TenantChange: ops.TenantChange{Action: ops.TenantClearLimit, ClearRate: true}, Out: &strings.Builder{}}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			requireValidateErr(t, tc.opts.Validate(), tc.wantErr)

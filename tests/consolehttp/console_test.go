@@ -229,3 +229,35 @@ func TestRetryOfAFailedAttempt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState)
 }
+
+// TestReleaseOfADeferredStart: release is offered only for a deferred
+// start (the page reads its outbox row), says what it does, stores no
+// reason, and the confirmed release makes the row due; it is not offered
+// on every match. Mutation: ops' release row without its Outbox
+// condition fails the due attempt's check.
+func TestReleaseOfADeferredStart(t *testing.T) {
+	b := setup(t)
+	base := b.start(t, console.Config{})
+	a := b.drv.Start(b.ctx, t, testfactory.NewScope(b.ctx, t, b.db.Pool, &testfactory.ScopeOpts{TenantID: new(tenantB)}),
+		&testfactory.StartOpts{Deferred: new(true)})
+	due := b.first(t, tenantB, kfstype.RunStateDispatchPending)
+	page := get(t, fmt.Sprintf("%s/attempts/%s?tenant=%s", base, a.ID, tenantB))
+	require.Contains(t, page.body, `value="release"`)
+	require.NotContains(t, get(t, fmt.Sprintf("%s/attempts/%s?tenant=%s", base, due.ID, tenantB)).body, `value="release"`,
+		"an outbox row that is not deferred is not released")
+	confirm := get(t, fmt.Sprintf("%s/attempts/%s/confirm?action=release&tenant=%s", base, a.ID, tenantB))
+	require.Contains(t, confirm.body, "release makes its deferred outbox row due now")
+	require.Contains(t, confirm.body, `<label>Reason (recorded in the audit log) <input name="reason"`, "a release stores no reason; the audit line does")
+	form := url.Values{"action": {"release"}, "tenant": {tenantB}, "version": {hidden(t, confirm.body, "version")}, "csrf": {hidden(t, confirm.body, "csrf")}}
+	res := do(t, http.MethodPost, base+"/attempts/"+a.ID.String()+"/act", form, nil)
+	require.Equal(t, http.StatusSeeOther, res.status)
+	require.Contains(t, get(t, base+res.header.Get("Location")).body, "release applied")
+	after, o, err := b.drv.Repo.GetAttemptWithOutbox(b.ctx, b.db.Pool, &repo.GetAttemptWithOutboxParams{TenantID: tenantB, AttemptID: a.ID})
+	require.NoError(t, err)
+	require.Equal(t, kfstype.RunStateDispatchPending, after.RunState)
+	require.Equal(t, a.RowVersion+1, after.RowVersion)
+	require.False(t, o.AvailableAt.Equal(kfstype.Forever), "the outbox row is due")
+
+	require.NotContains(t, get(t, base+"/attempts?tenant="+tenantB).body, "bulk-release")
+	require.Equal(t, http.StatusBadRequest, get(t, base+"/bulk?action=release&tenant="+tenantB).status)
+}

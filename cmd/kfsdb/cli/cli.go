@@ -24,16 +24,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 )
 
-// rootLong is `kfsdb --help`'s text above the commands.
-const rootLong = `kfsdb is the binary operators deploy against a production database: it
+// rootLong is `kfsdb --help`'s text above the commands; the actions are
+// ops' table's.
+var rootLong = `kfsdb is the binary operators deploy against a production database: it
 migrates kfsdb's schema, inspects attempts and the outbox, and acts on
-attempts only through the guarded transitions (cancel, retry, supersede,
+attempts only through the guarded transitions (` + strings.Join(actionNames(), ", ") + `,
 purge), and sets tenants' limits (caps, rates, pauses).
 It runs no handler and publishes nothing.
 
@@ -103,7 +105,7 @@ func newRootCommand(r *runner) *cobra.Command {
 		},
 	})
 	root.PersistentFlags().StringVar(&r.auditFlags.file, "audit-file", "",
-		"also append every audit line (one per change: purge, migrate up/down, attempts cancel/retry/supersede, tenant set-limit/clear-limit/pause/resume) to this file, created 0600; defaults to $"+EnvAuditFile)
+		"also append every audit line (one per change: purge, migrate up/down, attempts "+strings.Join(actionNames(), "/")+", tenant set-limit/clear-limit/pause/resume) to this file, created 0600; defaults to $"+EnvAuditFile)
 	root.PersistentFlags().BoolVar(&r.auditFlags.syslog, "audit-syslog", false,
 		"also send every audit line to the local syslog (authpriv); defaults to $"+EnvAuditSyslog)
 	root.AddCommand(newMigrateCommand(r), newPurgeCommand(r), newAttemptsCommand(r), newOutboxCommand(r), newStuckCommand(r), newTenantCommand(r), newConsoleCommand(r))

@@ -21,31 +21,18 @@ import (
 // pauses; migrations 0008 and 0011), read and changed through repo, each
 // change audited.
 
-// TenantChangeOpts are the options of ChangeTenant.
+// TenantChangeOpts are the options of ChangeTenant: the change, an
+// ops.TenantChange as the console's tenant page makes it (`kfsdb tenant`
+// leaves its Seen ""), and where it runs and reports.
 type TenantChangeOpts struct {
 	// DatabaseURL is the database to act on. Required.
 	DatabaseURL string
 	// TenantID is the tenant whose limits change. Required.
 	TenantID string
-	// Action is ops.TenantSetLimit, ops.TenantClearLimit, ops.TenantPause
-	// or ops.TenantResume. Required.
-	Action string
-	// MaxRunning, with TenantSetLimit, caps the tenant's running attempts
-	// (> 0). Defaults to 0: the cap is not changed.
-	MaxRunning int32
-	// Rate, with TenantSetLimit, limits the tenant to this many leases per
-	// second (> 0). Defaults to 0: the rate is not changed.
-	Rate float64
-	// Burst, with Rate, is the most leases at once (the bucket's size).
-	// Defaults to 0: one second's worth, at least 1.
-	Burst int32
-	// ClearCap and ClearRate, with TenantClearLimit, name the limits
-	// lifted. Default to false both: each of the two the tenant has.
-	ClearCap, ClearRate bool
-	// Reason is why the operator acts, for the audit line; with
-	// TenantPause it is stored as the pause's reason too. Defaults to "":
-	// none given.
-	Reason string
+	// TenantChange is the change: Action (required), MaxRunning, Rate,
+	// Burst, ClearCap, ClearRate and Reason (why the operator acts, for
+	// the audit line; with TenantPause, stored as the pause's reason).
+	ops.TenantChange
 	// Out receives what changed. Required.
 	Out io.Writer
 	// Audit receives the change's audit line (ops.AuditLine, msg=audit),
@@ -93,12 +80,6 @@ func (o *TenantChangeOpts) Validate() error {
 	return nil
 }
 
-// change is the change opts asks for.
-func (o *TenantChangeOpts) change() ops.TenantChange {
-	return ops.TenantChange{Action: o.Action, MaxRunning: o.MaxRunning, Rate: o.Rate, Burst: o.Burst,
-		ClearCap: o.ClearCap, ClearRate: o.ClearRate, Reason: o.Reason}
-}
-
 // ChangeTenant changes a tenant's limits as opts says, in one transaction,
 // prints the limits before and after, and writes the audit line. A change
 // that does not apply (resuming a tenant that is not paused, pausing one
@@ -131,7 +112,7 @@ func ChangeTenant(ctx context.Context, opts *TenantChangeOpts) error {
 // console's tenant page shares) and says what it did in line.From and
 // line.To.
 func changeTenant(ctx context.Context, tx pgx.Tx, opts *TenantChangeOpts, line *ops.AuditLine) error {
-	res, err := ops.ChangeTenantLimits(ctx, repo.New(nil), tx, opts.TenantID, opts.change())
+	res, err := ops.ChangeTenantLimits(ctx, repo.New(nil), tx, opts.TenantID, opts.TenantChange)
 	if res != nil {
 		line.From = ops.LimitSummary(res.Before)
 	}
@@ -362,7 +343,7 @@ type tenantChangeCommand struct {
 
 // newTenantChangeCommand is `kfsdb tenant ACTION TENANT`.
 func newTenantChangeCommand(r *runner, action, use, short string) *tenantChangeCommand {
-	c := &tenantChangeCommand{opts: &TenantChangeOpts{Action: action}}
+	c := &tenantChangeCommand{opts: &TenantChangeOpts{TenantChange: ops.TenantChange{Action: action}}}
 	c.Command = &cobra.Command{
 		Use:   use,
 		Short: short,

@@ -19,7 +19,7 @@ import (
 // attemptPage is the attempt page's data.
 type attemptPage struct {
 	View    *ops.AttemptView
-	Actions []ops.Action // those ops.Check allows; none when read-only
+	Actions []ops.Action // those ops.Action.CheckRow allows; none when read-only
 	Tenant  string       // the ?tenant= of links and forms ("" when confined)
 }
 
@@ -74,7 +74,7 @@ func (s *Server) attempt(w http.ResponseWriter, r *http.Request) {
 	p.View.Timeline = ops.Timeline(a, o)
 	if !s.cfg.ReadOnly {
 		for _, act := range ops.Actions() {
-			if allowed, _ := act.Check(a); allowed {
+			if allowed, _ := act.CheckRow(a, o); allowed {
 				p.Actions = append(p.Actions, act)
 			}
 		}
@@ -98,8 +98,9 @@ func (s *Server) actionToConfirm(w http.ResponseWriter, r *http.Request) (ops.Ac
 	return action, true
 }
 
-// confirm shows what an action would do (ops.Plan) at the row version
-// read now, with the form that applies it at that version.
+// confirm shows what an action would do (ops.PlanRow, which reads the
+// outbox row too) at the row version read now, with the form that
+// applies it at that version.
 func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 	action, ok := s.actionToConfirm(w, r)
 	if !ok {
@@ -110,7 +111,7 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who, _ := principalOf(r)
-	p := confirmPage{View: ops.ViewOf(a, o), Plan: ops.Plan(action, a), Tenant: s.tenantParam(tenant),
+	p := confirmPage{View: ops.ViewOf(a, o), Plan: ops.PlanRow(action, a, o), Tenant: s.tenantParam(tenant),
 		CSRF: s.csrfToken(who, tenant, a.ID.String(), string(action), a.RowVersion, time.Now())}
 	s.render(w, r, http.StatusOK, "confirm", fmt.Sprintf("Confirm %s", action), p)
 }

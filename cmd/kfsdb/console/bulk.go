@@ -86,6 +86,10 @@ func (s *Server) bulkDryRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if !action.Spec().Bulk {
+		s.fail(w, r, http.StatusBadRequest, notBulk(action))
+		return
+	}
 	f, _, err := s.filterOf(r)
 	if !s.filterStatus(w, r, err) {
 		return
@@ -114,6 +118,12 @@ func (s *Server) bulkDryRun(w http.ResponseWriter, r *http.Request) {
 		p.CSRF = s.bulkToken(who, f, p.Plan, action, strconv.Itoa(p.Count), now)
 	}
 	s.render(w, r, http.StatusOK, "bulk", fmt.Sprintf("Bulk %s: dry run", action), p)
+}
+
+// notBulk says that action is not offered on every match
+// (ops.ActionSpec.Bulk).
+func notBulk(action ops.Action) string {
+	return fmt.Sprintf("%s is not offered on every match of a filter: want %s", action, ops.OrList(ops.BulkActions()))
 }
 
 // bulkOutcome is what a confirmed bulk action did, for its page.
@@ -147,6 +157,10 @@ func (s *Server) bulkRun(w http.ResponseWriter, r *http.Request) {
 	action, err := ops.ParseAction(r.PostFormValue("action"))
 	if err != nil {
 		refuse(http.StatusBadRequest, "unknown action", err.Error())
+		return
+	}
+	if !action.Spec().Bulk {
+		refuse(http.StatusBadRequest, "not offered on every match", notBulk(action))
 		return
 	}
 	var bad *badFilter

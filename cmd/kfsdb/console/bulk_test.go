@@ -1,8 +1,6 @@
 package console
 
 import (
-	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,12 +15,7 @@ import (
 // template path executes, and what a person must read is there.
 // Mutation: a template field renamed in Go but not in the page fails it.
 func TestBulkPagesRender(t *testing.T) {
-	pages, err := parsePages()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{pages: pages}
-	s.log = testLogger(t)
+	s := pageServer(t)
 	a := &kfstype.Attempt{ID: uuid.New(), TenantID: "acme", RunState: kfstype.RunStateQueued, CreatedAt: time.Now()}
 	done := &kfstype.Attempt{ID: uuid.New(), TenantID: "acme", RunState: kfstype.RunStateSucceeded, CreatedAt: time.Now(), CompletedAt: new(time.Now())}
 	for name, tc := range map[string]struct {
@@ -52,14 +45,6 @@ func TestBulkPagesRender(t *testing.T) {
 		"Stopped": {"bulkresult", bulkResultPage{Action: ops.Cancel, Outcome: &bulkOutcome{Confirmed: 5, NotReached: 5, Stopped: "the time limit"}},
 			[]string{`id="stopped"`, `id="not-reached">5<`}},
 	} {
-		t.Run(name, func(t *testing.T) {
-			w := httptest.NewRecorder()
-			s.render(w, httptest.NewRequest("GET", "/bulk", nil), 200, tc.page, "t", tc.data)
-			for _, want := range tc.want {
-				if !strings.Contains(w.Body.String(), want) {
-					t.Errorf("no %q in:\n%s", want, w.Body.String())
-				}
-			}
-		})
+		t.Run(name, func(t *testing.T) { requirePage(t, s, tc.page, tc.data, tc.want, nil) })
 	}
 }

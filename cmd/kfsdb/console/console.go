@@ -1,8 +1,9 @@
 // Package console is the web console of `kfsdb console`: server-rendered
 // pages (html/template, one embedded stylesheet, no JavaScript) that show
 // attempts by state, the outbox backlog, throughput and stuck attempts,
-// list and open attempts, and cancel, retry or supersede one, or every
-// attempt a filter matches (a dry run, a confirmation, then batches),
+// list and open attempts, and act on one with an action of ops' table
+// (cancel, retry, supersede, release), or on every attempt a filter
+// matches (a dry run, a confirmation, then batches),
 // through cmd/kfsdb/ops, as the CLI does, and show and change a tenant's
 // limits of direct delivery (cap, rate, pause), as `kfsdb tenant` does.
 //

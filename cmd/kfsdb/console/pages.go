@@ -203,8 +203,8 @@ type attemptsPage struct {
 	Attempts []*ops.AttemptView
 	Next     string // the next page's URL, "" on the last page
 	Error    string
-	// Bulk are the bulk actions offered on every match (none when
-	// read-only or without a tenant), BulkFields the filter they carry
+	// Bulk are the actions offered on every match (ops.BulkActions; none
+	// when read-only or without a tenant), BulkFields the filter they carry
 	// and BulkMax how many attempts one may act on.
 	Bulk       []ops.Action
 	BulkFields []field
@@ -242,7 +242,7 @@ func (s *Server) attempts(w http.ResponseWriter, r *http.Request) {
 		p.Next = "/attempts?" + next.Encode()
 	}
 	if !s.cfg.ReadOnly {
-		p.Bulk, p.BulkFields, p.BulkMax = ops.Actions(), hiddenFields(filterValues(f, s.tenantParam(f.TenantID))), s.cfg.BulkMax
+		p.Bulk, p.BulkFields, p.BulkMax = ops.BulkActions(), hiddenFields(filterValues(f, s.tenantParam(f.TenantID))), s.cfg.BulkMax
 	}
 	s.render(w, r, http.StatusOK, "attempts", "Attempts", p)
 }

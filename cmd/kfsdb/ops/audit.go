@@ -47,9 +47,10 @@ type AuditLine struct {
 	// every tenant (migrate).
 	Tenant  string
 	Attempt string
-	// Action is the change: cancel, retry, supersede, login, logout,
-	// purge, migrate-up, migrate-down, tenant-set-limit,
-	// tenant-clear-limit, tenant-pause, tenant-resume.
+	// Action is the change: an action of the table (Actions: cancel,
+	// retry, supersede, release) or, for a bulk action's summary line,
+	// bulk-NAME; login, logout, purge, migrate-up, migrate-down,
+	// tenant-set-limit, tenant-clear-limit, tenant-pause, tenant-resume.
 	Action string
 	// From and To are the states before and after ("" when not read);
 	// for a migration, the schema versions; for a tenant's limits,

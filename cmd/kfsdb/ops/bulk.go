@@ -1,8 +1,8 @@
 package ops
 
 // Bulk actions: one action on every attempt a filter matches, as the
-// console's bulk buttons and `kfsdb attempts cancel|retry|supersede --all`
-// run it. First a dry run (PlanBulk) reads every match once and keeps
+// console's bulk buttons and `kfsdb attempts ACTION --all` run it, for
+// the actions offered on every match (ActionSpec.Bulk). First a dry run (PlanBulk) reads every match once and keeps
 // what it read; then RunBulk acts on those attempts, in batches, each
 // through its guarded transition at the row version the dry run read: an
 // attempt that changed since is skipped and reported with the refusal's
@@ -11,11 +11,8 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,72 +37,6 @@ const (
 	// of its attempts until it commits.
 	MaxBulkBatch = 1000
 )
-
-// Filter selects a tenant's attempts, for a list page or a bulk action.
-type Filter struct {
-	// TenantID is the tenant. Required.
-	TenantID string
-	// States are the run states matched; empty matches every state.
-	States []kfstype.RunState
-	// KnowledgeSpaceID narrows the match to one space; nil: every space.
-	KnowledgeSpaceID *uuid.UUID
-	// OlderThan and NewerThan bound an attempt's age: the time since it
-	// ended or, while it is live, since it was created
-	// (repo.ListAttemptsParams); 0: no bound.
-	OlderThan, NewerThan time.Duration
-	// ErrorCode matches the attempts whose last error code is it; "":
-	// any.
-	ErrorCode string
-}
-
-// states is f's states in kfstype.RunStates() order, every state when
-// none is named.
-func (f Filter) states() []kfstype.RunState {
-	var out []kfstype.RunState
-	for _, s := range kfstype.RunStates() {
-		if len(f.States) == 0 || slices.Contains(f.States, s) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// Params is the repo.ListAttempts page of f that starts after after
-// (nil: the first) and holds at most limit attempts.
-func (f Filter) Params(after *repo.AttemptCursor, limit int32) *repo.ListAttemptsParams {
-	return &repo.ListAttemptsParams{TenantID: f.TenantID, States: f.states(), KnowledgeSpaceID: f.KnowledgeSpaceID,
-		After: after, Limit: limit, OlderThan: f.OlderThan, NewerThan: f.NewerThan, LastErrorCode: f.ErrorCode}
-}
-
-// String is f as one canonical line, the same for every way of writing
-// the same filter (states in their usual order, durations normalized):
-// what audit lines record and what the console's confirmation binds.
-func (f Filter) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "tenant=%s", strconv.Quote(f.TenantID))
-	if len(f.States) == 0 {
-		b.WriteString(" state=any")
-	} else {
-		names := make([]string, 0, len(f.States))
-		for _, s := range f.states() {
-			names = append(names, string(s))
-		}
-		fmt.Fprintf(&b, " state=%s", strings.Join(names, ","))
-	}
-	if f.KnowledgeSpaceID != nil {
-		fmt.Fprintf(&b, " space=%s", f.KnowledgeSpaceID)
-	}
-	if f.OlderThan > 0 {
-		fmt.Fprintf(&b, " older_than=%s", f.OlderThan)
-	}
-	if f.NewerThan > 0 {
-		fmt.Fprintf(&b, " newer_than=%s", f.NewerThan)
-	}
-	if f.ErrorCode != "" {
-		fmt.Fprintf(&b, " error_code=%s", strconv.Quote(f.ErrorCode))
-	}
-	return b.String()
-}
 
 // Target is an attempt a bulk plan will act on, as the dry run read it.
 type Target struct {
@@ -196,10 +127,15 @@ func (e *TooManyError) Error() string {
 // changes nothing. More than max matches is a *TooManyError, read after
 // at most max+1 attempts.
 //
-// Errors: *TooManyError; repo's (*repo.InputError for a bad filter).
+// Errors: *TooManyError; ErrUnknownAction, also for an action not
+// offered on every match (ActionSpec.Bulk); repo's (*repo.InputError for
+// a bad filter).
 func PlanBulk(ctx context.Context, r *repo.Repo, db repo.DBTX, action Action, f Filter, max, sample int) (*BulkPlan, error) {
 	if _, err := ParseAction(string(action)); err != nil {
 		return nil, err
+	}
+	if !action.Spec().Bulk {
+		return nil, fmt.Errorf("%w %q on every match: want %s", ErrUnknownAction, action, OrList(BulkActions()))
 	}
 	plan := NewBulkPlan(action, f, sample)
 	var after *repo.AttemptCursor
@@ -231,7 +167,8 @@ type BulkRun struct {
 	// BatchSize is how many attempts one batch acts on, 1..MaxBulkBatch.
 	// Defaults to BulkBatchDefault.
 	BatchSize int
-	// Reason is stored with a cancel or a supersede. Defaults to "": none.
+	// Reason is stored by the actions that store one
+	// (ActionSpec.StoresReason: cancel, supersede). Defaults to "": none.
 	Reason string
 	// OnBatch, when set, gets each batch's results once the batch is
 	// done (committed): where the caller writes their audit lines. batch
@@ -413,37 +350,4 @@ func (b *bulkBatch) each(ctx context.Context, db repo.DBTX, targets []Target) ([
 		out = append(out, res)
 	}
 	return out, nil
-}
-
-// Refusal codes: Result.Code of a refused action.
-const (
-	// RefusedStale: the attempt changed since it was read (its row
-	// version moved): repo.ErrStaleRowVersion.
-	RefusedStale = "stale_row_version"
-	// RefusedState: the action is not allowed in the attempt's state
-	// (*repo.TransitionError, repo.ErrInvalidTransition, or Check's
-	// prediction).
-	RefusedState = "invalid_transition"
-	// RefusedNotFound: no such attempt for the tenant (purged, or
-	// another tenant's): repo.ErrNotFound.
-	RefusedNotFound = "not_found"
-	// RefusedLiveAttempt: a retry found another live attempt for the
-	// document version: repo.ErrLiveAttemptExists.
-	RefusedLiveAttempt = "live_attempt_exists"
-)
-
-// RefusalCode names the kind of refusal err is ("" when it is none).
-func RefusalCode(err error) string {
-	var te *repo.TransitionError
-	switch {
-	case errors.As(err, &te), errors.Is(err, repo.ErrInvalidTransition):
-		return RefusedState
-	case errors.Is(err, repo.ErrStaleRowVersion):
-		return RefusedStale
-	case errors.Is(err, repo.ErrNotFound):
-		return RefusedNotFound
-	case errors.Is(err, repo.ErrLiveAttemptExists):
-		return RefusedLiveAttempt
-	}
-	return ""
 }

@@ -1,119 +1,34 @@
-// Package ops is what the operator commands (`kfsdb attempts …`) and the
-// web console (`kfsdb console`) share: how an attempt is shown (never its
-// lease token, which would let a reader act as the worker), the timeline
-// its timestamps give, and the three operator actions, applied only
-// through repo's guarded transitions and only to the row version the
-// operator saw: on one attempt, or on every match of a filter (bulk.go:
-// a dry run, then batches), and the changes of a tenant's limits of
-// direct delivery (tenant.go).
+// Package ops is what the operator commands (`kfsdb attempts …`,
+// `kfsdb tenant …`) and the web console (`kfsdb console`) share. Where
+// each part is:
+//
+//   - actions.go: the operator actions on an attempt (cancel, retry,
+//     supersede, release), one table row each: name, states, repo
+//     transition, words. The CLI's commands, the console's buttons and the
+//     docs' table are read from it; adding an action adds a row there.
+//   - ops.go: one action on one attempt, applied only through repo's
+//     guarded transition and only to the row version the operator saw
+//     (Do), or planned (Plan), and why a refusal happened.
+//   - bulk.go: one action on every match of a filter: a dry run, then
+//     batches.
+//   - list.go: the filter, page cursors and run states that select a
+//     tenant's attempts.
+//   - view.go: how an attempt is shown (never its lease token, which would
+//     let a reader act as the worker) and the timeline its timestamps give.
+//   - tenant.go: the changes of a tenant's limits of direct delivery.
+//   - audit.go: the audit line every change writes.
 package ops
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
 )
-
-// Action is an operator action on one attempt.
-type Action string
-
-// The actions.
-const (
-	// Cancel ends a live attempt as canceled (repo.Cancel).
-	Cancel Action = "cancel"
-	// Retry runs a failed attempt again (repo.RetryFailed).
-	Retry Action = "retry"
-	// Supersede ends a live attempt as superseded (repo.Supersede).
-	Supersede Action = "supersede"
-)
-
-// Actions lists the actions in the order pages and help show them.
-func Actions() []Action { return []Action{Cancel, Retry, Supersede} }
-
-// ErrUnknownAction is returned by ParseAction.
-var ErrUnknownAction = errors.New("unknown action")
-
-// ParseAction returns the action s names.
-func ParseAction(s string) (Action, error) {
-	for _, a := range Actions() {
-		if string(a) == s {
-			return a, nil
-		}
-	}
-	return "", fmt.Errorf("%w %q: want cancel, retry or supersede", ErrUnknownAction, s)
-}
-
-// Target is the run state an applied action leaves.
-func (a Action) Target() kfstype.RunState {
-	switch a {
-	case Cancel:
-		return kfstype.RunStateCanceled
-	case Supersede:
-		return kfstype.RunStateSuperseded
-	default:
-		return kfstype.RunStateDispatchPending
-	}
-}
-
-// Check says whether a applies to an attempt in its current state, and
-// why not when it does not. It predicts what the guarded statement will
-// do with this row version; the statement decides.
-func (a Action) Check(att *kfstype.Attempt) (ok bool, why string) {
-	switch a {
-	case Cancel, Supersede:
-		if att.RunState.Live() {
-			return true, ""
-		}
-		return false, fmt.Sprintf("the attempt is already %s (only a live attempt can be %s)", att.RunState, a.pastTense())
-	case Retry:
-		if att.RunState == kfstype.RunStateFailed {
-			return true, ""
-		}
-		return false, fmt.Sprintf("the attempt is %s (only a failed attempt can be retried)", att.RunState)
-	}
-	return false, "unknown action"
-}
-
-func (a Action) pastTense() string {
-	switch a {
-	case Cancel:
-		return "canceled"
-	case Supersede:
-		return "superseded"
-	}
-	return "retried"
-}
-
-// Apply runs a on att through repo, refusing with repo.ErrStaleRowVersion
-// when the row changed since att was read. reason is stored for cancel
-// and supersede ("" stores none).
-func Apply(ctx context.Context, r *repo.Repo, db repo.DBTX, a Action, att *kfstype.Attempt, reason string) (*kfstype.Attempt, error) {
-	version := att.RowVersion
-	ref := repo.AttemptRef{TenantID: att.TenantID, KnowledgeSpaceID: att.KnowledgeSpaceID, AttemptID: att.ID, ExpectedRowVersion: &version}
-	var why *string
-	if reason != "" {
-		why = &reason
-	}
-	switch a {
-	case Cancel:
-		return r.Cancel(ctx, db, &repo.CancelParams{AttemptRef: ref, Reason: why})
-	case Supersede:
-		return r.Supersede(ctx, db, &repo.SupersedeParams{AttemptRef: ref, Reason: why})
-	case Retry:
-		return r.RetryFailed(ctx, db, &repo.RetryFailedParams{AttemptRef: ref})
-	}
-	return nil, fmt.Errorf("%w %q", ErrUnknownAction, a)
-}
 
 // Outcomes of an action on one attempt.
 const (
@@ -145,9 +60,13 @@ type Result struct {
 }
 
 // Plan is a dry run: what a would do to att, changing nothing.
-func Plan(a Action, att *kfstype.Attempt) Result {
+func Plan(a Action, att *kfstype.Attempt) Result { return PlanRow(a, att, nil) }
+
+// PlanRow is Plan with the attempt's outbox row, when it was read (nil:
+// the attempt alone; Action.CheckRow).
+func PlanRow(a Action, att *kfstype.Attempt, o *kfstype.OutboxMessage) Result {
 	res := Result{AttemptID: att.ID, Action: a, From: att.RunState, RowVersion: att.RowVersion}
-	if ok, why := a.Check(att); !ok {
+	if ok, why := a.CheckRow(att, o); !ok {
 		res.To, res.Outcome, res.Reason, res.Code = att.RunState, OutcomeRefused, why, RefusedState
 		return res
 	}
@@ -193,103 +112,35 @@ func Refusal(err error) (string, bool) {
 	return "", false
 }
 
-// Event is one point of an attempt's timeline.
-type Event struct {
-	At   time.Time `json:"at"`
-	What string    `json:"what"`
-}
+// Refusal codes: Result.Code of a refused action.
+const (
+	// RefusedStale: the attempt changed since it was read (its row
+	// version moved): repo.ErrStaleRowVersion.
+	RefusedStale = "stale_row_version"
+	// RefusedState: the action is not allowed in the attempt's state
+	// (*repo.TransitionError, repo.ErrInvalidTransition, or Check's
+	// prediction).
+	RefusedState = "invalid_transition"
+	// RefusedNotFound: no such attempt for the tenant (purged, or
+	// another tenant's): repo.ErrNotFound.
+	RefusedNotFound = "not_found"
+	// RefusedLiveAttempt: a retry found another live attempt for the
+	// document version: repo.ErrLiveAttemptExists.
+	RefusedLiveAttempt = "live_attempt_exists"
+)
 
-// Timeline lists what the attempt's and its outbox row's timestamps say
-// happened, oldest first. Times in the future (a retry, a lease's expiry)
-// are included: they say what will happen.
-func Timeline(a *kfstype.Attempt, o *kfstype.OutboxMessage) []Event {
-	ev := []Event{{a.CreatedAt, "started (attempt and outbox row created)"}}
-	add := func(t *time.Time, what string) {
-		if t != nil {
-			ev = append(ev, Event{*t, what})
-		}
-	}
-	add(a.StartedAt, "first leased by a worker")
-	add(a.HeartbeatAt, "last heartbeat")
-	if a.RunState == kfstype.RunStateRunning {
-		add(a.LeaseExpiresAt, "lease expires")
-	}
-	add(a.RetryAt, "retry due")
-	if o != nil {
-		add(o.DeliveredAt, fmt.Sprintf("last delivered (dispatch %d)", o.DispatchAttempts))
-		if o.Status == kfstype.OutboxStatusDispatching {
-			add(o.LockedUntil, "relay lock expires")
-		}
-		switch o.Status {
-		case kfstype.OutboxStatusPending, kfstype.OutboxStatusDispatched, kfstype.OutboxStatusLeased:
-			// The relay or a fetch takes the row again at available_at.
-			ev = append(ev, Event{o.AvailableAt, fmt.Sprintf("outbox row (%s) due", o.Status)})
-		}
-	}
-	add(a.CompletedAt, "ended "+string(a.RunState))
-	ev = append(ev, Event{a.UpdatedAt, fmt.Sprintf("last written (row version %d)", a.RowVersion)})
-	sort.SliceStable(ev, func(i, j int) bool { return ev[i].At.Before(ev[j].At) })
-	return ev
-}
-
-// ErrBadCursor is returned by DecodeCursor.
-var ErrBadCursor = errors.New("bad cursor")
-
-// EncodeCursor writes a page cursor as an opaque token for a command line
-// or a URL: "l.<id>" for a live attempt, "t.<completed_at ns>.<id>" for a
-// terminal one. nil encodes as "".
-func EncodeCursor(c *repo.AttemptCursor) string {
-	if c == nil {
-		return ""
-	}
-	if c.CompletedAt == nil {
-		return "l." + c.ID.String()
-	}
-	return fmt.Sprintf("t.%d.%s", c.CompletedAt.UnixNano(), c.ID)
-}
-
-// DecodeCursor reads EncodeCursor's token ("" is nil: the first page).
-func DecodeCursor(s string) (*repo.AttemptCursor, error) {
-	if s == "" {
-		return nil, nil
-	}
-	parts := strings.Split(s, ".")
+// RefusalCode names the kind of refusal err is ("" when it is none).
+func RefusalCode(err error) string {
+	var te *repo.TransitionError
 	switch {
-	case len(parts) == 2 && parts[0] == "l":
-		id, err := uuid.Parse(parts[1])
-		if err != nil {
-			return nil, fmt.Errorf("%w %q", ErrBadCursor, s)
-		}
-		return &repo.AttemptCursor{ID: id}, nil
-	case len(parts) == 3 && parts[0] == "t":
-		ns, err1 := strconv.ParseInt(parts[1], 10, 64)
-		id, err2 := uuid.Parse(parts[2])
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w %q", ErrBadCursor, s)
-		}
-		t := time.Unix(0, ns).UTC()
-		return &repo.AttemptCursor{CompletedAt: &t, ID: id}, nil
+	case errors.As(err, &te), errors.Is(err, repo.ErrInvalidTransition):
+		return RefusedState
+	case errors.Is(err, repo.ErrStaleRowVersion):
+		return RefusedStale
+	case errors.Is(err, repo.ErrNotFound):
+		return RefusedNotFound
+	case errors.Is(err, repo.ErrLiveAttemptExists):
+		return RefusedLiveAttempt
 	}
-	return nil, fmt.Errorf("%w %q", ErrBadCursor, s)
-}
-
-// ParseStates reads a comma-separated list of run states ("" is every
-// state).
-func ParseStates(s string) ([]kfstype.RunState, error) {
-	if s == "" {
-		return kfstype.RunStates(), nil
-	}
-	var out []kfstype.RunState
-	seen := map[kfstype.RunState]bool{}
-	for _, name := range strings.Split(s, ",") {
-		st := kfstype.RunState(strings.TrimSpace(name))
-		if !slices.Contains(kfstype.RunStates(), st) {
-			return nil, fmt.Errorf("unknown run state %q: want one of %v", st, kfstype.RunStates())
-		}
-		if !seen[st] {
-			seen[st] = true
-			out = append(out, st)
-		}
-	}
-	return out, nil
+	return ""
 }

@@ -55,25 +55,27 @@ func LimitSummary(l *repo.TenantLimit) string {
 // exactly: 2, 0.5, 0.001.
 func FormatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
 
-// TenantChange is one change of a tenant's limits, as `kfsdb tenant` and
-// the console's tenant page make it.
+// TenantChange is one change of a tenant's limits, as `kfsdb tenant`
+// (cli.TenantChangeOpts embeds it) and the console's tenant page make it.
 type TenantChange struct {
 	// Action is TenantSetLimit, TenantClearLimit, TenantPause or
-	// TenantResume.
+	// TenantResume. Required.
 	Action string
 	// MaxRunning, with TenantSetLimit, caps the tenant's running attempts
-	// (> 0); 0 leaves the cap as it is.
+	// (> 0). Defaults to 0: the cap is not changed.
 	MaxRunning int32
 	// Rate, with TenantSetLimit, limits the tenant to this many leases per
-	// second (> 0); 0 leaves the rate as it is.
+	// second (> 0). Defaults to 0: the rate is not changed.
 	Rate float64
-	// Burst, with Rate, is the bucket's size; 0 is one second's worth, at
-	// least 1.
+	// Burst, with Rate, is the most leases at once (the bucket's size).
+	// Defaults to 0: one second's worth, at least 1.
 	Burst int32
 	// ClearCap and ClearRate, with TenantClearLimit, name the limits
-	// lifted; neither: each of the two the tenant has.
+	// lifted. Default to false both: each of the two the tenant has.
 	ClearCap, ClearRate bool
-	// Reason, with TenantPause, is stored as the pause's reason.
+	// Reason is why the operator acts, for the audit line; with
+	// TenantPause it is stored as the pause's reason too. Defaults to "":
+	// none given.
 	Reason string
 	// Seen, when not "", is the limits' LimitSummary the operator saw:
 	// the change is refused (*TenantChangeRefused) when the limits read

@@ -1,6 +1,8 @@
 package ops
 
 import (
+	"fmt"
+	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,4 +76,43 @@ func ViewOf(a *kfstype.Attempt, o *kfstype.OutboxMessage) *AttemptView {
 			DeliveredAt: o.DeliveredAt, LastError: o.LastError, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
 	}
 	return v
+}
+
+// Event is one point of an attempt's timeline.
+type Event struct {
+	At   time.Time `json:"at"`
+	What string    `json:"what"`
+}
+
+// Timeline lists what the attempt's and its outbox row's timestamps say
+// happened, oldest first. Times in the future (a retry, a lease's expiry)
+// are included: they say what will happen.
+func Timeline(a *kfstype.Attempt, o *kfstype.OutboxMessage) []Event {
+	ev := []Event{{a.CreatedAt, "started (attempt and outbox row created)"}}
+	add := func(t *time.Time, what string) {
+		if t != nil {
+			ev = append(ev, Event{*t, what})
+		}
+	}
+	add(a.StartedAt, "first leased by a worker")
+	add(a.HeartbeatAt, "last heartbeat")
+	if a.RunState == kfstype.RunStateRunning {
+		add(a.LeaseExpiresAt, "lease expires")
+	}
+	add(a.RetryAt, "retry due")
+	if o != nil {
+		add(o.DeliveredAt, fmt.Sprintf("last delivered (dispatch %d)", o.DispatchAttempts))
+		if o.Status == kfstype.OutboxStatusDispatching {
+			add(o.LockedUntil, "relay lock expires")
+		}
+		switch o.Status {
+		case kfstype.OutboxStatusPending, kfstype.OutboxStatusDispatched, kfstype.OutboxStatusLeased:
+			// The relay or a fetch takes the row again at available_at.
+			ev = append(ev, Event{o.AvailableAt, fmt.Sprintf("outbox row (%s) due", o.Status)})
+		}
+	}
+	add(a.CompletedAt, "ended "+string(a.RunState))
+	ev = append(ev, Event{a.UpdatedAt, fmt.Sprintf("last written (row version %d)", a.RowVersion)})
+	sort.SliceStable(ev, func(i, j int) bool { return ev[i].At.Before(ev[j].At) })
+	return ev
 }
