@@ -250,7 +250,7 @@ bench-lifecycle: ## The lifecycle side by side on one fsync-on server: kfsdb dir
 .PHONY: bench-kfsdb
 bench-kfsdb: ## `kfsdb-bench bench` (lifecycle load driver, report table) on a throwaway server, or on KFS_BENCH_DATABASE_URL's; BENCH_ARGS passes its flags.
 	$(if $(KFS_BENCH_DATABASE_URL),,$(call ensure-image,$(KFS_TEST_POSTGRES_IMAGE)))
-	$(if $(KFS_BENCH_DATABASE_URL),cd bench/kfsdb-bench && GOWORK=off go run . bench --database-url "$$KFS_BENCH_DATABASE_URL" $(BENCH_ARGS),cd tests && GOWORK=off go run ./cmd/kfsdb-bench $(BENCH_ARGS))
+	$(if $(KFS_BENCH_DATABASE_URL),cd bench/kfsdb-bench && DATABASE_URL="$$KFS_BENCH_DATABASE_URL" GOWORK=off go run . bench $(BENCH_ARGS),cd tests && GOWORK=off go run ./cmd/kfsdb-bench $(BENCH_ARGS))
 
 .PHONY: loadgen
 loadgen: ## Lifecycle load driver (bench/kfsdb-bench/loadgen) on KFS_BENCH_DATABASE_URL's server; LOADGEN_SECONDS, LOADGEN_PRODUCERS, LOADGEN_WORKERS, LOADGEN_SPACES, LOADGEN_RATE, LOADGEN_PENDING_WAIT, LOADGEN_INDEXES, LOADGEN_STEPS=1, LOADGEN_ASYNC=1, LOADGEN_SINGLE_COMPLETIONS=1.

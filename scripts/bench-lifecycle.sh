@@ -140,7 +140,7 @@ run() {
 		[ "$mode" = default ] || delivery=(--delivery "$mode")
 		[ "$mode" = nats ] && delivery+=(--nats-url "$nats_url")
 		[ "$mode" = "$side" ] || delivery+=(--observe)
-		"$bin/kfsdb-bench" bench --database-url "$url" "${delivery[@]}" --producers "$PRODUCERS" --workers "$SLOTS" \
+		DATABASE_URL="$url" "$bin/kfsdb-bench" bench "${delivery[@]}" --producers "$PRODUCERS" --workers "$SLOTS" \
 			--duration "${SECONDS_PER_RUN}s" --rate "$rate" >"$log" 2>&1 ;;
 	esac
 	s1=$(calls)

@@ -3,8 +3,9 @@
 // NATS) and bench (the lifecycle load driver, loadgen), with delivery (the
 // --delivery choice and NATS). They left the deploy binary's module
 // (cmd/kfsdb) because they run a handler or a relay that is no
-// application's; this module reuses that one's migrate, exit codes, flag
-// validations and metrics serving, and parses its own flags with flag. It
+// application's; this module reuses that one's migrate and builds its
+// commands with its command kit (cmdkit, on cobra: the persistent
+// --database-url, exit codes, pool opening with metrics, logging). It
 // requires the tests module for tests/scratch (throwaway databases) and
 // for its _test files.
 module github.com/knowledgefs/kfsdb/bench/kfsdb-bench
@@ -34,6 +35,7 @@ require (
 	github.com/nats-io/nats.go v1.56.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -94,7 +96,6 @@ require (
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/testcontainers/testcontainers-go v0.45.0 // indirect
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.45.0 // indirect

@@ -3,14 +3,15 @@ package benchcli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/loadgen"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/scratch"
 )
@@ -79,20 +80,13 @@ type BenchOpts struct {
 func (o *BenchOpts) Validate() error {
 	if o.DatabaseURL == "" {
 		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url or set $%s to the server to create the bench database on "+
-			"(`make bench-kfsdb` in a kfsdb checkout runs kfsdb-bench bench on a throwaway server)", cli.EnvDatabaseURL)
+			"(`make bench-kfsdb` in a kfsdb checkout runs kfsdb-bench bench on a throwaway server)", cmdkit.EnvDatabaseURL)
 	}
-	if err := cli.ValidateDatabaseURL(o.DatabaseURL); err != nil {
+	if err := cmdkit.ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
-	mode, err := delivery.Parse(string(o.Delivery))
-	if err != nil {
-		return fmt.Errorf("invalid options: Delivery: %w", err)
-	}
-	if err := delivery.CheckNATS(mode, o.NATSURL); err != nil {
-		return fmt.Errorf("invalid options: NATSURL: %w", err)
-	}
-	if err := delivery.CheckPollInterval(mode, o.PollInterval); err != nil {
-		return fmt.Errorf("invalid options: PollInterval: %w", err)
+	if _, err := delivery.Check(o.Delivery, o.NATSURL, o.PollInterval); err != nil {
+		return err
 	}
 	switch o.Scenario {
 	case "", ScenarioLifecycle:
@@ -130,6 +124,11 @@ func Bench(ctx context.Context, opts *BenchOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	return runBench(ctx, opts)
+}
+
+// runBench is Bench on options Validate accepted.
+func runBench(ctx context.Context, opts *BenchOpts) error {
 	if err := bench(ctx, opts); err != nil {
 		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
@@ -175,30 +174,33 @@ func bench(ctx context.Context, opts *BenchOpts) error {
 	})
 }
 
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb-bench bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := &BenchOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "server to create the bench database on; defaults to $"+cli.EnvDatabaseURL+" (one of the two is required; `make bench-kfsdb` starts a throwaway server)")
-	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
-	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only; the run uses a stream of its own)")
-	fs.StringVar(&opts.Scenario, "scenario", ScenarioLifecycle, "lifecycle (throughput and latency) or noisy-tenant (one tenant's backlog of 5,000 beside 20 quiet tenants)")
-	fs.DurationVar(&opts.Duration, "duration", 0, "lifecycle: how long producers run (default 10s)")
-	fs.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
-	fs.IntVar(&opts.Workers, "workers", 0, "worker concurrency (default 8)")
-	fs.Float64Var(&opts.Rate, "rate", 0, "attempts started per second by all producers together (default 0: unpaced)")
-	fs.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
-	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
-	fs.DurationVar(&opts.PollInterval, "poll-interval", 0, "lifecycle, postgres delivery: the source polls every interval with no LISTEN/NOTIFY, as the seed-schema floor's fetcher does (default 0: LISTEN/NOTIFY)")
-	fs.BoolVar(&opts.Observe, "observe", false, "lifecycle: run with Prometheus metrics and OpenTelemetry tracing on (every trace sampled, spans counted and dropped), to measure their overhead")
-	if err := parseCommand(fs, args, "Usage: kfsdb-bench bench [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--scenario lifecycle|noisy-tenant] [--duration D] [--producers N] [--workers N] [--rate R] [--steps] [--async-progress] [--observe] [--poll-interval D]"); err != nil {
-		return err
+// newBenchCommand is `kfsdb-bench bench`, on the root's database URL.
+func newBenchCommand(databaseURL *string) *cobra.Command {
+	opts := &BenchOpts{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "lifecycle load driver: producers and workers on a scratch database of the server, with a report",
+		Long: `bench creates a scratch database on the server at --database-url, runs a
+load scenario on it, prints its report and drops the database. kfsdb-bench
+starts no server: 'make bench-kfsdb' in a kfsdb checkout runs it on one of
+its own.`,
+		Args: cmdkit.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.DatabaseURL, opts.Out = *databaseURL, cmd.OutOrStdout()
+			return cmdkit.RunCommand(cmd.Context(), opts, runBench)
+		},
 	}
-	if opts.DatabaseURL == "" {
-		opts.DatabaseURL = getenv(cli.EnvDatabaseURL)
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
-	return Bench(ctx, opts)
+	f := cmd.Flags()
+	f.Var(&opts.Delivery, "delivery", delivery.Usage)
+	f.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only; the run uses a stream of its own)")
+	f.StringVar(&opts.Scenario, "scenario", ScenarioLifecycle, "lifecycle (throughput and latency) or noisy-tenant (one tenant's backlog of 5,000 beside 20 quiet tenants)")
+	f.DurationVar(&opts.Duration, "duration", 0, "lifecycle: how long producers run (default 10s)")
+	f.IntVar(&opts.Producers, "producers", 0, "concurrent Start callers (default 8)")
+	f.IntVar(&opts.Workers, "workers", 0, "worker concurrency (default 8)")
+	f.Float64Var(&opts.Rate, "rate", 0, "attempts started per second by all producers together (default 0: unpaced)")
+	f.BoolVar(&opts.StepCheckpoints, "steps", false, "the handler writes every checkpoint (five Advance calls) before Complete, instead of completing through them in one write")
+	f.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, "claims, marks and leases commit without waiting for the WAL flush (repo.Config.AsyncProgressCommits)")
+	f.DurationVar(&opts.PollInterval, "poll-interval", 0, "lifecycle, postgres delivery: the source polls every interval with no LISTEN/NOTIFY, as the seed-schema floor's fetcher does (default 0: LISTEN/NOTIFY)")
+	f.BoolVar(&opts.Observe, "observe", false, "lifecycle: run with Prometheus metrics and OpenTelemetry tracing on (every trace sampled, spans counted and dropped), to measure their overhead")
+	return cmd
 }

@@ -3,14 +3,14 @@ package benchcli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
 
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/observe"
 	"github.com/knowledgefs/kfsdb/relay"
@@ -48,10 +48,10 @@ type RelayOpts struct {
 
 // Validate reports the first missing or invalid field.
 func (o *RelayOpts) Validate() error {
-	if err := cli.ValidateDatabaseURL(o.DatabaseURL); err != nil {
+	if err := cmdkit.ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
-	if err := cli.ValidateMetricsListen(o.MetricsListen); err != nil {
+	if err := cmdkit.ValidateMetricsListen(o.MetricsListen); err != nil {
 		return err
 	}
 	if o.Out == nil {
@@ -75,16 +75,21 @@ func Relay(ctx context.Context, opts *RelayOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if err := runRelay(ctx, opts); err != nil {
+	return runRelay(ctx, opts)
+}
+
+// runRelay is Relay on options Validate accepted.
+func runRelay(ctx context.Context, opts *RelayOpts) error {
+	if err := relayOutbox(ctx, opts); err != nil {
 		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
 	return nil
 }
 
-func runRelay(ctx context.Context, opts *RelayOpts) error {
-	out := cli.NewSyncWriter(opts.Out)
-	log := NewLogger(out, opts.Verbose)
-	pool, reg, closeAll, err := cli.OpenServedPool(ctx, opts.DatabaseURL, 0, opts.MetricsListen, out, log)
+func relayOutbox(ctx context.Context, opts *RelayOpts) error {
+	out := cmdkit.NewSyncWriter(opts.Out)
+	log := cmdkit.NewLogger(out, opts.Verbose)
+	pool, reg, closeAll, err := cmdkit.OpenServedPool(ctx, opts.DatabaseURL, 0, opts.MetricsListen, out, log)
 	if err != nil {
 		return err
 	}
@@ -138,24 +143,23 @@ func (p *printingPublisher) Publish(_ context.Context, msg *relay.Message) (*rel
 	return &relay.Publication{QueueJobID: id}, nil
 }
 
-func runRelayCmd(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb-bench relay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := &RelayOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+cli.EnvDatabaseURL)
-	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
-	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
-	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
-	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", cli.MetricsListenUsage)
-	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (default: print each message instead of publishing)")
-	if err := parseCommand(fs, args, "Usage: kfsdb-bench relay [--database-url URL] [--nats-url URL] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]"); err != nil {
-		return err
+// newRelayCommand is `kfsdb-bench relay`, on the root's database URL.
+func newRelayCommand(databaseURL *string) *cobra.Command {
+	opts := &RelayOpts{}
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "publish the outbox to NATS (--nats-url) or print each message (until Ctrl-C)",
+		Args:  cmdkit.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.DatabaseURL, opts.Out = *databaseURL, cmd.OutOrStdout()
+			return cmdkit.RunCommand(cmd.Context(), opts, runRelay)
+		},
 	}
-	if opts.DatabaseURL == "" {
-		opts.DatabaseURL = getenv(cli.EnvDatabaseURL)
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
-	return Relay(ctx, opts)
+	f := cmd.Flags()
+	f.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
+	f.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
+	f.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
+	f.StringVar(&opts.MetricsListen, "metrics-listen", "", cmdkit.MetricsListenUsage)
+	f.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (default: print each message instead of publishing)")
+	return cmd
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,10 +16,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
 
 	"github.com/knowledgefs/kfsdb/adapters/natsjs"
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/memqueue"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
@@ -118,15 +118,12 @@ type WorkOpts struct {
 
 // Validate reports the first missing or invalid field.
 func (o *WorkOpts) Validate() error {
-	if err := cli.ValidateDatabaseURL(o.DatabaseURL); err != nil {
+	if err := cmdkit.ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
-	mode, err := delivery.Parse(string(o.Delivery))
-	if err != nil {
-		return fmt.Errorf("invalid options: Delivery: %w", err)
-	}
-	if err := delivery.CheckNATS(mode, o.NATSURL); err != nil {
-		return fmt.Errorf("invalid options: NATSURL: %w", err)
+	// PollInterval is the relay's too, not only a source's: checked below.
+	if _, err := delivery.Check(o.Delivery, o.NATSURL, 0); err != nil {
+		return err
 	}
 	switch {
 	case o.Out == nil:
@@ -148,15 +145,17 @@ func (o *WorkOpts) Validate() error {
 	case len(o.ID) > 200:
 		return errors.New("invalid options: ID must be at most 200 characters")
 	}
-	if err := cli.ValidateMetricsListen(o.MetricsListen); err != nil {
+	if err := cmdkit.ValidateMetricsListen(o.MetricsListen); err != nil {
 		return err
 	}
 	return nil
 }
 
+// withDefaults is o, which Validate accepted, with its zero values
+// filled.
 func (o *WorkOpts) withDefaults() *WorkOpts {
 	out := *o
-	out.Delivery, _ = delivery.Parse(string(o.Delivery))
+	out.Delivery = cmp.Or(o.Delivery, delivery.Default)
 	if out.Workers == 0 {
 		out.Workers = WorkWorkersDefault
 	}
@@ -200,6 +199,11 @@ func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	return runWork(ctx, opts)
+}
+
+// runWork is Work on options Validate accepted.
+func runWork(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	res, err := work(ctx, opts.withDefaults())
 	if err != nil {
 		return nil, errors.New(redact.Text(err.Error(), opts.DatabaseURL))
@@ -208,15 +212,15 @@ func Work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 }
 
 func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
-	out := cli.NewSyncWriter(opts.Out)
-	log := NewLogger(out, opts.Verbose)
+	out := cmdkit.NewSyncWriter(opts.Out)
+	log := cmdkit.NewLogger(out, opts.Verbose)
 	// A connection per handler and per heartbeat, the relay's claims and
 	// its listener.
 	maxConns := int32(2*opts.Workers*opts.Concurrency + 4)
 	if opts.MaxConns > 0 {
 		maxConns = int32(opts.MaxConns)
 	}
-	pool, reg, closeAll, err := cli.OpenServedPool(ctx, opts.DatabaseURL, maxConns, opts.MetricsListen, out, log)
+	pool, reg, closeAll, err := cmdkit.OpenServedPool(ctx, opts.DatabaseURL, maxConns, opts.MetricsListen, out, log)
 	if err != nil {
 		return nil, err
 	}
@@ -282,39 +286,40 @@ func work(ctx context.Context, opts *WorkOpts) (*WorkResult, error) {
 	return res, errors.Join(errs...)
 }
 
-func runWork(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb-bench work", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := &WorkOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "", "PostgreSQL URL; defaults to $"+cli.EnvDatabaseURL)
-	fs.Var(&opts.Delivery, "delivery", delivery.Usage)
-	fs.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only)")
-	fs.DurationVar(&opts.Duration, "duration", WorkDurationDefault, "how long to run (Ctrl-C stops earlier)")
-	fs.IntVar(&opts.Workers, "workers", WorkWorkersDefault, "workers to run (1..64)")
-	fs.IntVar(&opts.Concurrency, "concurrency", WorkConcurrencyDefault, "deliveries each worker runs at once (1..64)")
-	fs.DurationVar(&opts.LeaseDuration, "lease", 0, "worker lease (default: the worker's, 60s)")
-	fs.DurationVar(&opts.VisibilityTimeout, "visibility", 0, "relay delivery: republish a message no worker took within this (default: the relay's, 60s)")
-	fs.DurationVar(&opts.StepDelay, "step-delay", WorkStepDelayDefault, "time the handler spends on each checkpoint")
-	fs.Float64Var(&opts.FailRate, "fail-rate", 0, "fraction (0..1) of executions that fail on purpose ("+ErrorCodeInjectedFailure+")")
-	fs.StringVar(&opts.ID, "id", "", "prefix of the workers' (and relay's) ids (default work-<host>-<pid>)")
-	fs.IntVar(&opts.MaxConns, "max-conns", 0, "bound the process's pool (default 2*workers*concurrency+4)")
-	fs.DurationVar(&opts.PollInterval, "poll-interval", 0, "longest sleep of an idle source or relay (default: theirs, 1s and 200ms)")
-	fs.Float64Var(&opts.PollJitter, "poll-jitter", 0, "postgres delivery: shorten each idle poll by a random part of up to this fraction (0..1) of the interval")
-	fs.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
-	fs.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
-	fs.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
-	fs.StringVar(&opts.MetricsListen, "metrics-listen", "", cli.MetricsListenUsage)
-	if err := parseCommand(fs, args, "Usage: kfsdb-bench work [--database-url URL] [--delivery postgres|relay|nats] [--nats-url URL] [--duration D] [--workers N] [--concurrency N] [--lease D] [--visibility D] [--step-delay D] [--fail-rate F] [--id ID] [--max-conns N] [--poll-interval D] [--poll-jitter F] [--poll-only] [--async-progress] [--metrics-listen ADDR] [--verbose]"); err != nil {
-		return err
+// newWorkCommand is `kfsdb-bench work`, on the root's database URL.
+func newWorkCommand(databaseURL *string) *cobra.Command {
+	opts := &WorkOpts{}
+	cmd := &cobra.Command{
+		Use:   "work",
+		Short: "run workers on a database's attempts for a while (--delivery postgres|relay|nats), then print counters",
+		Args:  cmdkit.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.DatabaseURL, opts.Out = *databaseURL, cmd.OutOrStdout()
+			return cmdkit.RunCommand(cmd.Context(), opts, func(ctx context.Context, opts *WorkOpts) error {
+				_, err := runWork(ctx, opts)
+				return err
+			})
+		},
 	}
-	if opts.DatabaseURL == "" {
-		opts.DatabaseURL = getenv(cli.EnvDatabaseURL)
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
-	_, err := Work(ctx, opts)
-	return err
+	f := cmd.Flags()
+	f.Var(&opts.Delivery, "delivery", delivery.Usage)
+	f.StringVar(&opts.NATSURL, "nats-url", "", natsURLUsage+" (--delivery nats only)")
+	f.DurationVar(&opts.Duration, "duration", WorkDurationDefault, "how long to run (Ctrl-C stops earlier)")
+	f.IntVar(&opts.Workers, "workers", WorkWorkersDefault, "workers to run (1..64)")
+	f.IntVar(&opts.Concurrency, "concurrency", WorkConcurrencyDefault, "deliveries each worker runs at once (1..64)")
+	f.DurationVar(&opts.LeaseDuration, "lease", 0, "worker lease (default: the worker's, 60s)")
+	f.DurationVar(&opts.VisibilityTimeout, "visibility", 0, "relay delivery: republish a message no worker took within this (default: the relay's, 60s)")
+	f.DurationVar(&opts.StepDelay, "step-delay", WorkStepDelayDefault, "time the handler spends on each checkpoint")
+	f.Float64Var(&opts.FailRate, "fail-rate", 0, "fraction (0..1) of executions that fail on purpose ("+ErrorCodeInjectedFailure+")")
+	f.StringVar(&opts.ID, "id", "", "prefix of the workers' (and relay's) ids (default work-<host>-<pid>)")
+	f.IntVar(&opts.MaxConns, "max-conns", 0, "bound the process's pool (default 2*workers*concurrency+4)")
+	f.DurationVar(&opts.PollInterval, "poll-interval", 0, "longest sleep of an idle source or relay (default: theirs, 1s and 200ms)")
+	f.Float64Var(&opts.PollJitter, "poll-jitter", 0, "postgres delivery: shorten each idle poll by a random part of up to this fraction (0..1) of the interval")
+	f.BoolVar(&opts.PollOnly, "poll-only", false, "poll only, no LISTEN/NOTIFY (PgBouncer in transaction pooling mode)")
+	f.BoolVar(&opts.Verbose, "verbose", false, "log INFO records too (default: WARN and above)")
+	f.BoolVar(&opts.AsyncProgressCommits, "async-progress", false, asyncProgressUsage)
+	f.StringVar(&opts.MetricsListen, "metrics-listen", "", cmdkit.MetricsListenUsage)
+	return cmd
 }
 
 // workDelivery is how Work's attempts reach its workers: nothing to run

@@ -1,6 +1,7 @@
 // Package delivery names the ways `kfsdb-bench work`, `kfsdb-bench bench` and the
-// demo get attempts to their workers, parses the --delivery flag, and
-// connects to NATS for the nats mode.
+// demo get attempts to their workers, parses and checks the --delivery flag
+// and its companions (Check, the one check every command and loadgen
+// runs), and connects to NATS for the nats mode.
 package delivery
 
 import (
@@ -42,6 +43,25 @@ func Parse(s string) (Mode, error) {
 	return "", fmt.Errorf("%w %q: want %q, %q or %q", ErrUnknown, s, Postgres, Relay, NATS)
 }
 
+// Check is the one check of a delivery choice: it parses m ("" is
+// Default), checks natsURL against it (CheckNATS) and the source's
+// pollInterval (CheckPollInterval; 0 for none), and returns the mode. Its
+// errors are those of an options struct's Validate: "invalid options: "
+// and the field at fault, Delivery, NATSURL or PollInterval.
+func Check(m Mode, natsURL string, pollInterval time.Duration) (Mode, error) {
+	mode, err := Parse(string(m))
+	if err != nil {
+		return "", fmt.Errorf("invalid options: Delivery: %w", err)
+	}
+	if err := CheckNATS(mode, natsURL); err != nil {
+		return "", fmt.Errorf("invalid options: NATSURL: %w", err)
+	}
+	if err := CheckPollInterval(mode, pollInterval); err != nil {
+		return "", fmt.Errorf("invalid options: PollInterval: %w", err)
+	}
+	return mode, nil
+}
+
 // String implements flag.Value.
 func (m *Mode) String() string {
 	if m == nil || *m == "" {
@@ -63,6 +83,10 @@ func (m *Mode) Set(s string) error {
 	*m = v
 	return nil
 }
+
+// Type implements pflag.Value: the word `--help` shows for the flag's
+// value.
+func (m *Mode) Type() string { return "mode" }
 
 // CheckPollInterval checks a source poll interval against mode m: only
 // the postgres delivery has a source that polls (its fetches), so only it

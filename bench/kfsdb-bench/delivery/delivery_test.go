@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"strings"
 	"testing"
 	"time"
 )
@@ -54,6 +55,39 @@ func TestFlag(t *testing.T) {
 	for _, bad := range []string{"kafka", ""} {
 		if err := fs.Parse([]string{"--delivery", bad}); err == nil {
 			t.Fatalf("--delivery %q parsed", bad)
+		}
+	}
+}
+
+// TestCheck: the one check names the field at fault, as a Validate
+// does, and returns the mode.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		m       Mode
+		natsURL string
+		poll    time.Duration
+		want    Mode
+		wantErr string
+	}{
+		{"", "", 0, Postgres, ""},
+		{Relay, "", 0, Relay, ""},
+		{NATS, "nats://127.0.0.1:4222", 0, NATS, ""},
+		{Postgres, "", time.Millisecond, Postgres, ""},
+		{"kafka", "", 0, "", `Delivery: unknown delivery "kafka"`},
+		{NATS, "", 0, "", "NATSURL: bad --nats-url: --delivery nats needs --nats-url"},
+		{Relay, "nats://127.0.0.1:4222", 0, "", "NATSURL: bad --nats-url: --nats-url is for --delivery nats"},
+		{Relay, "", time.Millisecond, "", "PollInterval: a poll interval applies to the postgres delivery only"},
+	} {
+		got, err := Check(tc.m, tc.natsURL, tc.poll)
+		if tc.wantErr == "" {
+			if err != nil || got != tc.want {
+				t.Errorf("Check(%q, %q, %s) = %q, %v; want %q", tc.m, tc.natsURL, tc.poll, got, err, tc.want)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("Check(%q, %q, %s) error = %v; want %q", tc.m, tc.natsURL, tc.poll, err, tc.wantErr)
 		}
 	}
 }

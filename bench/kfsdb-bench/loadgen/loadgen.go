@@ -191,17 +191,11 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if cfg == nil || cfg.DatabaseURL == "" {
 		return nil, errors.New("loadgen: DatabaseURL is required")
 	}
-	mode, err := delivery.Parse(string(cfg.Delivery))
+	mode, err := delivery.Check(cfg.Delivery, cfg.NATSURL, cfg.SourcePollInterval)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
-	if err := delivery.CheckNATS(mode, cfg.NATSURL); err != nil {
-		return nil, fmt.Errorf("loadgen: %w", err)
-	}
-	if err := delivery.CheckPollInterval(mode, cfg.SourcePollInterval); err != nil {
-		return nil, fmt.Errorf("loadgen: SourcePollInterval: %w", err)
-	}
-	c := cfg.withDefaults()
+	c := cfg.withDefaults(mode)
 	pcfg, err := pgxpool.ParseConfig(c.DatabaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
@@ -275,9 +269,11 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	return l.result(ctx, m, walBefore, walAfter)
 }
 
-func (c *Config) withDefaults() *Config {
+// withDefaults is c with its zero values filled and mode, checked, as
+// its Delivery.
+func (c *Config) withDefaults(mode delivery.Mode) *Config {
 	out := *c
-	out.Delivery, _ = delivery.Parse(string(c.Delivery))
+	out.Delivery = mode
 	out.DrainTimeout = cmp.Or(c.DrainTimeout, DrainTimeoutDefault)
 	out.Duration = cmp.Or(c.Duration, DurationDefault)
 	out.MaxAttempts = cmp.Or(c.MaxAttempts, MaxAttemptsDefault)

@@ -86,11 +86,8 @@ func RunNoisyTenant(ctx context.Context, cfg *NoisyConfig) (*NoisyResult, error)
 	if cfg == nil || cfg.DatabaseURL == "" {
 		return nil, errors.New("loadgen: DatabaseURL is required")
 	}
-	mode, err := delivery.Parse(string(cfg.Delivery))
+	mode, err := delivery.Check(cfg.Delivery, cfg.NATSURL, 0)
 	if err != nil {
-		return nil, fmt.Errorf("loadgen: %w", err)
-	}
-	if err := delivery.CheckNATS(mode, cfg.NATSURL); err != nil {
 		return nil, fmt.Errorf("loadgen: %w", err)
 	}
 	c := *cfg

@@ -12,15 +12,15 @@
 // relay: attempts change only through the guarded transitions an operator
 // asks for. What runs a stand-in handler or publishes the outbox for a demo
 // or a bench (work, relay, bench) is kfsdb-bench (module
-// bench/kfsdb-bench), which reuses Migrate, ExitCode, ErrUsage,
-// OpenServedPool and the validations of the shared flags; the demo is
-// tests/cmd/kfsdb-demo (`make demo`).
+// bench/kfsdb-bench), which reuses Migrate; the demo is
+// tests/cmd/kfsdb-demo (`make demo`). The root, its persistent
+// --database-url, exit codes, pool opening and output helpers are the
+// command kit's (cmdkit), which kfsdb-bench and the demo use too.
 package cli
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,10 +28,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/escape"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
-	"github.com/knowledgefs/kfsdb/migrate/redact"
-	"github.com/knowledgefs/kfsdb/repo"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 )
 
 // rootLong is `kfsdb --help`'s text above the commands; the actions are
@@ -62,25 +59,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 }
 
 // ExitCode reports err, a command's result, on stderr as "name: message"
-// with passwords redacted (also $DATABASE_URL's, wherever it appears), and
-// name said once (repo's errors already start with "kfsdb: "). It returns
-// the process exit code: 0 for nil and for -h (flag.ErrHelp, which
-// kfsdb-bench's flag parsing returns), 2 for usage errors (ErrUsage, and
-// repo.ErrInvalidInput: a value from the command line that repo's
-// validation refused, such as a --tenant longer than 255 characters; and a
-// secret or audit file that others may read: the operator's to fix), 1
-// for any other error.
+// with passwords redacted, and returns the process exit code
+// (cmdkit.ExitCode): 0 for nil, 2 for usage errors (ErrUsage,
+// repo.ErrInvalidInput, a secret file others may read, and an audit file
+// others may read, ErrAuditFileMode), 1 for any other error.
 func ExitCode(name string, err error, stderr io.Writer, getenv func(string) string) int {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	msg := strings.TrimPrefix(err.Error(), name+": ")
-	fmt.Fprintf(stderr, "%s: %s\n", name, escape.Field(redact.Text(msg, envDatabaseURL(getenv))))
-	if errors.Is(err, ErrUsage) || errors.Is(err, repo.ErrInvalidInput) ||
-		errors.Is(err, ErrSecretFileMode) || errors.Is(err, ErrAuditFileMode) || errors.Is(err, httpguard.ErrTokenFileMode) {
-		return 2
-	}
-	return 1
+	return cmdkit.ExitCode(name, err, stderr, getenv, ErrAuditFileMode)
 }
 
 // Run parses args (without the program name) and runs the command, with
@@ -96,59 +80,34 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 // operator's terminal with its control characters escaped.
 func RunWithInput(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
 	r := &runner{getenv: getenv, stdin: stdin}
-	root := newRootCommand(r)
-	root.SetOut(TermSafe(stdout))
-	root.SetErr(TermSafe(stderr))
-	// Not nil: cobra would read os.Args instead.
-	root.SetArgs(append([]string{}, args...))
-	_, err := root.ExecuteContextC(ctx)
+	err := cmdkit.Execute(ctx, newRootCommand(r), args, cmdkit.TermSafe(stdout), cmdkit.TermSafe(stderr))
 	if r.audit != nil {
 		err = errors.Join(err, r.audit.close())
 	}
 	return err
 }
 
-// newRootCommand builds the kfsdb command tree on r.
+// newRootCommand builds the kfsdb command tree on r: the kit's root
+// (cmdkit.NewRoot), whose pre-run also opens the audit sink.
 func newRootCommand(r *runner) *cobra.Command {
-	root := &cobra.Command{
-		Use:   "kfsdb",
-		Short: "kfsdb's schema, attempts and outbox, for operators on a production database",
-		Long:  rootLong,
-		// Not cobra's "unknown command" (exit 1): RunE answers with a usage
-		// error, and an empty command line too.
-		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s\n\n%s", cmd.Long, cmd.UsageString())
-			if len(args) == 0 {
-				return fmt.Errorf("%w: no command", ErrUsage)
-			}
-			return fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
-		},
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			if err := r.resolveDatabaseURL(cmd.ErrOrStderr()); err != nil {
-				return err
-			}
+	root := cmdkit.NewRoot(&cmdkit.Root{
+		Use:         "kfsdb",
+		Short:       "kfsdb's schema, attempts and outbox, for operators on a production database",
+		Long:        rootLong,
+		DatabaseURL: &r.databaseURL,
+		DatabaseURLUsage: "PostgreSQL URL; defaults to --database-url-file, else $" + EnvDatabaseURL +
+			". A password here is visible to every local user (ps): kfsdb warns",
+		Getenv: r.getenv,
+		PreRun: func(cmd *cobra.Command) error {
 			var err error
 			r.audit, err = openAuditSink(r.auditFlags, cmd.ErrOrStderr(), r.getenv)
 			return err
 		},
-		// ExitCode reports errors, once, and usage goes with usage errors
-		// only.
-		SilenceErrors: true,
-		SilenceUsage:  true,
-	}
-	root.PersistentFlags().StringVar(&r.databaseURL, "database-url", "",
-		"PostgreSQL URL; defaults to --database-url-file, else $"+EnvDatabaseURL+". A password here is visible to every local user (ps): kfsdb warns")
-	root.PersistentFlags().StringVar(&r.databaseURLFile, "database-url-file", "",
-		"read the PostgreSQL URL from the first line of this file, which must be readable by its owner only (0600)")
+	})
 	root.PersistentFlags().StringVar(&r.auditFlags.file, "audit-file", "",
 		"also append every audit line (one per change: purge, migrate up/down, attempts "+strings.Join(actionNames(), "/")+", tenant set-limit/clear-limit/pause/resume) to this file, created 0600; defaults to $"+EnvAuditFile)
 	root.PersistentFlags().BoolVar(&r.auditFlags.syslog, "audit-syslog", false,
 		"also send every audit line to the local syslog (authpriv); defaults to $"+EnvAuditSyslog)
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
-		return fmt.Errorf("%w: %w", ErrUsage, err)
-	})
 	root.AddCommand(newMigrateCommand(r), newPurgeCommand(r), newAttemptsCommand(r), newOutboxCommand(r), newStuckCommand(r), newTenantCommand(r), newConsoleCommand(r))
 	for name, why := range movedToBench {
 		root.AddCommand(movedCommand(name, fmt.Sprintf("%s is not part of the deploy binary (%s): run `kfsdb-bench %s` (go build ./bench/kfsdb-bench in a kfsdb checkout)",

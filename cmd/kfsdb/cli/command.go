@@ -1,38 +1,44 @@
 package cli
 
 import (
-	"errors"
-	"fmt"
 	"io"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/spf13/cobra"
-
-	"github.com/knowledgefs/kfsdb/migrate/redact"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 )
 
 // What every kfsdb command shares: the runner, the database URL and the
-// usage errors.
+// usage errors, the last two from the command kit (cmdkit), which
+// kfsdb-bench and the demo build their commands with too.
 
 // EnvDatabaseURL names the environment variable read when --database-url is
-// not given.
-const EnvDatabaseURL = "DATABASE_URL"
+// not given (cmdkit.EnvDatabaseURL).
+const EnvDatabaseURL = cmdkit.EnvDatabaseURL
 
 // ErrUsage is returned by Run for bad command lines (unknown command,
 // missing argument, invalid flag value); Main exits with status 2 for it.
-var ErrUsage = errors.New("usage error")
+// It is cmdkit.ErrUsage.
+var ErrUsage = cmdkit.ErrUsage
+
+// ErrSecretFileMode is returned for a --database-url-file that group or
+// others may read or write (cmdkit.ErrSecretFileMode).
+var ErrSecretFileMode = cmdkit.ErrSecretFileMode
+
+// The kit's helpers under the names this package's commands call them by.
+var (
+	exactArgs  = cmdkit.ExactArgs
+	usageError = cmdkit.UsageError
+)
 
 // runner is what the commands of one kfsdb run share: the persistent
 // --database-url, which the root's pre-run reads from --database-url-file
-// or $DATABASE_URL when not given, the environment, the confirmations'
-// input, and where audit lines go (the persistent --audit-file and
-// --audit-syslog, opened by the root's pre-run).
+// or $DATABASE_URL when not given (cmdkit.NewRoot), the environment, the
+// confirmations' input, and where audit lines go (the persistent
+// --audit-file and --audit-syslog, opened by the root's pre-run).
 type runner struct {
-	databaseURL     string
-	databaseURLFile string
-	getenv          func(string) string
-	stdin           io.Reader
-	auditFlags      auditFlags
+	databaseURL string
+	getenv      func(string) string
+	stdin       io.Reader
+	auditFlags  auditFlags
 	// audit receives the audit lines of the commands that change
 	// something; nil until the pre-run opens it.
 	audit *auditSink
@@ -49,39 +55,5 @@ func (r *runner) auditWriter() io.Writer {
 
 // ValidateDatabaseURL requires dsn and that pgx can parse it, as every
 // command's options do (kfsdb-bench's too); its error never shows the
-// password.
-func ValidateDatabaseURL(dsn string) error {
-	if dsn == "" {
-		return fmt.Errorf("invalid options: DatabaseURL is required: pass --database-url-file, set $%s, or pass --database-url", EnvDatabaseURL)
-	}
-	if _, err := pgconn.ParseConfig(dsn); err != nil {
-		return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), dsn))
-	}
-	return nil
-}
-
-// exactArgs is a command's Args: n positional arguments, else its usage
-// and wrong as a usage error.
-func exactArgs(n int, wrong string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageError(cmd, wrong)
-		}
-		return nil
-	}
-}
-
-// usageError prints cmd's usage on its stderr and returns msg as a usage
-// error (exit 2), as a bad flag does.
-func usageError(cmd *cobra.Command, msg string) error {
-	fmt.Fprint(cmd.ErrOrStderr(), cmd.UsageString())
-	return fmt.Errorf("%w: %s", ErrUsage, msg)
-}
-
-// envDatabaseURL returns $DATABASE_URL, or "" when getenv is nil.
-func envDatabaseURL(getenv func(string) string) string {
-	if getenv == nil {
-		return ""
-	}
-	return getenv(EnvDatabaseURL)
-}
+// password. It is cmdkit.ValidateDatabaseURL.
+func ValidateDatabaseURL(dsn string) error { return cmdkit.ValidateDatabaseURL(dsn) }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/console"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/httpguard"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
@@ -103,7 +104,7 @@ func Console(ctx context.Context, opts *ConsoleOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	out := &syncWriter{w: opts.Out}
+	out := cmdkit.NewSyncWriter(opts.Out)
 	log := slog.New(slog.NewTextHandler(out, nil))
 	// /metrics takes its own token, never the console's (whoever scrapes
 	// must not be able to act), or else answers loopback only; a confined

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/benchcli"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
@@ -27,12 +28,12 @@ func main() {
 	os.Exit(code)
 }
 
-// run starts the server, runs `kfsdb-bench bench --database-url SERVER args…`
-// and returns its exit status; 1 if the server cannot be started or
-// removed. Help (-h) needs no server.
+// run starts the server, runs `kfsdb-bench bench args…` on it and returns
+// its exit status; 1 if the server cannot be started or removed. Help (-h)
+// needs no server.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	bench := append([]string{"bench"}, args...)
-	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" }) {
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "--help" }) {
 		return benchcli.Main(ctx, bench, stdout, stderr, getenv)
 	}
 	fmt.Fprintln(stdout, "== starting a throwaway PostgreSQL server for kfsdb bench")
@@ -42,8 +43,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return 1
 	}
 	fmt.Fprintf(stdout, "throwaway server: %s\n", srv.Description())
-	// args come last, so they win over the throwaway server's URL.
-	code := benchcli.Main(ctx, slices.Insert(bench, 1, "--database-url", srv.AdminURL()), stdout, stderr, getenv)
+	// The throwaway server is $DATABASE_URL, never on a command line:
+	// --database-url or --database-url-file in args wins over it.
+	serverEnv := func(k string) string {
+		if k == cmdkit.EnvDatabaseURL {
+			return srv.AdminURL()
+		}
+		return getenv(k)
+	}
+	code := benchcli.Main(ctx, bench, stdout, stderr, serverEnv)
 	if err := srv.Close(); err != nil {
 		fmt.Fprintf(stderr, "kfsdb-bench: %s\n", redact.Text(err.Error()))
 		code = max(code, 1)

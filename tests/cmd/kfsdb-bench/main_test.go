@@ -33,6 +33,6 @@ func TestHelpNeedsNoServer(t *testing.T) {
 	t.Setenv(pgtest.EnvDatabaseURL, "postgres://nobody@127.0.0.1:1/none?connect_timeout=1")
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(t.Context(), []string{"-h"}, &stdout, &stderr, noEnv))
-	require.Contains(t, stderr.String(), "Usage: kfsdb-bench bench")
+	require.Contains(t, stdout.String(), "Usage:\n  kfsdb-bench bench [flags]")
 	require.NotContains(t, stdout.String(), "throwaway")
 }

@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/benchcli"
 	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/migrate/redact"
 	"github.com/knowledgefs/kfsdb/tests/pgtest"
 )
@@ -64,19 +64,16 @@ type DemoOpts struct {
 
 // Validate reports the first missing or invalid field.
 func (o *DemoOpts) Validate() error {
-	if o.DatabaseURL != "" {
-		if _, err := pgconn.ParseConfig(o.DatabaseURL); err != nil {
-			return fmt.Errorf("invalid options: DatabaseURL is not a valid PostgreSQL URL: %s", redact.Text(err.Error(), o.DatabaseURL))
-		}
+	if err := cmdkit.ValidateDatabaseURLSyntax(o.DatabaseURL); err != nil {
+		return err
 	}
-	mode, err := delivery.Parse(string(o.Delivery))
-	if err != nil {
-		return fmt.Errorf("invalid options: Delivery: %w", err)
-	}
-	if mode == delivery.NATS {
+	if o.Delivery == delivery.NATS {
 		// The demo starts no broker; NATS runs through kfsdb-bench work and bench.
 		return fmt.Errorf("invalid options: Delivery: %w %q for the demo: want %q or %q (NATS: kfsdb-bench work or kfsdb-bench bench --delivery nats --nats-url URL)",
-			delivery.ErrUnknown, mode, delivery.Postgres, delivery.Relay)
+			delivery.ErrUnknown, o.Delivery, delivery.Postgres, delivery.Relay)
+	}
+	if _, err := delivery.Check(o.Delivery, "", 0); err != nil {
+		return err
 	}
 	if o.Attempts != 0 && (o.Attempts < minDemoAttempts || o.Attempts > MaxDemoAttempts) {
 		return fmt.Errorf("invalid options: Attempts must be %d..%d (or 0 for %d), got %d", minDemoAttempts, MaxDemoAttempts, DemoAttemptsDefault, o.Attempts)
@@ -105,6 +102,11 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	return demoValidated(ctx, opts)
+}
+
+// demoValidated is Demo on options Validate accepted.
+func demoValidated(ctx context.Context, opts *DemoOpts) error {
 	if err := demo(ctx, opts); err != nil {
 		return errors.New(redact.Text(err.Error(), opts.DatabaseURL))
 	}
@@ -112,7 +114,7 @@ func Demo(ctx context.Context, opts *DemoOpts) error {
 }
 
 func demo(ctx context.Context, opts *DemoOpts) error {
-	out := cli.NewSyncWriter(opts.Out)
+	out := cmdkit.NewSyncWriter(opts.Out)
 	var keptURL, containerID string
 	err := withServer(ctx, opts.DatabaseURL, out, func(srv *pgtest.Server) error {
 		run := func(url string) error {
@@ -209,8 +211,8 @@ func runWorkload(ctx context.Context, opts *DemoOpts, out io.Writer, url string)
 	}
 	defer pool.Close()
 
-	mode, _ := delivery.Parse(string(opts.Delivery))
-	w := newWorkload(out, benchcli.NewLogger(out, opts.Verbose), pool, lat, mode, n, seed)
+	mode := cmp.Or(opts.Delivery, delivery.Default)
+	w := newWorkload(out, cmdkit.NewLogger(out, opts.Verbose), pool, lat, mode, n, seed)
 	counts := map[string]int{}
 	for _, e := range w.entries {
 		counts[e.sc.name]++

@@ -58,7 +58,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	}{
 		{[]string{"extra"}, "demo takes no arguments"},
 		{[]string{"--attempts", "5"}, "Attempts must be 26..5000"},
-		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--bogus"}, "unknown flag: --bogus"},
+		{[]string{"-attempts", "60"}, "long flags take two dashes: --attempts"},
 		{[]string{"--delivery", "nats"}, `unknown delivery "nats" for the demo: want "postgres" or "relay"`},
 		{[]string{"--delivery", "kafka"}, `unknown delivery "kafka"`},
 	} {

@@ -21,16 +21,15 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/benchcli"
-	"github.com/knowledgefs/kfsdb/bench/kfsdb-bench/delivery"
-	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cli"
+	"github.com/spf13/cobra"
+
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 )
 
 func main() {
@@ -45,37 +44,32 @@ func main() {
 // errors, 1 for any other error. Errors go to stderr with passwords
 // redacted.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	return cli.ExitCode("kfsdb-demo", run(ctx, args, stdout, stderr, getenv), stderr, getenv)
+	return cmdkit.ExitCode("kfsdb-demo", cmdkit.Execute(ctx, newRootCommand(getenv), args, stdout, stderr), stderr, getenv)
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
-	fs := flag.NewFlagSet("kfsdb-demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	opts := &DemoOpts{Out: stdout}
-	fs.StringVar(&opts.DatabaseURL, "database-url", "",
-		"server to create the demo database on; defaults to $"+cli.EnvDatabaseURL+", else a throwaway server (see pgtest: KFS_TEST_DATABASE_URL, KFS_TEST_POSTGRES_IMAGE)")
-	fs.Var(&opts.Delivery, "delivery", "how attempts reach workers: postgres (workers lease straight from the outbox) or relay (relay → in-process queue → workers, with dead letters and a broker outage); default "+string(delivery.Default))
-	fs.IntVar(&opts.Attempts, "attempts", DemoAttemptsDefault, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
-	fs.Uint64Var(&opts.Seed, "seed", DemoSeedDefault, "shuffles which attempt follows which scenario")
-	fs.DurationVar(&opts.Timeout, "timeout", DemoTimeoutDefault, "fail if no attempt starts or changes state for this long before the workload settles")
-	fs.BoolVar(&opts.Keep, "keep", false, "keep the demo database (and a throwaway server) for kfsdb console; its URL goes to a file only you can read")
-	fs.BoolVar(&opts.Verbose, "verbose", false, "log the runtime's INFO records too (relay, sources, workers; default: WARN and above)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: kfsdb-demo [--database-url URL] [--delivery postgres|relay] [--attempts N] [--seed N] [--timeout D] [--keep] [--verbose]")
-		fs.PrintDefaults()
-	}
-	if err := benchcli.ParseFlags(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return fmt.Errorf("%w: demo takes no arguments", cli.ErrUsage)
-	}
-	if opts.DatabaseURL == "" {
-		opts.DatabaseURL = getenv(cli.EnvDatabaseURL)
-	}
-	if err := opts.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
-	}
-	return Demo(ctx, opts)
+// newRootCommand is the demo's one command: the command kit's root
+// (cmdkit.NewRoot), with its persistent --database-url and
+// --database-url-file, running Demo through cmdkit.RunCommand.
+func newRootCommand(getenv func(string) string) *cobra.Command {
+	opts := &DemoOpts{}
+	root := cmdkit.NewRoot(&cmdkit.Root{
+		Use:         "kfsdb-demo",
+		Short:       "kfsdb's demonstration: a mixed workload of compilation attempts through real workers, on a fresh database",
+		DatabaseURL: &opts.DatabaseURL,
+		DatabaseURLUsage: "server to create the demo database on; defaults to --database-url-file, else $" + cmdkit.EnvDatabaseURL +
+			", else a throwaway server (see pgtest: KFS_TEST_DATABASE_URL, KFS_TEST_POSTGRES_IMAGE)",
+		Getenv: getenv,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts.Out = cmd.OutOrStdout()
+			return cmdkit.RunCommand(cmd.Context(), opts, demoValidated)
+		},
+	})
+	f := root.Flags()
+	f.Var(&opts.Delivery, "delivery", "how attempts reach workers: postgres (workers lease straight from the outbox) or relay (relay → in-process queue → workers, with dead letters and a broker outage)")
+	f.IntVar(&opts.Attempts, "attempts", DemoAttemptsDefault, fmt.Sprintf("compilation attempts to run (%d..%d)", minDemoAttempts, MaxDemoAttempts))
+	f.Uint64Var(&opts.Seed, "seed", DemoSeedDefault, "shuffles which attempt follows which scenario")
+	f.DurationVar(&opts.Timeout, "timeout", DemoTimeoutDefault, "fail if no attempt starts or changes state for this long before the workload settles")
+	f.BoolVar(&opts.Keep, "keep", false, "keep the demo database (and a throwaway server) for kfsdb console; its URL goes to a file only you can read")
+	f.BoolVar(&opts.Verbose, "verbose", false, "log the runtime's INFO records too (relay, sources, workers; default: WARN and above)")
+	return root
 }

@@ -1,4 +1,4 @@
-package cli
+package cmdkit
 
 import (
 	"context"
@@ -37,9 +37,9 @@ const (
 	EnvMetricsTokenFile = "KFSDB_METRICS_TOKEN_FILE"
 )
 
-// metricsToken reads the metrics token from $KFSDB_METRICS_TOKEN_FILE or
-// $KFSDB_METRICS_TOKEN.
-func metricsToken() (string, error) {
+// MetricsToken reads the metrics token from $KFSDB_METRICS_TOKEN_FILE or
+// $KFSDB_METRICS_TOKEN: "" when neither is set.
+func MetricsToken() (string, error) {
 	return httpguard.ReadToken(os.Getenv(EnvMetricsTokenFile), os.Getenv(EnvMetricsToken))
 }
 
@@ -52,7 +52,7 @@ func ValidateMetricsListen(addr string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("invalid options: MetricsListen must be host:port: %w", err)
 	}
-	token, err := metricsToken()
+	token, err := MetricsToken()
 	if err != nil {
 		return fmt.Errorf("invalid options: %w", err)
 	}
@@ -62,13 +62,19 @@ func ValidateMetricsListen(addr string) error {
 	return nil
 }
 
-// metricsServe says how a command serves its metrics: where, with which
-// token ("": loopback only; never the console's), for a confined console
-// which tenant, and the throttle wrong tokens are counted by (nil: the
-// server's own; kfsdb console shares its console's).
-type metricsServe struct {
-	Addr, Token, TenantID string
-	Throttle              *httpguard.Throttle
+// MetricsServe says how a command serves its metrics (PoolSpec.Metrics).
+type MetricsServe struct {
+	// Addr is the host:port served. Defaults to "": not served.
+	Addr string
+	// TenantID, for a confined console, is the tenant whose backlog the
+	// metrics count. Defaults to "": every tenant's.
+	TenantID string
+	// Throttle counts wrong tokens. Defaults to nil: the server's own;
+	// kfsdb console shares its console's.
+	Throttle *httpguard.Throttle
+	// Token is the bearer token every scrape must send (MetricsToken;
+	// never the console's). Defaults to "": loopback scrapes only.
+	Token string
 }
 
 // metricsTimeouts bound the metrics server's connections: Write is above
@@ -102,7 +108,7 @@ func newMetricsRegistry(cfg *pgxpool.Config) (*prometheus.Registry, error) {
 // serveMetrics registers the backlog collector on reg and serves reg at
 // http://ms.Addr/metrics, guarded by httpguard.Metrics, until stop is
 // called.
-func serveMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, ms metricsServe, out io.Writer, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(reg *prometheus.Registry, pool *pgxpool.Pool, ms MetricsServe, out io.Writer, log *slog.Logger) (stop func(), err error) {
 	if err := httpguard.ListenAllowed(ms.Addr, ms.Token, "MetricsListen"); err != nil {
 		return nil, err
 	}
