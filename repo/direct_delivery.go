@@ -123,13 +123,7 @@ type FetchLeasesResult struct {
 func (r *Repo) FetchLeases(ctx context.Context, db DBTX, p *FetchLeasesParams) (*FetchLeasesResult, error) {
 	v := r.call(ctx, db)
 	if set(v, "FetchLeasesParams", p) {
-		v.text("WorkerID", p.WorkerID, MaxWorkerIDLength)
-		if p.BatchSize < 1 || p.BatchSize > MaxBatchSize {
-			v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxBatchSize))
-		}
-		if p.LeaseDuration != 0 {
-			v.duration("LeaseDuration", p.LeaseDuration)
-		}
+		v.claim("WorkerID", p.WorkerID, p.BatchSize, "LeaseDuration", p.LeaseDuration)
 		v.optionalText("AfterTenant", nonEmpty(p.AfterTenant), MaxTenantIDLength)
 		if p.MaxTenants < 0 || p.MaxTenants > MaxFetchTenants {
 			v.fail("MaxTenants", fmt.Sprintf("must be 0 (default) or 1..%d", MaxFetchTenants))

@@ -1,9 +1,8 @@
 package repo
 
 // Fuzz targets for every input validator and for DecodePayload, each in
-// the _fuzz_test.go beside its code (attempts_control_fuzz_test.go for
-// attempts_control.go and attempts_control_params.go, …); this file holds
-// what they share.
+// the _fuzz_test.go beside its code (start_fuzz_test.go for start.go,
+// lease_fuzz_test.go for lease.go, …); this file holds what they share.
 //
 // Each validator target calls the public Repo method on a fakeDB, a DBTX
 // that records every call and answers each with errFakeDB. The properties:

@@ -27,12 +27,13 @@ import (
 //	-- end block
 //
 // A block may hold another block (the exhausted attempt's failure holds
-// the lease's end); the outer copy's text then includes the inner one's
-// lines. Guards do not nest, and a guard never sits in a block.
+// the failure, which holds the lease's end); the outer copy's text then
+// includes the inner one's lines. Guards do not nest, and a guard never sits in a block.
 //
 // TestQueryGuards checks that every copy equals the one canonical text
 // below, whitespace aside (and a leading AND or WHERE, or a trailing
-// comma), and that every statement that needs a guard or block has it.
+// comma), and that every statement that needs a guard or block has it:
+// a guard once, a block once for each place that writes what it covers.
 // The batch variant is the same text with the parameters bound to the
 // input columns of a batch statement (CompleteMany).
 
@@ -94,8 +95,29 @@ var canonicalBlocks = map[string]string{
 	// attempt leaves running other than by a new lease.
 	"lease-end": `
 		worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,`,
-	// The exhausted attempt's failure: terminal, lease ended, and the
-	// error that says so.
+	// The relay lock's end: the columns of a relay's claim, cleared
+	// whenever an outbox row moves to another status than dispatching.
+	"relay-lock-end": `
+		locked_by = NULL, lock_token = NULL, locked_until = NULL,`,
+	// The success: succeeded at published, out of the active slot,
+	// completed now, lease ended, no retry pending.
+	"succeeded": `
+		SET run_state = 'succeeded',
+		    checkpoint = 'published',
+		    active_slot = NULL,
+		    completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+		    worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+		    retry_at = NULL,`,
+	// The failure: failed, out of the active slot, completed now, lease
+	// ended, no retry pending; the statement then writes its error.
+	"failed": `
+		SET run_state = 'failed',
+		    active_slot = NULL,
+		    completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+		    worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
+		    retry_at = NULL,`,
+	// The exhausted attempt's failure: the failure, and the error that
+	// says so.
 	"exhausted": `
 		SET run_state = 'failed',
 		    active_slot = NULL,
@@ -134,13 +156,19 @@ var guardNeeds = map[string]*regexp.Regexp{
 	"delivery":          regexp.MustCompile(`@queue_job_id\b`),
 }
 
-// blockNeeds says which statements need a block, by what they write
-// (comments aside): an attempt made terminal (active_slot NULL) or sent
-// back to wait (retry_wait, dispatch_pending) ends its lease; an
-// exhausted attempt's failure writes its error code.
+// blockNeeds says where statements need a block, by what they write
+// (comments aside), one copy for each place that writes it: an attempt
+// made terminal (active_slot NULL) or sent back to wait (retry_wait,
+// dispatch_pending) ends its lease; an outbox row moved to any status but
+// dispatching (a literal one, or a CASE) ends its relay lock; a success
+// and a failure write their whole state; an exhausted attempt's failure
+// writes its error code.
 var blockNeeds = map[string]*regexp.Regexp{
-	"lease-end": regexp.MustCompile(`active_slot = NULL|SET run_state = '(retry_wait|dispatch_pending)'`),
-	"exhausted": regexp.MustCompile(`'EXECUTION_ATTEMPTS_EXHAUSTED'`),
+	"lease-end":      regexp.MustCompile(`active_slot = NULL|SET run_state = '(retry_wait|dispatch_pending)'`),
+	"relay-lock-end": regexp.MustCompile(`UPDATE document_compilation_outbox o SET status = (CASE\b|'(pending|dispatched|leased|completed|dead|canceled)')`),
+	"succeeded":      regexp.MustCompile(`SET run_state = 'succeeded'`),
+	"failed":         regexp.MustCompile(`SET run_state = 'failed'`),
+	"exhausted":      regexp.MustCompile(`'EXECUTION_ATTEMPTS_EXHAUSTED'`),
 }
 
 // leaseLock is the locking clause of a lease-fenced statement: the guard
@@ -201,28 +229,48 @@ func TestQueryGuardsCatchMutations(t *testing.T) {
 			"outbox_relay.sql MarkDispatched: needs guard:awaiting-delivery"},
 		{"UnknownGuard", "worker.sql", "Advance", "-- guard:candidate\n", "-- guard:candidates\n",
 			"worker.sql Advance: unknown guard:candidates"},
-		{"ControlCopyDiffers", "attempts_control.sql", "RetryFailed", "AND a.knowledge_space_id = @knowledge_space_id", "AND a.knowledge_space_id IS NOT NULL",
-			"attempts_control.sql RetryFailed: guard:control differs"},
-		{"ControlGuardMissing", "attempts_control.sql", "EndAttempt", "-- guard:control\n", "",
-			"attempts_control.sql EndAttempt: needs guard:control"},
-		{"DeliveryCopyDiffers", "worker.sql", "FailExhausted", "OR a.external_job_id = sqlc.narg('external_job_id')::text", "OR true",
-			"worker.sql FailExhausted: guard:delivery differs"},
-		{"DeliveryGuardMissing", "worker.sql", "AcquireLease", "-- guard:delivery\n", "-- guard:lease\n",
-			"worker.sql AcquireLease: needs guard:delivery"},
-		{"LeaseEndCopyDiffers", "attempts_control.sql", "EndAttempt", "lease_expires_at = NULL, heartbeat_at = NULL", "lease_expires_at = NULL",
-			"attempts_control.sql EndAttempt: block:lease-end differs"},
+		{"ControlCopyDiffers", "control.sql", "RetryFailed", "AND a.knowledge_space_id = @knowledge_space_id", "AND a.knowledge_space_id IS NOT NULL",
+			"control.sql RetryFailed: guard:control differs"},
+		{"ControlGuardMissing", "control.sql", "EndAttempt", "-- guard:control\n", "",
+			"control.sql EndAttempt: needs guard:control"},
+		{"DeliveryCopyDiffers", "lease.sql", "FailExhausted", "OR a.external_job_id = sqlc.narg('external_job_id')::text", "OR true",
+			"lease.sql FailExhausted: guard:delivery differs"},
+		{"DeliveryGuardMissing", "lease.sql", "AcquireLease", "-- guard:delivery\n", "-- guard:lease\n",
+			"lease.sql AcquireLease: needs guard:delivery"},
+		{"LeaseEndCopyDiffers", "control.sql", "EndAttempt", "lease_expires_at = NULL, heartbeat_at = NULL", "lease_expires_at = NULL",
+			"control.sql EndAttempt: block:lease-end differs"},
 		{"LeaseEndBlockMissing", "worker.sql", "ScheduleRetry", "-- block:lease-end\n", "",
 			"worker.sql ScheduleRetry: needs block:lease-end"},
 		{"LeaseEndBlockUnclosed", "outbox_relay.sql", "ReleaseOutbox", "-- end block\n", "",
-			"outbox_relay.sql ReleaseOutbox: block:lease-end not closed"},
+			"outbox_relay.sql ReleaseOutbox: block:failed not closed"},
 		{"ExhaustedCopyDiffers", "direct_delivery.sql", "FetchLeases", "' of ' || a.max_execution_attempts", "' of ' || a.execution_attempts",
 			"direct_delivery.sql FetchLeases: block:exhausted differs"},
-		{"ExhaustedInnerLeaseEndDiffers", "worker.sql", "FailExhausted", "worker_id = NULL, lease_token = NULL", "lease_token = NULL",
-			"worker.sql FailExhausted: block:exhausted differs"},
-		{"ExhaustedBlockMissing", "worker.sql", "FailExhausted", "   -- block:exhausted\n", "",
-			"worker.sql FailExhausted: needs block:exhausted"},
+		{"ExhaustedInnerLeaseEndDiffers", "lease.sql", "FailExhausted", "worker_id = NULL, lease_token = NULL", "lease_token = NULL",
+			"lease.sql FailExhausted: block:exhausted differs"},
+		{"ExhaustedBlockMissing", "lease.sql", "FailExhausted", "   -- block:exhausted\n", "",
+			"lease.sql FailExhausted: needs block:exhausted"},
 		{"UnknownBlock", "worker.sql", "Fail", "-- block:lease-end\n", "-- block:lease-ends\n",
 			"worker.sql Fail: unknown block:lease-ends"},
+		{"RelayLockEndCopyDiffers", "outbox_relay.sql", "MarkDispatched", "lock_token = NULL, locked_until = NULL", "lock_token = NULL",
+			"outbox_relay.sql MarkDispatched: block:relay-lock-end differs"},
+		{"RelayLockEndBlockMissing", "control.sql", "EndAttempt", "-- block:relay-lock-end\n", "",
+			"control.sql EndAttempt: needs block:relay-lock-end"},
+		{"RelayLockEndOneOfTwoMissing", "direct_delivery.sql", "FetchLeases", "-- block:relay-lock-end\n", "",
+			"direct_delivery.sql FetchLeases: needs block:relay-lock-end 2 times, has 1"},
+		{"RelayLockEndLineDropped", "worker.sql", "Fail", "         -- block:relay-lock-end\n         locked_by = NULL, lock_token = NULL, locked_until = NULL,\n         -- end block\n", "",
+			"worker.sql Fail: needs block:relay-lock-end"},
+		{"SucceededCopyDiffers", "worker.sql", "CompleteThrough", "checkpoint = 'published',", "checkpoint = 'smoke_eval_passed',",
+			"worker.sql CompleteThrough: block:succeeded differs"},
+		{"SucceededBatchCopyDiffers", "worker.sql", "CompleteMany", "completed_at = coalesce", "completed_at = coalesce(a.completed_at, now()), updated_at = coalesce",
+			"worker.sql CompleteMany: block:succeeded differs"},
+		{"SucceededBlockMissing", "worker.sql", "Complete", "-- block:succeeded\n", "",
+			"worker.sql Complete: needs block:succeeded"},
+		{"FailedCopyDiffers", "worker.sql", "Fail", "       retry_at = NULL,", "       retry_at = a.retry_at,",
+			"worker.sql Fail: block:failed differs"},
+		{"FailedInExhaustedDiffers", "direct_delivery.sql", "FetchLeases", "active_slot = NULL,", "active_slot = a.active_slot,",
+			"direct_delivery.sql FetchLeases: block:failed differs"},
+		{"FailedBlockMissing", "outbox_relay.sql", "ReleaseOutbox", "-- block:failed\n", "",
+			"outbox_relay.sql ReleaseOutbox: needs block:failed"},
 		{"GuardInBlock", "worker.sql", "Complete", "-- block:lease-end\n", "-- block:lease-end\n       -- guard:lease\n",
 			"worker.sql Complete: block:lease-end not closed before"},
 	} {
@@ -409,8 +457,14 @@ func checkGuards(files map[string]string) []string {
 		code := normalizeSQL(strings.Join(q.lines, "\n"))
 		for kind, byName := range needs {
 			for name, need := range byName {
-				if need.MatchString(code) && have[kind+":"+name] != 1 {
-					problems = append(problems, fmt.Sprintf("%sneeds %s:%s exactly once, has %d", where, kind, name, have[kind+":"+name]))
+				// A guard is needed once per statement, a block once per
+				// place that writes what it covers.
+				want := len(need.FindAllStringIndex(code, -1))
+				if kind == "guard" {
+					want = min(want, 1)
+				}
+				if got := have[kind+":"+name]; want > 0 && got != want {
+					problems = append(problems, fmt.Sprintf("%sneeds %s:%s %s, has %d", where, kind, name, times(want), got))
 				}
 			}
 		}
@@ -419,6 +473,14 @@ func checkGuards(files map[string]string) []string {
 		}
 	}
 	return problems
+}
+
+// times says how many copies a statement needs: "exactly once", "2 times".
+func times(n int) string {
+	if n == 1 {
+		return "exactly once"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 var (

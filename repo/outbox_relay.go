@@ -59,13 +59,7 @@ type ClaimOutboxParams struct {
 func (r *Repo) ClaimOutbox(ctx context.Context, db DBTX, p *ClaimOutboxParams) ([]*kfstype.OutboxMessage, error) {
 	v := r.call(ctx, db)
 	if set(v, "ClaimOutboxParams", p) {
-		v.text("RelayID", p.RelayID, MaxWorkerIDLength)
-		if p.BatchSize < 1 || p.BatchSize > MaxBatchSize {
-			v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxBatchSize))
-		}
-		if p.LockDuration != 0 {
-			v.duration("LockDuration", p.LockDuration)
-		}
+		v.claim("RelayID", p.RelayID, p.BatchSize, "LockDuration", p.LockDuration)
 	}
 	if err := v.result(); err != nil {
 		return nil, err

@@ -12,9 +12,10 @@
 // Every exported method has one shape, (ctx, db, *<Method>Params), and
 // bears the name of the statement it runs (db/gen's method of the same
 // name, from the query of that name in db/queries). Each query file has
-// its Go twin here, the methods in the file's order: attempts_control.go
-// (Start, StartMany, ReleaseDeferred, Cancel, Supersede, RetryFailed,
-// Purge), worker_lease.go and worker.go (AcquireLease to CompleteMany),
+// its Go twin here, the methods in the file's order: start.go (Start,
+// StartMany), control.go (ReleaseDeferred, Cancel, Supersede,
+// RetryFailed), purge.go (Purge, PurgeTenants), lease.go (AcquireLease,
+// FailExhausted), worker.go (Heartbeat to CompleteMany),
 // direct_delivery.go (FetchLeases), outbox_relay.go (ClaimOutbox to
 // ReleaseOutbox), operator.go (ListAttempts to Throughput; ListStuck in
 // operator_stuck.go), reads.go (GetAttempt to HeadRevision, and the read

@@ -86,6 +86,37 @@ func (v *validator) duration(field string, d time.Duration) {
 	}
 }
 
+// optionalDuration checks a duration that is zero for its default, or
+// positive.
+func (v *validator) optionalDuration(field string, d time.Duration) {
+	if d != 0 {
+		v.duration(field, d)
+	}
+}
+
+// claim checks what a batch claim names (ClaimOutboxParams',
+// FetchLeasesParams'): the claimant (the relay or the worker), 1..255
+// characters; a BatchSize of 1..MaxBatchSize; and how long each row is
+// held, zero for its default.
+func (v *validator) claim(idField, id string, batchSize int32, holdField string, hold time.Duration) {
+	v.text(idField, id, MaxWorkerIDLength)
+	if batchSize < 1 || batchSize > MaxBatchSize {
+		v.fail("BatchSize", fmt.Sprintf("must be 1..%d", MaxBatchSize))
+	}
+	v.optionalDuration(holdField, hold)
+}
+
+// errorReport checks the error a lease holder records on its attempt
+// (FailParams' and ScheduleRetryParams' ErrorCode and ErrorMessage): a
+// code of 1..MaxErrorCodeLength characters, and a message that is not
+// empty (TruncateMessage cuts it to MaxErrorMessageRunes when stored).
+func (v *validator) errorReport(code, message string) {
+	v.text("ErrorCode", code, MaxErrorCodeLength)
+	if message == "" {
+		v.fail("ErrorMessage", "must not be empty")
+	}
+}
+
 // fingerprint checks the projection-set-sha256:<64 lowercase hex> form.
 func (v *validator) fingerprint(field, s string) {
 	if len(s) != len(fingerprintPrefix)+64 || s[:len(fingerprintPrefix)] != fingerprintPrefix {
@@ -278,4 +309,32 @@ func entryError(field string, i int, check func(*validator)) error {
 		return nil
 	}
 	return &InputError{Field: fmt.Sprintf("%s[%d].%s", field, i, v.err.Field), Reason: v.err.Reason}
+}
+
+// lease checks a lease presented to a lease-fenced transition (Heartbeat
+// and every write of worker.go): set, with its attempt, worker and token.
+func (v *validator) lease(l *Lease) {
+	if l == nil {
+		v.fail("Lease", "must be set")
+		return
+	}
+	v.uuid("Lease.AttemptID", l.AttemptID)
+	v.text("Lease.WorkerID", l.WorkerID, MaxWorkerIDLength)
+	v.uuid("Lease.Token", l.Token)
+}
+
+// candidate checks a candidate publication given with a lease holder's
+// write (Advance, CompleteThrough, CompleteMany): the id and the
+// fingerprint together or neither, the id not zero, the fingerprint well
+// formed.
+func (v *validator) candidate(id *uuid.UUID, fingerprint *string) {
+	if (id == nil) != (fingerprint == nil) {
+		v.fail("CandidatePublicationID", "and CandidateFingerprint go together")
+	}
+	if id != nil {
+		v.uuid("CandidatePublicationID", *id)
+	}
+	if fingerprint != nil {
+		v.fingerprint("CandidateFingerprint", *fingerprint)
+	}
 }

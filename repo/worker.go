@@ -1,10 +1,10 @@
 package repo
 
-// The worker's transitions, the Go twin of db/queries/worker.sql and in
-// its order: AcquireLease and FailExhausted (fenced by the delivery),
-// then the lease-fenced Heartbeat (these three in worker_lease.go),
-// Advance (and AdvanceTo), Complete, CompleteThrough, Fail, ScheduleRetry
-// and CompleteMany.
+// The lease holder's transitions, the Go twin of db/queries/worker.sql and
+// in its order: Heartbeat, Advance (and AdvanceTo), Complete,
+// CompleteThrough, Fail, ScheduleRetry and CompleteMany, each fenced by the
+// lease, with the read that explains a refused lease (explainLease).
+// Taking the lease is lease.go's (lease.sql's).
 
 import (
 	"context"
@@ -53,6 +53,49 @@ func (r *Repo) explainLease(ctx context.Context, db DBTX, verb string, l *Lease,
 func raced(verb string, a *kfstype.Attempt) error {
 	return &TransitionError{AttemptID: a.ID, Transition: verb, From: a.RunState, To: a.RunState, Checkpoint: a.Checkpoint,
 		Reason: "the row changed concurrently; retry", Attempt: a}
+}
+
+// HeartbeatParams extends a lease.
+type HeartbeatParams struct {
+	// Lease is the lease to extend.
+	Lease *Lease
+	// LeaseDuration is the new lease from now. Defaults to
+	// LeaseDurationDefault.
+	LeaseDuration time.Duration
+}
+
+// Heartbeat extends a live lease (and the outbox row's redelivery time with
+// it). It returns the renewed lease; the caller keeps using it.
+//
+// Errors: *InputError, ErrNotFound, ErrLeaseLost (stop the handler).
+func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lease, error) {
+	v := r.call(ctx, db)
+	if set(v, "HeartbeatParams", p) {
+		v.lease(p.Lease)
+		v.optionalDuration("LeaseDuration", p.LeaseDuration)
+	}
+	if err := v.result(); err != nil {
+		return nil, err
+	}
+	d := p.LeaseDuration
+	if d == 0 {
+		d = LeaseDurationDefault
+	}
+	sent := time.Now()
+	row, err := r.q.Heartbeat(ctx, db, &gen.HeartbeatParams{AsyncCommit: r.asyncProgress,
+		Now: r.now(), LeaseDuration: d, AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
+	})
+	if err != nil {
+		a, err := r.explainLease(ctx, db, "heartbeat", p.Lease, err)
+		if a != nil {
+			return nil, raced("heartbeat", a)
+		}
+		return nil, err
+	}
+	renewed := *p.Lease
+	renewed.ExpiresAt = row.LeaseExpiresAt.UTC()
+	renewed.LocalDeadline = r.localDeadline(sent, d)
+	return &renewed, nil
 }
 
 // AdvanceParams moves a running attempt's checkpoint.
@@ -129,26 +172,14 @@ func (p *AdvanceParams) validate(v *validator, params string) {
 	if !set(v, params, p) {
 		return
 	}
-	p.Lease.validate(v)
+	v.lease(p.Lease)
 	switch {
 	case p.Checkpoint == kfstype.CheckpointPublished:
 		v.fail("Checkpoint", "published is reached through Complete")
 	case p.Checkpoint.Rank() < 0:
 		v.fail("Checkpoint", fmt.Sprintf("unknown checkpoint %q", p.Checkpoint))
 	}
-	validateCandidate(v, p.CandidatePublicationID, p.CandidateFingerprint)
-}
-
-func validateCandidate(v *validator, id *uuid.UUID, fingerprint *string) {
-	if (id == nil) != (fingerprint == nil) {
-		v.fail("CandidatePublicationID", "and CandidateFingerprint go together")
-	}
-	if id != nil {
-		v.uuid("CandidatePublicationID", *id)
-	}
-	if fingerprint != nil {
-		v.fingerprint("CandidateFingerprint", *fingerprint)
-	}
+	v.candidate(p.CandidatePublicationID, p.CandidateFingerprint)
 }
 
 func checkpointRefusal(verb string, a *kfstype.Attempt, to kfstype.Checkpoint, why string) error {
@@ -188,7 +219,7 @@ type CompleteParams struct {
 func (r *Repo) Complete(ctx context.Context, db DBTX, p *CompleteParams) (*kfstype.Attempt, error) {
 	v := r.call(ctx, db)
 	if set(v, "CompleteParams", p) {
-		p.Lease.validate(v)
+		v.lease(p.Lease)
 	}
 	if err := v.result(); err != nil {
 		return nil, err
@@ -231,8 +262,8 @@ type CompleteThroughParams struct {
 func (r *Repo) CompleteThrough(ctx context.Context, db DBTX, p *CompleteThroughParams) (*kfstype.Attempt, error) {
 	v := r.call(ctx, db)
 	if set(v, "CompleteThroughParams", p) {
-		p.Lease.validate(v)
-		validateCandidate(v, p.CandidatePublicationID, p.CandidateFingerprint)
+		v.lease(p.Lease)
+		v.candidate(p.CandidatePublicationID, p.CandidateFingerprint)
 	}
 	if err := v.result(); err != nil {
 		return nil, err
@@ -268,11 +299,8 @@ type FailParams struct {
 func (r *Repo) Fail(ctx context.Context, db DBTX, p *FailParams) (*kfstype.Attempt, error) {
 	v := r.call(ctx, db)
 	if set(v, "FailParams", p) {
-		p.Lease.validate(v)
-		v.text("ErrorCode", p.ErrorCode, MaxErrorCodeLength)
-		if p.ErrorMessage == "" {
-			v.fail("ErrorMessage", "must not be empty")
-		}
+		v.lease(p.Lease)
+		v.errorReport(p.ErrorCode, p.ErrorMessage)
 	}
 	if err := v.result(); err != nil {
 		return nil, err
@@ -313,12 +341,9 @@ type ScheduleRetryParams struct {
 func (r *Repo) ScheduleRetry(ctx context.Context, db DBTX, p *ScheduleRetryParams) (*kfstype.Attempt, error) {
 	v := r.call(ctx, db)
 	if set(v, "ScheduleRetryParams", p) {
-		p.Lease.validate(v)
+		v.lease(p.Lease)
 		v.duration("RetryDelay", p.RetryDelay)
-		v.text("ErrorCode", p.ErrorCode, MaxErrorCodeLength)
-		if p.ErrorMessage == "" {
-			v.fail("ErrorMessage", "must not be empty")
-		}
+		v.errorReport(p.ErrorCode, p.ErrorMessage)
 	}
 	if err := v.result(); err != nil {
 		return nil, err
@@ -394,8 +419,8 @@ func (r *Repo) CompleteMany(ctx context.Context, db DBTX, p *CompleteManyParams)
 	for i := range entries {
 		e := &entries[i]
 		err := entryError("Entries", i, func(v *validator) {
-			e.Lease.validate(v)
-			validateCandidate(v, e.CandidatePublicationID, e.CandidateFingerprint)
+			v.lease(e.Lease)
+			v.candidate(e.CandidatePublicationID, e.CandidateFingerprint)
 			if !e.Through && e.CandidatePublicationID != nil {
 				v.fail("CandidatePublicationID", "is only for Through")
 			}

@@ -167,7 +167,9 @@ UPDATE document_compilation_outbox o
        delivered_at = coalesce($1::timestamptz, now()),
        queue_job_id = outbox.queue_job_id,
        external_job_id = outbox.external_job_id,
+       -- block:relay-lock-end
        locked_by = NULL, lock_token = NULL, locked_until = NULL,
+       -- end block
        -- Visibility deadline: republished if no worker leases it by then.
        available_at = coalesce($1::timestamptz, now()) + $2::interval,
        updated_at = coalesce($1::timestamptz, now())
@@ -352,6 +354,7 @@ outbox AS (
 ),
 dead_attempt AS (
   UPDATE document_compilation_attempts a
+     -- block:failed
      SET run_state = 'failed',
          active_slot = NULL,
          completed_at = coalesce($1::timestamptz, now()),
@@ -359,6 +362,7 @@ dead_attempt AS (
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
          -- end block
          retry_at = NULL,
+     -- end block
          last_error_code = 'OUTBOX_DEAD',
          last_error_message = $3::text,
          row_version = a.row_version + 1,
@@ -383,7 +387,9 @@ UPDATE document_compilation_outbox o
                            ELSE coalesce($1::timestamptz, now()) + $2::interval
                       END,
        last_error = $3::text,
+       -- block:relay-lock-end
        locked_by = NULL, lock_token = NULL, locked_until = NULL,
+       -- end block
        updated_at = coalesce($1::timestamptz, now())
   FROM outbox
   LEFT JOIN dead_attempt ON dead_attempt.id = outbox.attempt_id

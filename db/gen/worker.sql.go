@@ -12,150 +12,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const acquireLease = `-- name: AcquireLease :one
-
-WITH attempt AS (
-  SELECT a.id
-    FROM document_compilation_attempts a
-   WHERE a.id = $5
-     -- guard:delivery
-     AND a.queue_job_id = $6::text
-     AND ($7::text IS NULL
-          OR a.external_job_id = $7::text)
-     AND (a.run_state = 'queued'
-          OR (a.run_state = 'running'
-              AND a.lease_expires_at <= coalesce($2::timestamptz, now())))
-     -- end guard
-     AND a.execution_attempts < a.max_execution_attempts
-     FOR UPDATE
-),
-outbox AS (
-  SELECT o.id, o.attempt_id
-    FROM document_compilation_outbox o
-    JOIN attempt ON o.attempt_id = attempt.id
-   WHERE o.queue_job_id = $6::text
-     AND ($7::text IS NULL
-          OR o.external_job_id = $7::text)
-     FOR UPDATE OF o
-),
-outbox_update AS (
-  UPDATE document_compilation_outbox o
-     SET status = 'leased',
-         available_at = coalesce($2::timestamptz, now()) + $3::interval,
-         locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($2::timestamptz, now())
-    FROM outbox
-   WHERE o.id = outbox.id
-  RETURNING o.id
-)
-UPDATE document_compilation_attempts a
-   SET run_state = 'running',
-       execution_attempts = a.execution_attempts + 1,
-       worker_id = $1::text,
-       lease_token = gen_random_uuid(),
-       lease_expires_at = coalesce($2::timestamptz, now()) + $3::interval,
-       heartbeat_at = coalesce($2::timestamptz, now()),
-       started_at = coalesce(a.started_at, coalesce($2::timestamptz, now())),
-       retry_at = NULL,
-       row_version = a.row_version + 1,
-       updated_at = coalesce($2::timestamptz, now())
-  FROM outbox
- WHERE a.id = outbox.attempt_id
-   AND CASE WHEN $4::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
-RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
-`
-
-type AcquireLeaseParams struct {
-	WorkerID      string
-	Now           *time.Time
-	LeaseDuration time.Duration
-	AsyncCommit   bool
-	AttemptID     uuid.UUID
-	QueueJobID    string
-	ExternalJobID *string
-}
-
-// Worker transitions. Each is fenced: AcquireLease by the delivered queue
-// job id, the rest by the lease (attempt id, running, same token and worker,
-// not yet expired, and the outbox row still leased). A stale worker matches
-// no row and can never write.
-//
-// The lease guard is the same lines in every lease-fenced statement, between
-// "-- guard:lease" and "-- end guard", and so is the candidate guard
-// ("-- guard:candidate") and the delivery fence of AcquireLease and
-// FailExhausted ("-- guard:delivery": the delivered job ids, and a
-// claimable state). Repeated SET lists are marked the same way as blocks,
-// "-- block:NAME" to "-- end block" (a block may hold another): the
-// columns a lease's end clears ("-- block:lease-end", in every statement
-// that moves an attempt out of running other than by a new lease) and the
-// exhausted attempt's failure ("-- block:exhausted", FailExhausted here
-// and FetchLeases in direct_delivery.sql). repo/guards_test.go checks
-// every copy against one canonical text and that no statement that needs
-// a guard or block lacks it. The lease guard reads the outbox row as well as the
-// attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
-// lease's expiry (status dispatching), the lease is lost, even to a
-// statement whose clock is still before the expiry (its transaction began
-// earlier, or it waited on a lock). Each statement locks both rows with
-// FOR UPDATE OF a, o: per row the attempt first, then its outbox row, the
-// order every transition keeps. Under READ COMMITTED a row that changed
-// while the statement waited for its lock is re-checked in its newest
-// version, join condition and guard included, so a claim that committed
-// meanwhile is seen; and a locked outbox row is skipped by the relay's
-// claim (SKIP LOCKED) until the statement's transaction ends.
-//
-// AcquireLease, Heartbeat and Advance commit asynchronously
-// when async_commit is set (see outbox_relay.sql).
-// Takes the lease for a delivery. The delivered job ids must equal both
-// rows' ids; claimable is queued or running with an expired lease, with
-// execution attempts left. (A retry_wait attempt never matches a delivery:
-// ScheduleRetry and RetryFailed clear queue_job_id, and the MarkDispatched
-// that records the next job id moves retry_wait to queued.) The outbox row
-// follows the lease (available_at = expiry), so a lost worker is
-// redelivered by the relay.
-func (q *Queries) AcquireLease(ctx context.Context, db DBTX, arg *AcquireLeaseParams) (*DocumentCompilationAttempt, error) {
-	row := db.QueryRow(ctx, acquireLease,
-		arg.WorkerID,
-		arg.Now,
-		arg.LeaseDuration,
-		arg.AsyncCommit,
-		arg.AttemptID,
-		arg.QueueJobID,
-		arg.ExternalJobID,
-	)
-	var i DocumentCompilationAttempt
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.KnowledgeSpaceID,
-		&i.DocumentAssetID,
-		&i.DocumentVersion,
-		&i.PublicationGenerationID,
-		&i.BaseHeadRevision,
-		&i.CandidatePublicationID,
-		&i.CandidateFingerprint,
-		&i.Checkpoint,
-		&i.RunState,
-		&i.ActiveSlot,
-		&i.ExecutionAttempts,
-		&i.MaxExecutionAttempts,
-		&i.QueueJobID,
-		&i.ExternalJobID,
-		&i.WorkerID,
-		&i.LeaseToken,
-		&i.LeaseExpiresAt,
-		&i.HeartbeatAt,
-		&i.RetryAt,
-		&i.LastErrorCode,
-		&i.LastErrorMessage,
-		&i.RowVersion,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.StartedAt,
-		&i.CompletedAt,
-	)
-	return &i, err
-}
-
 const advance = `-- name: Advance :one
 WITH attempt AS (
   SELECT a.id, o.id AS outbox_id
@@ -289,13 +145,16 @@ WITH attempt AS (
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'completed',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:succeeded
    SET run_state = 'succeeded',
        checkpoint = 'published',
        active_slot = NULL,
@@ -304,6 +163,7 @@ UPDATE document_compilation_attempts a
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        -- end block
        retry_at = NULL,
+   -- end block
        row_version = a.row_version + 1,
        updated_at = coalesce($1::timestamptz, now())
   FROM attempt
@@ -407,23 +267,27 @@ WITH attempt AS (
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'completed',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:succeeded
    SET run_state = 'succeeded',
        checkpoint = 'published',
-       candidate_publication_id = coalesce(a.candidate_publication_id, attempt.candidate_publication_id),
-       candidate_fingerprint = coalesce(a.candidate_fingerprint, attempt.candidate_fingerprint),
        active_slot = NULL,
        completed_at = coalesce($1::timestamptz, now()),
        -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        -- end block
        retry_at = NULL,
+   -- end block
+       candidate_publication_id = coalesce(a.candidate_publication_id, attempt.candidate_publication_id),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, attempt.candidate_fingerprint),
        row_version = a.row_version + 1,
        updated_at = coalesce($1::timestamptz, now())
   FROM attempt
@@ -519,58 +383,62 @@ WITH attempt AS (
      AND a.run_state = 'running'
      AND a.lease_token = $5::uuid
      AND a.worker_id = $6::text
-     AND a.lease_expires_at > coalesce($3::timestamptz, now())
+     AND a.lease_expires_at > coalesce($1::timestamptz, now())
      AND o.status = 'leased'
      -- end guard
      AND a.checkpoint <> 'published'
      -- guard:candidate
-     AND ($1::uuid IS NULL
+     AND ($2::uuid IS NULL
           OR (a.candidate_publication_id IS NULL
               AND EXISTS (
                 SELECT 1
                   FROM projection_set_publications p
                  WHERE p.tenant_id = a.tenant_id
                    AND p.knowledge_space_id = a.knowledge_space_id
-                   AND p.id = $1::uuid
-                   AND p.fingerprint = $2::varchar
+                   AND p.id = $2::uuid
+                   AND p.fingerprint = $3::varchar
                    AND p.status = 'candidate'))
-          OR (a.candidate_publication_id = $1::uuid
-              AND a.candidate_fingerprint = $2::varchar))
+          OR (a.candidate_publication_id = $2::uuid
+              AND a.candidate_fingerprint = $3::varchar))
      -- end guard
-     AND coalesce(a.candidate_publication_id, $1::uuid) IS NOT NULL
+     AND coalesce(a.candidate_publication_id, $2::uuid) IS NOT NULL
      FOR UPDATE OF a, o
 ),
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'completed',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($3::timestamptz, now())
+         -- end block
+         updated_at = coalesce($1::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:succeeded
    SET run_state = 'succeeded',
        checkpoint = 'published',
-       candidate_publication_id = coalesce(a.candidate_publication_id, $1::uuid),
-       candidate_fingerprint = coalesce(a.candidate_fingerprint, $2::varchar),
        active_slot = NULL,
-       completed_at = coalesce($3::timestamptz, now()),
+       completed_at = coalesce($1::timestamptz, now()),
        -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        -- end block
        retry_at = NULL,
+   -- end block
+       candidate_publication_id = coalesce(a.candidate_publication_id, $2::uuid),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, $3::varchar),
        row_version = a.row_version + 1,
-       updated_at = coalesce($3::timestamptz, now())
+       updated_at = coalesce($1::timestamptz, now())
   FROM attempt
  WHERE a.id = attempt.id
 RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
 `
 
 type CompleteThroughParams struct {
+	Now                    *time.Time
 	CandidatePublicationID *uuid.UUID
 	CandidateFingerprint   *string
-	Now                    *time.Time
 	AttemptID              uuid.UUID
 	LeaseToken             uuid.UUID
 	WorkerID               string
@@ -581,9 +449,9 @@ type CompleteThroughParams struct {
 // bound (projection_built is on the way, so one must be bound or given).
 func (q *Queries) CompleteThrough(ctx context.Context, db DBTX, arg *CompleteThroughParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, completeThrough,
+		arg.Now,
 		arg.CandidatePublicationID,
 		arg.CandidateFingerprint,
-		arg.Now,
 		arg.AttemptID,
 		arg.LeaseToken,
 		arg.WorkerID,
@@ -640,13 +508,16 @@ WITH attempt AS (
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'dead',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:failed
    SET run_state = 'failed',
        active_slot = NULL,
        completed_at = coalesce($1::timestamptz, now()),
@@ -654,6 +525,7 @@ UPDATE document_compilation_attempts a
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        -- end block
        retry_at = NULL,
+   -- end block
        last_error_code = $2::text,
        last_error_message = $3::text,
        row_version = a.row_version + 1,
@@ -716,103 +588,8 @@ func (q *Queries) Fail(ctx context.Context, db DBTX, arg *FailParams) (*Document
 	return &i, err
 }
 
-const failExhausted = `-- name: FailExhausted :one
-WITH attempt AS (
-  SELECT a.id
-    FROM document_compilation_attempts a
-   WHERE a.id = $2
-     -- guard:delivery
-     AND a.queue_job_id = $3::text
-     AND ($4::text IS NULL
-          OR a.external_job_id = $4::text)
-     AND (a.run_state = 'queued'
-          OR (a.run_state = 'running'
-              AND a.lease_expires_at <= coalesce($1::timestamptz, now())))
-     -- end guard
-     AND a.execution_attempts >= a.max_execution_attempts
-     FOR UPDATE
-),
-outbox AS (
-  UPDATE document_compilation_outbox o
-     SET status = 'dead',
-         locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce($1::timestamptz, now())
-    FROM attempt
-   WHERE o.attempt_id = attempt.id
-  RETURNING o.id
-)
-UPDATE document_compilation_attempts a
-   -- block:exhausted
-   SET run_state = 'failed',
-       active_slot = NULL,
-       completed_at = coalesce($1::timestamptz, now()),
-       -- block:lease-end
-       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
-       -- end block
-       retry_at = NULL,
-       last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
-       last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
-       row_version = a.row_version + 1,
-       updated_at = coalesce($1::timestamptz, now())
-   -- end block
-  FROM attempt
- WHERE a.id = attempt.id
-RETURNING a.id, a.tenant_id, a.knowledge_space_id, a.document_asset_id, a.document_version, a.publication_generation_id, a.base_head_revision, a.candidate_publication_id, a.candidate_fingerprint, a.checkpoint, a.run_state, a.active_slot, a.execution_attempts, a.max_execution_attempts, a.queue_job_id, a.external_job_id, a.worker_id, a.lease_token, a.lease_expires_at, a.heartbeat_at, a.retry_at, a.last_error_code, a.last_error_message, a.row_version, a.created_at, a.updated_at, a.started_at, a.completed_at
-`
-
-type FailExhaustedParams struct {
-	Now           *time.Time
-	AttemptID     uuid.UUID
-	QueueJobID    string
-	ExternalJobID *string
-}
-
-// Fails a delivered attempt that has no execution attempts left
-// (EXECUTION_ATTEMPTS_EXHAUSTED). Same delivery fence and claimable states
-// as AcquireLease: queued, or running once its lease expired (no other
-// live state has a job id to match).
-func (q *Queries) FailExhausted(ctx context.Context, db DBTX, arg *FailExhaustedParams) (*DocumentCompilationAttempt, error) {
-	row := db.QueryRow(ctx, failExhausted,
-		arg.Now,
-		arg.AttemptID,
-		arg.QueueJobID,
-		arg.ExternalJobID,
-	)
-	var i DocumentCompilationAttempt
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.KnowledgeSpaceID,
-		&i.DocumentAssetID,
-		&i.DocumentVersion,
-		&i.PublicationGenerationID,
-		&i.BaseHeadRevision,
-		&i.CandidatePublicationID,
-		&i.CandidateFingerprint,
-		&i.Checkpoint,
-		&i.RunState,
-		&i.ActiveSlot,
-		&i.ExecutionAttempts,
-		&i.MaxExecutionAttempts,
-		&i.QueueJobID,
-		&i.ExternalJobID,
-		&i.WorkerID,
-		&i.LeaseToken,
-		&i.LeaseExpiresAt,
-		&i.HeartbeatAt,
-		&i.RetryAt,
-		&i.LastErrorCode,
-		&i.LastErrorMessage,
-		&i.RowVersion,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.StartedAt,
-		&i.CompletedAt,
-	)
-	return &i, err
-}
-
 const heartbeat = `-- name: Heartbeat :one
+
 WITH attempt AS (
   SELECT a.id, o.id AS outbox_id
     FROM document_compilation_attempts a
@@ -855,6 +632,49 @@ type HeartbeatParams struct {
 	WorkerID      string
 }
 
+// The lease holder's transitions, each fenced by the lease (attempt id,
+// running, same token and worker, not yet expired, and the outbox row still
+// leased): Heartbeat, Advance (and AdvanceTo), Complete, CompleteThrough,
+// Fail, ScheduleRetry and CompleteMany. A stale worker matches no row and
+// can never write. Taking the lease (AcquireLease, fenced by the delivery)
+// is lease.sql's.
+//
+// Guards are the same lines in every statement that needs them, marked
+// "-- guard:NAME" to "-- end guard": the lease guard ("-- guard:lease"),
+// the candidate guard ("-- guard:candidate"), and in the other files the
+// delivery fence ("-- guard:delivery", lease.sql), the control guard
+// ("-- guard:control", control.sql) and the awaiting-delivery
+// guard ("-- guard:awaiting-delivery", outbox_relay.sql). Repeated SET
+// lists are marked the same way as blocks, "-- block:NAME" to
+// "-- end block" (a block may hold another):
+//
+//	lease-end       the columns a lease's end clears, in every statement
+//	                that moves an attempt out of running other than by a
+//	                new lease;
+//	relay-lock-end  the relay lock's end, in every outbox write that moves
+//	                a row to another status;
+//	succeeded       the success (Complete, CompleteThrough, CompleteMany);
+//	failed          the failure, in every statement that fails an attempt;
+//	exhausted       the exhausted attempt's failure (FailExhausted in
+//	                lease.sql, FetchLeases in direct_delivery.sql).
+//
+// repo/guards_test.go checks every copy against one canonical text and
+// that no statement that needs a guard or block lacks it.
+//
+// The lease guard reads the outbox row as well as the
+// attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
+// lease's expiry (status dispatching), the lease is lost, even to a
+// statement whose clock is still before the expiry (its transaction began
+// earlier, or it waited on a lock). Each statement locks both rows with
+// FOR UPDATE OF a, o: per row the attempt first, then its outbox row, the
+// order every transition keeps. Under READ COMMITTED a row that changed
+// while the statement waited for its lock is re-checked in its newest
+// version, join condition and guard included, so a claim that committed
+// meanwhile is seen; and a locked outbox row is skipped by the relay's
+// claim (SKIP LOCKED) until the statement's transaction ends.
+//
+// Heartbeat and Advance commit asynchronously when async_commit is set
+// (see outbox_relay.sql).
 // Extends a live lease; the leased outbox row's redelivery time follows.
 func (q *Queries) Heartbeat(ctx context.Context, db DBTX, arg *HeartbeatParams) (*DocumentCompilationAttempt, error) {
 	row := db.QueryRow(ctx, heartbeat,
@@ -921,7 +741,9 @@ outbox AS (
          available_at = coalesce($1::timestamptz, now()) + $2::interval,
          dispatch_attempts = 0,
          delivered_at = NULL, queue_job_id = NULL, external_job_id = NULL,
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce($1::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id

@@ -347,7 +347,9 @@ leased_outbox AS (
          -- retry) carries another id than the delivery before it.
          queue_job_id = 'pg:' || o.id::text || ':' || (o.dispatch_attempts + 1)::text || ':' || (chosen.row_version + 1)::text,
          external_job_id = NULL,
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM chosen
    WHERE o.id = chosen.outbox_id
@@ -375,7 +377,9 @@ leased AS (
 exhausted_outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'dead',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM chosen
    WHERE o.id = chosen.outbox_id
@@ -385,6 +389,7 @@ exhausted_outbox AS (
 exhausted AS (
   UPDATE document_compilation_attempts a
      -- block:exhausted
+     -- block:failed
      SET run_state = 'failed',
          active_slot = NULL,
          completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
@@ -392,6 +397,7 @@ exhausted AS (
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
          -- end block
          retry_at = NULL,
+     -- end block
          last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
          last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
          row_version = a.row_version + 1,

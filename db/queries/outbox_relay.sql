@@ -164,7 +164,9 @@ UPDATE document_compilation_outbox o
        delivered_at = coalesce(sqlc.narg('now')::timestamptz, now()),
        queue_job_id = outbox.queue_job_id,
        external_job_id = outbox.external_job_id,
+       -- block:relay-lock-end
        locked_by = NULL, lock_token = NULL, locked_until = NULL,
+       -- end block
        -- Visibility deadline: republished if no worker leases it by then.
        available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @visibility_timeout::interval,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -209,6 +211,7 @@ outbox AS (
 ),
 dead_attempt AS (
   UPDATE document_compilation_attempts a
+     -- block:failed
      SET run_state = 'failed',
          active_slot = NULL,
          completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
@@ -216,6 +219,7 @@ dead_attempt AS (
          worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
          -- end block
          retry_at = NULL,
+     -- end block
          last_error_code = 'OUTBOX_DEAD',
          last_error_message = @last_error::text,
          row_version = a.row_version + 1,
@@ -240,7 +244,9 @@ UPDATE document_compilation_outbox o
                            ELSE coalesce(sqlc.narg('now')::timestamptz, now()) + @backoff::interval
                       END,
        last_error = @last_error::text,
+       -- block:relay-lock-end
        locked_by = NULL, lock_token = NULL, locked_until = NULL,
+       -- end block
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM outbox
   LEFT JOIN dead_attempt ON dead_attempt.id = outbox.attempt_id

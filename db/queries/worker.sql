@@ -1,20 +1,31 @@
--- Worker transitions. Each is fenced: AcquireLease by the delivered queue
--- job id, the rest by the lease (attempt id, running, same token and worker,
--- not yet expired, and the outbox row still leased). A stale worker matches
--- no row and can never write.
+-- The lease holder's transitions, each fenced by the lease (attempt id,
+-- running, same token and worker, not yet expired, and the outbox row still
+-- leased): Heartbeat, Advance (and AdvanceTo), Complete, CompleteThrough,
+-- Fail, ScheduleRetry and CompleteMany. A stale worker matches no row and
+-- can never write. Taking the lease (AcquireLease, fenced by the delivery)
+-- is lease.sql's.
 --
--- The lease guard is the same lines in every lease-fenced statement, between
--- "-- guard:lease" and "-- end guard", and so is the candidate guard
--- ("-- guard:candidate") and the delivery fence of AcquireLease and
--- FailExhausted ("-- guard:delivery": the delivered job ids, and a
--- claimable state). Repeated SET lists are marked the same way as blocks,
--- "-- block:NAME" to "-- end block" (a block may hold another): the
--- columns a lease's end clears ("-- block:lease-end", in every statement
--- that moves an attempt out of running other than by a new lease) and the
--- exhausted attempt's failure ("-- block:exhausted", FailExhausted here
--- and FetchLeases in direct_delivery.sql). repo/guards_test.go checks
--- every copy against one canonical text and that no statement that needs
--- a guard or block lacks it. The lease guard reads the outbox row as well as the
+-- Guards are the same lines in every statement that needs them, marked
+-- "-- guard:NAME" to "-- end guard": the lease guard ("-- guard:lease"),
+-- the candidate guard ("-- guard:candidate"), and in the other files the
+-- delivery fence ("-- guard:delivery", lease.sql), the control guard
+-- ("-- guard:control", control.sql) and the awaiting-delivery
+-- guard ("-- guard:awaiting-delivery", outbox_relay.sql). Repeated SET
+-- lists are marked the same way as blocks, "-- block:NAME" to
+-- "-- end block" (a block may hold another):
+--   lease-end       the columns a lease's end clears, in every statement
+--                   that moves an attempt out of running other than by a
+--                   new lease;
+--   relay-lock-end  the relay lock's end, in every outbox write that moves
+--                   a row to another status;
+--   succeeded       the success (Complete, CompleteThrough, CompleteMany);
+--   failed          the failure, in every statement that fails an attempt;
+--   exhausted       the exhausted attempt's failure (FailExhausted in
+--                   lease.sql, FetchLeases in direct_delivery.sql).
+-- repo/guards_test.go checks every copy against one canonical text and
+-- that no statement that needs a guard or block lacks it.
+--
+-- The lease guard reads the outbox row as well as the
 -- attempt: once the relay's ClaimOutbox has reclaimed the leased row at the
 -- lease's expiry (status dispatching), the lease is lost, even to a
 -- statement whose clock is still before the expiry (its transaction began
@@ -26,113 +37,8 @@
 -- meanwhile is seen; and a locked outbox row is skipped by the relay's
 -- claim (SKIP LOCKED) until the statement's transaction ends.
 --
--- AcquireLease, Heartbeat and Advance commit asynchronously
--- when async_commit is set (see outbox_relay.sql).
-
--- name: AcquireLease :one
--- Takes the lease for a delivery. The delivered job ids must equal both
--- rows' ids; claimable is queued or running with an expired lease, with
--- execution attempts left. (A retry_wait attempt never matches a delivery:
--- ScheduleRetry and RetryFailed clear queue_job_id, and the MarkDispatched
--- that records the next job id moves retry_wait to queued.) The outbox row
--- follows the lease (available_at = expiry), so a lost worker is
--- redelivered by the relay.
-WITH attempt AS (
-  SELECT a.id
-    FROM document_compilation_attempts a
-   WHERE a.id = @attempt_id
-     -- guard:delivery
-     AND a.queue_job_id = @queue_job_id::text
-     AND (sqlc.narg('external_job_id')::text IS NULL
-          OR a.external_job_id = sqlc.narg('external_job_id')::text)
-     AND (a.run_state = 'queued'
-          OR (a.run_state = 'running'
-              AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
-     -- end guard
-     AND a.execution_attempts < a.max_execution_attempts
-     FOR UPDATE
-),
-outbox AS (
-  SELECT o.id, o.attempt_id
-    FROM document_compilation_outbox o
-    JOIN attempt ON o.attempt_id = attempt.id
-   WHERE o.queue_job_id = @queue_job_id::text
-     AND (sqlc.narg('external_job_id')::text IS NULL
-          OR o.external_job_id = sqlc.narg('external_job_id')::text)
-     FOR UPDATE OF o
-),
-outbox_update AS (
-  UPDATE document_compilation_outbox o
-     SET status = 'leased',
-         available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
-         locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
-    FROM outbox
-   WHERE o.id = outbox.id
-  RETURNING o.id
-)
-UPDATE document_compilation_attempts a
-   SET run_state = 'running',
-       execution_attempts = a.execution_attempts + 1,
-       worker_id = @worker_id::text,
-       lease_token = gen_random_uuid(),
-       lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @lease_duration::interval,
-       heartbeat_at = coalesce(sqlc.narg('now')::timestamptz, now()),
-       started_at = coalesce(a.started_at, coalesce(sqlc.narg('now')::timestamptz, now())),
-       retry_at = NULL,
-       row_version = a.row_version + 1,
-       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
-  FROM outbox
- WHERE a.id = outbox.attempt_id
-   AND CASE WHEN @async_commit::boolean THEN set_config('synchronous_commit', 'off', true) IS NOT NULL ELSE true END
-RETURNING a.*;
-
--- name: FailExhausted :one
--- Fails a delivered attempt that has no execution attempts left
--- (EXECUTION_ATTEMPTS_EXHAUSTED). Same delivery fence and claimable states
--- as AcquireLease: queued, or running once its lease expired (no other
--- live state has a job id to match).
-WITH attempt AS (
-  SELECT a.id
-    FROM document_compilation_attempts a
-   WHERE a.id = @attempt_id
-     -- guard:delivery
-     AND a.queue_job_id = @queue_job_id::text
-     AND (sqlc.narg('external_job_id')::text IS NULL
-          OR a.external_job_id = sqlc.narg('external_job_id')::text)
-     AND (a.run_state = 'queued'
-          OR (a.run_state = 'running'
-              AND a.lease_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())))
-     -- end guard
-     AND a.execution_attempts >= a.max_execution_attempts
-     FOR UPDATE
-),
-outbox AS (
-  UPDATE document_compilation_outbox o
-     SET status = 'dead',
-         locked_by = NULL, lock_token = NULL, locked_until = NULL,
-         updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
-    FROM attempt
-   WHERE o.attempt_id = attempt.id
-  RETURNING o.id
-)
-UPDATE document_compilation_attempts a
-   -- block:exhausted
-   SET run_state = 'failed',
-       active_slot = NULL,
-       completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
-       -- block:lease-end
-       worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
-       -- end block
-       retry_at = NULL,
-       last_error_code = 'EXECUTION_ATTEMPTS_EXHAUSTED',
-       last_error_message = 'execution attempts exhausted (' || a.execution_attempts || ' of ' || a.max_execution_attempts || ')',
-       row_version = a.row_version + 1,
-       updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
-   -- end block
-  FROM attempt
- WHERE a.id = attempt.id
-RETURNING a.*;
+-- Heartbeat and Advance commit asynchronously when async_commit is set
+-- (see outbox_relay.sql).
 
 -- name: Heartbeat :one
 -- Extends a live lease; the leased outbox row's redelivery time follows.
@@ -243,13 +149,16 @@ WITH attempt AS (
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'completed',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:succeeded
    SET run_state = 'succeeded',
        checkpoint = 'published',
        active_slot = NULL,
@@ -258,6 +167,7 @@ UPDATE document_compilation_attempts a
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        -- end block
        retry_at = NULL,
+   -- end block
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM attempt
@@ -301,23 +211,27 @@ WITH attempt AS (
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'completed',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:succeeded
    SET run_state = 'succeeded',
        checkpoint = 'published',
-       candidate_publication_id = coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid),
-       candidate_fingerprint = coalesce(a.candidate_fingerprint, sqlc.narg('candidate_fingerprint')::varchar),
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
        -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        -- end block
        retry_at = NULL,
+   -- end block
+       candidate_publication_id = coalesce(a.candidate_publication_id, sqlc.narg('candidate_publication_id')::uuid),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, sqlc.narg('candidate_fingerprint')::varchar),
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM attempt
@@ -343,13 +257,16 @@ WITH attempt AS (
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'dead',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:failed
    SET run_state = 'failed',
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
@@ -357,6 +274,7 @@ UPDATE document_compilation_attempts a
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        -- end block
        retry_at = NULL,
+   -- end block
        last_error_code = @error_code::text,
        last_error_message = @error_message::text,
        row_version = a.row_version + 1,
@@ -391,7 +309,9 @@ outbox AS (
          available_at = coalesce(sqlc.narg('now')::timestamptz, now()) + @retry_delay::interval,
          dispatch_attempts = 0,
          delivered_at = NULL, queue_job_id = NULL, external_job_id = NULL,
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
@@ -470,23 +390,27 @@ WITH attempt AS (
 outbox AS (
   UPDATE document_compilation_outbox o
      SET status = 'completed',
+         -- block:relay-lock-end
          locked_by = NULL, lock_token = NULL, locked_until = NULL,
+         -- end block
          updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
     FROM attempt
    WHERE o.id = attempt.outbox_id
   RETURNING o.id
 )
 UPDATE document_compilation_attempts a
+   -- block:succeeded
    SET run_state = 'succeeded',
        checkpoint = 'published',
-       candidate_publication_id = coalesce(a.candidate_publication_id, attempt.candidate_publication_id),
-       candidate_fingerprint = coalesce(a.candidate_fingerprint, attempt.candidate_fingerprint),
        active_slot = NULL,
        completed_at = coalesce(sqlc.narg('now')::timestamptz, now()),
        -- block:lease-end
        worker_id = NULL, lease_token = NULL, lease_expires_at = NULL, heartbeat_at = NULL,
        -- end block
        retry_at = NULL,
+   -- end block
+       candidate_publication_id = coalesce(a.candidate_publication_id, attempt.candidate_publication_id),
+       candidate_fingerprint = coalesce(a.candidate_fingerprint, attempt.candidate_fingerprint),
        row_version = a.row_version + 1,
        updated_at = coalesce(sqlc.narg('now')::timestamptz, now())
   FROM attempt

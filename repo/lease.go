@@ -1,9 +1,10 @@
 package repo
 
-// The worker's lease, the first transitions of db/queries/worker.sql in
-// its order: AcquireLease and FailExhausted (fenced by the delivery) and
-// Heartbeat, with their inputs (Lease, Delivery) and the read that explains
-// a refused delivery. worker.go has the transitions after them.
+// Taking the lease for a delivery, the Go twin of db/queries/lease.sql and
+// in its order: AcquireLease and FailExhausted (fenced by the delivery),
+// with their inputs (Delivery) and result (Lease), and the read that
+// explains a refused delivery (explainDelivery). What the lease holder
+// does next (Heartbeat first) is worker.go's, as worker.sql's.
 
 import (
 	"context"
@@ -69,16 +70,6 @@ func (r *Repo) localDeadline(sent time.Time, d time.Duration) time.Time {
 	return sent.Add(d)
 }
 
-func (l *Lease) validate(v *validator) {
-	if l == nil {
-		v.fail("Lease", "must be set")
-		return
-	}
-	v.uuid("Lease.AttemptID", l.AttemptID)
-	v.text("Lease.WorkerID", l.WorkerID, MaxWorkerIDLength)
-	v.uuid("Lease.Token", l.Token)
-}
-
 // Delivery is a queue message naming an attempt: the ids the relay's
 // Publisher returned when it published the attempt's outbox row.
 type Delivery struct {
@@ -129,9 +120,7 @@ func (r *Repo) AcquireLease(ctx context.Context, db DBTX, p *AcquireLeaseParams)
 	if set(v, "AcquireLeaseParams", p) {
 		p.Delivery.validate(v)
 		v.text("WorkerID", p.WorkerID, MaxWorkerIDLength)
-		if p.LeaseDuration != 0 {
-			v.duration("LeaseDuration", p.LeaseDuration)
-		}
+		v.optionalDuration("LeaseDuration", p.LeaseDuration)
 	}
 	if err := v.result(); err != nil {
 		return nil, nil, err
@@ -232,49 +221,4 @@ func quoteOrNull(s *string) string {
 		return "NULL"
 	}
 	return fmt.Sprintf("%q", *s)
-}
-
-// HeartbeatParams extends a lease.
-type HeartbeatParams struct {
-	// Lease is the lease to extend.
-	Lease *Lease
-	// LeaseDuration is the new lease from now. Defaults to
-	// LeaseDurationDefault.
-	LeaseDuration time.Duration
-}
-
-// Heartbeat extends a live lease (and the outbox row's redelivery time with
-// it). It returns the renewed lease; the caller keeps using it.
-//
-// Errors: *InputError, ErrNotFound, ErrLeaseLost (stop the handler).
-func (r *Repo) Heartbeat(ctx context.Context, db DBTX, p *HeartbeatParams) (*Lease, error) {
-	v := r.call(ctx, db)
-	if set(v, "HeartbeatParams", p) {
-		p.Lease.validate(v)
-		if p.LeaseDuration != 0 {
-			v.duration("LeaseDuration", p.LeaseDuration)
-		}
-	}
-	if err := v.result(); err != nil {
-		return nil, err
-	}
-	d := p.LeaseDuration
-	if d == 0 {
-		d = LeaseDurationDefault
-	}
-	sent := time.Now()
-	row, err := r.q.Heartbeat(ctx, db, &gen.HeartbeatParams{AsyncCommit: r.asyncProgress,
-		Now: r.now(), LeaseDuration: d, AttemptID: p.Lease.AttemptID, LeaseToken: p.Lease.Token, WorkerID: p.Lease.WorkerID,
-	})
-	if err != nil {
-		a, err := r.explainLease(ctx, db, "heartbeat", p.Lease, err)
-		if a != nil {
-			return nil, raced("heartbeat", a)
-		}
-		return nil, err
-	}
-	renewed := *p.Lease
-	renewed.ExpiresAt = row.LeaseExpiresAt.UTC()
-	renewed.LocalDeadline = r.localDeadline(sent, d)
-	return &renewed, nil
 }

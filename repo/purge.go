@@ -1,5 +1,9 @@
 package repo
 
+// Retention, the Go twin of db/queries/purge.sql and in its order: Purge
+// deletes a tenant's old terminal attempts, PurgeTenants pages through the
+// tenants that have some.
+
 import (
 	"cmp"
 	"context"
@@ -8,6 +12,57 @@ import (
 
 	"github.com/knowledgefs/kfsdb/db/gen"
 )
+
+// PurgeBatchSizeDefault is PurgeParams.BatchSize when zero; MaxPurgeBatch
+// bounds it.
+const (
+	PurgeBatchSizeDefault = 1000
+	MaxPurgeBatch         = 10000
+)
+
+// PurgeParams selects terminal attempts to delete.
+type PurgeParams struct {
+	// TenantID is the tenant whose attempts go, 1..255 characters.
+	TenantID string
+	// CompletedBefore is the retention cut-off: attempts completed strictly
+	// before it go.
+	CompletedBefore time.Time
+	// BatchSize bounds one call (1..MaxPurgeBatch). Defaults to
+	// PurgeBatchSizeDefault.
+	BatchSize int32
+}
+
+// Purge deletes up to BatchSize terminal attempts of one tenant completed
+// before the cut-off, oldest first, skipping rows another transaction
+// holds; their outbox rows go by cascade. Call it until it returns fewer
+// than BatchSize.
+//
+// Errors: *InputError.
+func (r *Repo) Purge(ctx context.Context, db DBTX, p *PurgeParams) (int, error) {
+	v := r.call(ctx, db)
+	if set(v, "PurgeParams", p) {
+		v.text("TenantID", p.TenantID, MaxTenantIDLength)
+		if p.CompletedBefore.IsZero() {
+			v.fail("CompletedBefore", "must be set")
+		}
+		v.timestamp("CompletedBefore", p.CompletedBefore)
+		if p.BatchSize < 0 || p.BatchSize > MaxPurgeBatch {
+			v.fail("BatchSize", "must be 1.."+fmt.Sprint(MaxPurgeBatch)+" (or 0 for the default)")
+		}
+	}
+	if err := v.result(); err != nil {
+		return 0, err
+	}
+	batch := p.BatchSize
+	if batch == 0 {
+		batch = PurgeBatchSizeDefault
+	}
+	ids, err := r.q.Purge(ctx, customPlanned{db}, &gen.PurgeParams{TenantID: p.TenantID, CompletedBefore: p.CompletedBefore, BatchSize: batch})
+	if err != nil {
+		return 0, fmt.Errorf("purge attempts of tenant %q: %w", p.TenantID, mapError(err))
+	}
+	return len(ids), nil
+}
 
 // PurgeTenantsLimitDefault is PurgeTenantsParams.Limit when zero;
 // MaxPurgeTenants bounds it.

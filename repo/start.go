@@ -1,8 +1,8 @@
 package repo
 
-// The control plane's transitions, the Go twin of db/queries/attempts_control.sql
-// and in its order: Start (and StartMany, its batch), ReleaseDeferred,
-// Cancel and Supersede (EndAttempt), RetryFailed and Purge.
+// Starting attempts, the Go twin of db/queries/start.sql and in its
+// order: Start (StartPreconditions says why a Start inserted nothing) and
+// StartMany, its batch, with their inputs (StartParams, StartManyParams).
 
 import (
 	"cmp"
@@ -17,6 +17,66 @@ import (
 	"github.com/knowledgefs/kfsdb/db/gen"
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
+
+// MaxExecutionAttemptsDefault is StartParams.MaxExecutionAttempts when zero.
+const MaxExecutionAttemptsDefault = 5
+
+// StartParams identifies the document version to compile.
+type StartParams struct {
+	// TenantID owns the space, 1..255 characters.
+	TenantID string
+	// KnowledgeSpaceID is the tenant's space the document belongs to.
+	KnowledgeSpaceID uuid.UUID
+	// DocumentAssetID is the document asset; with DocumentVersion it names
+	// the version to compile, which must exist.
+	DocumentAssetID uuid.UUID
+	// DocumentVersion must be > 0.
+	DocumentVersion int32
+	// PublicationGenerationID is the caller's generation id, stored as is.
+	PublicationGenerationID uuid.UUID
+	// BaseHeadRevision must equal the space's publication head revision
+	// (0 when the space has none), or Start returns *HeadConflictError.
+	BaseHeadRevision int32
+	// MaxExecutionAttempts bounds AcquireLease. Defaults to
+	// MaxExecutionAttemptsDefault.
+	MaxExecutionAttempts int32
+	// Deferred parks the outbox row (available_at = infinity) until
+	// ReleaseDeferred. Defaults to false: due at once.
+	Deferred bool
+	// AvailableAt delays the first publication. Defaults to now; not
+	// allowed with Deferred.
+	AvailableAt *time.Time
+	// TraceContext is the caller's trace context (adapters/otel's
+	// TraceContext(ctx) gives it), stored with a created attempt in the
+	// same statement so that the worker's span joins the Start's trace. A
+	// Start that finds a live attempt stores nothing. Defaults to none:
+	// nothing is stored.
+	TraceContext kfstype.TraceContext
+}
+
+func (p *StartParams) validate(v *validator) {
+	if !set(v, "StartParams", p) {
+		return
+	}
+	v.text("TenantID", p.TenantID, MaxTenantIDLength)
+	v.uuid("KnowledgeSpaceID", p.KnowledgeSpaceID)
+	v.uuid("DocumentAssetID", p.DocumentAssetID)
+	v.positive("DocumentVersion", p.DocumentVersion)
+	v.uuid("PublicationGenerationID", p.PublicationGenerationID)
+	if p.BaseHeadRevision < 0 {
+		v.fail("BaseHeadRevision", "must be >= 0")
+	}
+	if p.MaxExecutionAttempts < 0 {
+		v.fail("MaxExecutionAttempts", "must be > 0 (or 0 for the default)")
+	}
+	if p.Deferred && p.AvailableAt != nil {
+		v.fail("AvailableAt", "must not be set on a deferred start")
+	}
+	if p.AvailableAt != nil {
+		v.timestamp("AvailableAt", *p.AvailableAt)
+	}
+	v.traceContext("TraceContext", p.TraceContext)
+}
 
 // StartResult is Start's outcome.
 type StartResult struct {
@@ -158,6 +218,14 @@ func attemptFromStartRow(row *gen.StartRow) *kfstype.Attempt {
 	return attemptFromRow(&a)
 }
 
+// StartManyParams is a batch of starts.
+type StartManyParams struct {
+	// Starts are the document versions to start, 1..MaxBatchSize of them,
+	// each named once. Deferred, AvailableAt and TraceContext must be
+	// unset (use Start).
+	Starts []*StartParams
+}
+
 // StartManyResult is one entry of StartMany's result, in input order.
 type StartManyResult struct {
 	// Attempt is the entry's created or live attempt; nil with Err.
@@ -257,191 +325,4 @@ func (r *Repo) StartMany(ctx context.Context, db DBTX, p *StartManyParams) ([]St
 		out[i] = StartManyResult{Attempt: res.Attempt, Created: res.Created}
 	}
 	return out, nil
-}
-
-// ReleaseDeferred makes a deferred start's outbox row due now.
-//
-// Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
-// (not dispatch_pending, or the outbox row is not deferred).
-func (r *Repo) ReleaseDeferred(ctx context.Context, db DBTX, p *ReleaseDeferredParams) (*kfstype.Attempt, error) {
-	v := r.call(ctx, db)
-	if set(v, "ReleaseDeferredParams", p) {
-		p.AttemptRef.validate(v)
-	}
-	if err := v.result(); err != nil {
-		return nil, err
-	}
-	ref := &p.AttemptRef
-	row, err := r.q.ReleaseDeferred(ctx, db, &gen.ReleaseDeferredParams{
-		Now: r.now(), AttemptID: ref.AttemptID, TenantID: ref.TenantID,
-		KnowledgeSpaceID: ref.KnowledgeSpaceID, ExpectedRowVersion: ref.ExpectedRowVersion,
-	})
-	if err != nil {
-		return nil, r.explainControl(ctx, db, "release deferred", ref, kfstype.RunStateDispatchPending, err,
-			func(a *kfstype.Attempt, o *kfstype.OutboxMessage) string {
-				if a.RunState == kfstype.RunStateDispatchPending {
-					return "outbox row is not deferred (available at " + o.AvailableAt.Format(time.RFC3339Nano) + ")"
-				}
-				return "only a dispatch_pending attempt can be released"
-			})
-	}
-	return attemptFromRow(row), nil
-}
-
-// Cancel ends a live attempt as canceled; its outbox row is canceled too.
-//
-// Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
-// (the attempt is already terminal).
-//
-// Runnable example: Example_cancel in package
-// github.com/knowledgefs/kfsdb/kfsdbtest.
-func (r *Repo) Cancel(ctx context.Context, db DBTX, p *CancelParams) (*kfstype.Attempt, error) {
-	v := r.call(ctx, db)
-	if set(v, "CancelParams", p) {
-		p.AttemptRef.validate(v)
-	}
-	if err := v.result(); err != nil {
-		return nil, err
-	}
-	return r.endAttempt(ctx, db, "cancel", &p.AttemptRef, p.Reason, kfstype.RunStateCanceled, kfstype.ErrorCodeCanceled)
-}
-
-// Supersede ends a live attempt as superseded (a newer document version
-// made it moot); its outbox row is canceled.
-//
-// Errors: as Cancel.
-func (r *Repo) Supersede(ctx context.Context, db DBTX, p *SupersedeParams) (*kfstype.Attempt, error) {
-	v := r.call(ctx, db)
-	if set(v, "SupersedeParams", p) {
-		p.AttemptRef.validate(v)
-	}
-	if err := v.result(); err != nil {
-		return nil, err
-	}
-	return r.endAttempt(ctx, db, "supersede", &p.AttemptRef, p.Reason, kfstype.RunStateSuperseded, kfstype.ErrorCodeSuperseded)
-}
-
-// endAttempt is Cancel and Supersede, over their one statement
-// (EndAttempt): it ends a live attempt in state to, storing code with the
-// reason when one is given.
-func (r *Repo) endAttempt(ctx context.Context, db DBTX, verb string, ref *AttemptRef, reason *string, to kfstype.RunState, code string) (*kfstype.Attempt, error) {
-	row, err := r.q.EndAttempt(ctx, db, &gen.EndAttemptParams{
-		Now: r.now(), Reason: endReason(reason), RunState: string(to), ErrorCode: code, AttemptID: ref.AttemptID,
-		TenantID: ref.TenantID, KnowledgeSpaceID: ref.KnowledgeSpaceID, ExpectedRowVersion: ref.ExpectedRowVersion,
-	})
-	if err != nil {
-		return nil, r.explainControl(ctx, db, verb, ref, to, err, terminalReason)
-	}
-	return attemptFromRow(row), nil
-}
-
-// endReason is Cancel's and Supersede's reason as stored: cut and
-// sanitized like a message, or nil.
-func endReason(reason *string) *string {
-	if reason == nil {
-		return nil
-	}
-	cut := TruncateMessage(*reason)
-	return &cut
-}
-
-func terminalReason(a *kfstype.Attempt, _ *kfstype.OutboxMessage) string {
-	return "the attempt is already terminal"
-}
-
-// RetryFailed reactivates a failed attempt in place (manual retry): live
-// again, dispatch_pending, execution attempts reset, checkpoint and
-// candidate kept so work resumes; its outbox row is pending again.
-//
-// Errors: *InputError, ErrNotFound, ErrStaleRowVersion, *TransitionError
-// (not failed), ErrLiveAttemptExists (another attempt is live for the
-// document version).
-//
-// Runnable example: Example_retryFailed in package
-// github.com/knowledgefs/kfsdb/kfsdbtest.
-func (r *Repo) RetryFailed(ctx context.Context, db DBTX, p *RetryFailedParams) (*kfstype.Attempt, error) {
-	v := r.call(ctx, db)
-	if set(v, "RetryFailedParams", p) {
-		p.AttemptRef.validate(v)
-	}
-	if err := v.result(); err != nil {
-		return nil, err
-	}
-	ref := &p.AttemptRef
-	row, err := r.q.RetryFailed(ctx, db, &gen.RetryFailedParams{
-		Now: r.now(), AttemptID: ref.AttemptID, TenantID: ref.TenantID,
-		KnowledgeSpaceID: ref.KnowledgeSpaceID, ExpectedRowVersion: ref.ExpectedRowVersion,
-	})
-	if err != nil {
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("retry failed attempt %s: %w", ref.AttemptID, mapError(err))
-		}
-		return nil, r.explainControl(ctx, db, "retry failed", ref, kfstype.RunStateDispatchPending, err,
-			func(a *kfstype.Attempt, _ *kfstype.OutboxMessage) string {
-				if a.RunState == kfstype.RunStateFailed {
-					return "" // failed and at the expected version: the slot is taken
-				}
-				return "only a failed attempt can be retried"
-			})
-	}
-	return attemptFromRow(row), nil
-}
-
-// explainControl turns a control-plane statement's error into the module's:
-// for "no row" it reads the attempt to tell not found, stale version and
-// invalid transition apart. reason explains the refusal for a row that
-// exists at the expected version; an empty reason means another live
-// attempt holds the slot.
-func (r *Repo) explainControl(ctx context.Context, db DBTX, verb string, ref *AttemptRef, to kfstype.RunState, err error,
-	reason func(*kfstype.Attempt, *kfstype.OutboxMessage) string,
-) error {
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%s attempt %s: %w", verb, ref.AttemptID, mapError(err))
-	}
-	a, o, _, rerr := r.getAttemptWithOutbox(ctx, db, ref.AttemptID, &ref.TenantID)
-	switch {
-	case errors.Is(rerr, ErrNotFound) || (rerr == nil && a.KnowledgeSpaceID != ref.KnowledgeSpaceID):
-		return fmt.Errorf("%s attempt %s: %w", verb, ref.AttemptID, ErrNotFound)
-	case rerr != nil:
-		return fmt.Errorf("%s attempt %s: explain refusal: %w", verb, ref.AttemptID, rerr)
-	case ref.ExpectedRowVersion != nil && a.RowVersion != *ref.ExpectedRowVersion:
-		return fmt.Errorf("%s attempt %s: %w: expected %d, row is at %d", verb, ref.AttemptID, ErrStaleRowVersion, *ref.ExpectedRowVersion, a.RowVersion)
-	}
-	why := reason(a, o)
-	if why == "" {
-		return fmt.Errorf("%s attempt %s: %w", verb, ref.AttemptID, ErrLiveAttemptExists)
-	}
-	return &TransitionError{AttemptID: a.ID, Transition: verb, From: a.RunState, To: to, Checkpoint: a.Checkpoint, Reason: why, Attempt: a}
-}
-
-// Purge deletes up to BatchSize terminal attempts of one tenant completed
-// before the cut-off, oldest first, skipping rows another transaction
-// holds; their outbox rows go by cascade. Call it until it returns fewer
-// than BatchSize.
-//
-// Errors: *InputError.
-func (r *Repo) Purge(ctx context.Context, db DBTX, p *PurgeParams) (int, error) {
-	v := r.call(ctx, db)
-	if set(v, "PurgeParams", p) {
-		v.text("TenantID", p.TenantID, MaxTenantIDLength)
-		if p.CompletedBefore.IsZero() {
-			v.fail("CompletedBefore", "must be set")
-		}
-		v.timestamp("CompletedBefore", p.CompletedBefore)
-		if p.BatchSize < 0 || p.BatchSize > MaxPurgeBatch {
-			v.fail("BatchSize", "must be 1.."+fmt.Sprint(MaxPurgeBatch)+" (or 0 for the default)")
-		}
-	}
-	if err := v.result(); err != nil {
-		return 0, err
-	}
-	batch := p.BatchSize
-	if batch == 0 {
-		batch = PurgeBatchSizeDefault
-	}
-	ids, err := r.q.Purge(ctx, customPlanned{db}, &gen.PurgeParams{TenantID: p.TenantID, CompletedBefore: p.CompletedBefore, BatchSize: batch})
-	if err != nil {
-		return 0, fmt.Errorf("purge attempts of tenant %q: %w", p.TenantID, mapError(err))
-	}
-	return len(ids), nil
 }
