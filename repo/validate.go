@@ -10,6 +10,9 @@ import (
 
 	"github.com/google/uuid"
 
+	// A leaf (it imports nothing of kfsdb): farm-studio draws internal/ as one
+	// room, so this import shows as an arrow up to pglisten's room, which
+	// imports repo; no package cycle lies behind it.
 	"github.com/knowledgefs/kfsdb/internal/nilvalue"
 	"github.com/knowledgefs/kfsdb/kfstype"
 )
