@@ -32,8 +32,8 @@ import (
 // compile stands for the application's handler.
 func compile(context.Context, *worker.Job) error { return nil }
 
-// startInTransaction: docs/ADOPTING.md, "Using repo".
-func startInTransaction(ctx context.Context, pool *pgxpool.Pool, tenant string, space, asset uuid.UUID, rowVersion int32) error {
+// StartInTransaction: docs/ADOPTING.md, "Using repo".
+func StartInTransaction(ctx context.Context, pool *pgxpool.Pool, tenant string, space, asset uuid.UUID, rowVersion int32) error {
 	var attemptID uuid.UUID
 	r := repo.New(nil) // the database clock; repo.Config{Clock: …} for tests
 
@@ -55,6 +55,9 @@ func startInTransaction(ctx context.Context, pool *pgxpool.Pool, tenant string, 
 		attemptID = res.Attempt.ID // res.Created is false when a live attempt already existed
 		return nil
 	})
+	if err != nil {
+		return err
+	}
 
 	// Control plane, tenant-scoped, optional optimistic concurrency:
 	_, err = r.Cancel(ctx, pool, &repo.CancelParams{AttemptRef: repo.AttemptRef{
@@ -62,8 +65,8 @@ func startInTransaction(ctx context.Context, pool *pgxpool.Pool, tenant string, 
 	return err
 }
 
-// directDelivery: docs/ADOPTING.md, "Running workers: direct delivery".
-func directDelivery(ctx context.Context, pool *pgxpool.Pool, m observe.Metrics) error {
+// DirectDelivery: docs/ADOPTING.md, "Running workers: direct delivery".
+func DirectDelivery(ctx context.Context, pool *pgxpool.Pool, m observe.Metrics) error {
 	src, err := pgsource.New(pool, &pgsource.Config{Metrics: m}) // LISTEN kfsdb_outbox + polling
 	if err != nil {
 		return err
@@ -75,8 +78,8 @@ func directDelivery(ctx context.Context, pool *pgxpool.Pool, m observe.Metrics) 
 	return w.Run(ctx) // runs the source too; returns once ctx ends and outcomes are recorded
 }
 
-// stop: docs/ADOPTING.md, "Stopping a worker".
-func stop(w *worker.Worker) {
+// Stop: docs/ADOPTING.md, "Stopping a worker".
+func Stop(w *worker.Worker) {
 	// On SIGTERM: drain for up to 20 s (Config.StopTimeout, 15 s by default,
 	// bounds it too), then cancel; abandon what has not returned 5 s later.
 	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -85,16 +88,16 @@ func stop(w *worker.Worker) {
 	log.Printf("stopped: %d finished, %d canceled, %d abandoned (%v)", rep.Finished, rep.Canceled, rep.Abandoned, err)
 }
 
-// listenOutcomes: docs/ADOPTING.md, "Outcome events".
-func listenOutcomes(ctx context.Context, pool *pgxpool.Pool) error {
+// ListenOutcomes: docs/ADOPTING.md, "Outcome events".
+func ListenOutcomes(ctx context.Context, pool *pgxpool.Pool) error {
 	err := outcomes.Listen(ctx, pool, func(o outcomes.Outcome) {
 		log.Printf("attempt %s of %s ended %s %s", o.AttemptID, o.TenantID, o.RunState, o.ErrorCode)
 	}, &outcomes.ListenConfig{Listening: func() { /* read what you wait for: earlier ends are not delivered */ }})
 	return err
 }
 
-// withBroker: docs/ADOPTING.md, "Running the relay and workers".
-func withBroker(ctx context.Context, pool *pgxpool.Pool, m observe.Metrics, myBroker *memqueue.Queue) {
+// WithBroker: docs/ADOPTING.md, "Running the relay and workers".
+func WithBroker(ctx context.Context, pool *pgxpool.Pool, m observe.Metrics, myBroker *memqueue.Queue) {
 	q := myBroker                                          // implements relay.Publisher and worker.Source (memqueue does both)
 	rl, _ := relay.New(pool, q, &relay.Config{Metrics: m}) // LISTEN kfsdb_outbox + polling
 	w, _ := worker.New(pool, q, worker.HandlerFunc(compile), &worker.Config{Concurrency: 8})
@@ -102,36 +105,36 @@ func withBroker(ctx context.Context, pool *pgxpool.Pool, m observe.Metrics, myBr
 	go w.Run(ctx)
 }
 
-// prepared: docs/ADOPTING.md, "Connections that arrive warm".
-func prepared(url string, r *repo.Repo) {
+// Prepared: docs/ADOPTING.md, "Connections that arrive warm".
+func Prepared(url string, r *repo.Repo) {
 	cfg, _ := pgxpool.ParseConfig(url)
 	cfg.AfterConnect = r.Prepare // r := repo.New(nil)
 }
 
-// pgBouncer: docs/ADOPTING.md and docs/RELIABILITY.md, PgBouncer.
-func pgBouncer(url string) {
+// PgBouncer: docs/ADOPTING.md and docs/RELIABILITY.md, PgBouncer.
+func PgBouncer(url string) {
 	cfg, _ := pgxpool.ParseConfig(url) // url points at PgBouncer
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error { repo.RegisterTypes(c.TypeMap()); return nil }
 }
 
-// pgBouncerSimple: docs/RELIABILITY.md's form of the same.
-func pgBouncerSimple(url string) {
+// PgBouncerSimple: docs/RELIABILITY.md's form of the same.
+func PgBouncerSimple(url string) {
 	cfg, _ := pgxpool.ParseConfig(url)                          // url points at PgBouncer
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // or QueryExecModeSimpleProtocol
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error { repo.RegisterTypes(c.TypeMap()); return nil }
 	// relay.Config{PollOnly: true}: LISTEN does not survive transaction pooling
 }
 
-// migrateUp: docs/MIGRATIONS.md.
-func migrateUp(ctx context.Context, databaseURL string) error {
+// MigrateUp: docs/MIGRATIONS.md.
+func MigrateUp(ctx context.Context, databaseURL string) error {
 	res, err := migrate.Up(ctx, databaseURL) // res.Mode, res.Applied, res.Version
 	_ = res
 	return err
 }
 
-// metrics: docs/OPERATING.md, "Metrics (Prometheus)".
-func metrics(pool *pgxpool.Pool) {
+// Metrics: docs/OPERATING.md, "Metrics (Prometheus)".
+func Metrics(pool *pgxpool.Pool) {
 	reg := prometheus.NewRegistry()
 	m, _ := prom.New(reg, nil)           // relay / worker / pgsource Config.Metrics: kfsdb_*_total, start→succeeded histogram
 	tr, _ := prom.NewTracer(reg, nil)    // pgxCfg.ConnConfig.Tracer = tr: kfsdb_statement_duration_seconds{query}
@@ -139,8 +142,8 @@ func metrics(pool *pgxpool.Pool) {
 	_, _, _ = m, tr, c
 }
 
-// tracing: docs/OPERATING.md, "Tracing (OpenTelemetry)".
-func tracing(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, tp trace.TracerProvider, p *repo.StartParams, r *repo.Repo, q *memqueue.Queue, h worker.Handler) {
+// Tracing: docs/OPERATING.md, "Tracing (OpenTelemetry)".
+func Tracing(ctx context.Context, pool *pgxpool.Pool, tx pgx.Tx, tp trace.TracerProvider, p *repo.StartParams, r *repo.Repo, q *memqueue.Queue, h worker.Handler) {
 	tr, _ := otel.NewTracer(tp, nil)        // pgxCfg.ConnConfig.Tracer = tr: a CLIENT span per statement, named Start, AcquireLease, …
 	p.TraceContext = otel.TraceContext(ctx) // repo.StartParams, inside your request's span
 	r.Start(ctx, tx, p)
