@@ -19,8 +19,10 @@
 --
 -- The exhausted attempt's failure is FailExhausted's SET list, marked
 -- "-- block:exhausted" in both (with the "-- block:lease-end" list inside),
--- and the awaiting-delivery guard is MarkDispatched's; repo/guards_test.go
--- checks the copies (worker.sql's header describes the markers).
+-- the awaiting-delivery guard is MarkDispatched's, and the walk's probe
+-- and the offers test an outbox row the same way (guard:outbox-due);
+-- repo/guards_test.go checks the copies (worker.sql's header describes
+-- the markers).
 
 -- name: FetchLeases :many
 -- Leases up to batch_size due attempts to worker_id, fairly across
@@ -113,15 +115,21 @@ tenant_walk (tenant_id, first_tenant, pos, looked, first_due, dues) AS (
    CROSS JOIN LATERAL (
      SELECT CASE WHEN nxt.excluded THEN NULL ELSE (SELECT a.id
                FROM document_compilation_attempts a
-               JOIN document_compilation_outbox o ON o.attempt_id = a.id
+               -- The tenant's live attempts in order, each one's outbox
+               -- row probed by attempt_id (see offers for why the join
+               -- order is not the planner's).
+               CROSS JOIN LATERAL (
+                 SELECT o.id FROM document_compilation_outbox o
+                  WHERE o.attempt_id = a.id
+                    -- guard:outbox-due
+                    AND ((o.status IN ('pending', 'dispatched', 'leased')
+                          AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+                         OR (o.status = 'dispatching'
+                             AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))) IS TRUE
+                    -- end guard
+                 OFFSET 0) o
               WHERE a.tenant_id = nxt.tenant_id
                 AND a.completed_at IS NULL
-                -- One test (IS TRUE): the outbox row is found by attempt_id
-                -- alone (see offers).
-                AND ((o.status IN ('pending', 'dispatched', 'leased')
-                      AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
-                     OR (o.status = 'dispatching'
-                         AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))) IS TRUE
                 -- A paused tenant, or one whose bucket holds less than a
                 -- token (migration 0011), is passed as one with nothing
                 -- due: it would take a tenant's place in the batch and
@@ -264,21 +272,34 @@ offers AS MATERIALIZED (
      SELECT a.id AS attempt_id, o.id AS outbox_id,
             row_number() OVER (ORDER BY a.tenant_id, a.completed_at, a.id) AS round
        FROM document_compilation_attempts a
-       JOIN document_compilation_outbox o ON o.attempt_id = a.id
+       -- The attempts first, always: each one's outbox row is a probe by
+       -- attempt_id, and OFFSET 0 keeps the planner from pulling the
+       -- subquery up into a join it may reorder. As a join, an ANALYZE
+       -- that sampled few due rows (after a long-held snapshot) made it
+       -- scan the whole outbox and sort, per tenant walked, for every
+       -- fetch until the next ANALYZE (three minutes of an hour's churn,
+       -- at half the rate).
+       CROSS JOIN LATERAL (
+         SELECT o.id FROM document_compilation_outbox o
+          WHERE o.attempt_id = a.id
+            -- One boolean test (IS TRUE), so the outbox row is found by
+            -- attempt_id alone: as separate clauses the planner,
+            -- estimating few due rows, ANDed a bitmap of
+            -- delivery_due_idx's due range into every probe (about 100
+            -- buffers each at a backlog of 2,000, per attempt walked;
+            -- seen in a drain).
+            -- guard:outbox-due
+            AND ((o.status IN ('pending', 'dispatched', 'leased')
+                  AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+                 OR (o.status = 'dispatching'
+                     AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))) IS TRUE
+            -- end guard
+         OFFSET 0) o
       WHERE a.tenant_id = w.tenant_id
         AND a.completed_at IS NULL
         -- From the walk's first due attempt: the older live ones are
         -- running (or otherwise not due) and were passed once already.
         AND a.id >= coalesce(w.first_due, '00000000-0000-0000-0000-000000000000'::uuid)
-        -- One boolean test (IS TRUE), so the outbox row is found by
-        -- attempt_id alone: as separate clauses the planner, estimating few
-        -- due rows, ANDed a bitmap of delivery_due_idx's due range into
-        -- every probe (about 100 buffers each at a backlog of 2,000, per
-        -- attempt walked; seen in a drain).
-        AND ((o.status IN ('pending', 'dispatched', 'leased')
-              AND o.available_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
-             OR (o.status = 'dispatching'
-                 AND o.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()))) IS TRUE
       -- The index's own order (tenant and completed_at are fixed here):
       -- ordering by id alone lets the planner walk the primary key and
       -- filter by tenant, a scan of the whole table for a small tenant.

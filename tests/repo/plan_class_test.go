@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -131,14 +132,7 @@ func TestFetchLeasesProbesOutboxByAttempt(t *testing.T) {
 		_, err = b.repo.CompleteMany(ctx, b.db.Pool, &repo.CompleteManyParams{Entries: entries})
 		require.NoError(t, err)
 	}
-	cfg, err := pgxpool.ParseConfig(b.db.URL)
-	require.NoError(t, err)
-	cfg.MaxConns, cfg.MinConns = 1, 1
-	var plans testfactory.PlanNotices
-	testfactory.ExplainOnConnect(cfg, &plans)
-	fetcher, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(fetcher.Close)
+	fetcher, plans := explainingFetcher(t, b)
 	r := repo.New(nil)
 	// Eight fetches: five custom plans, then the generic one. Leases are
 	// kept, so each fetch walks past the running attempts of the ones
@@ -156,4 +150,73 @@ func TestFetchLeasesProbesOutboxByAttempt(t *testing.T) {
 			require.Zero(t, loops[idx], "fetch %d scanned %s %d times", i+1, idx, loops[idx])
 		}
 	}
+}
+
+// TestFetchLeasesProbesAttemptsFirstWhateverTheStatistics: a fetch
+// walks each tenant's live attempts and probes their outbox rows by
+// attempt_id, whatever the statistics say of the outbox. With the two
+// joined, the planner chose the order: in an hour of churn, after the
+// autoanalyze that followed a held snapshot, it scanned the whole outbox
+// per tenant walked and sorted the join, three minutes at half the rate
+// until the next ANALYZE. Here the statistics are pushed to the extreme
+// of that state: taken while every live attempt was leased (none due),
+// then the outbox's row count set to 1, as an ANALYZE of pages that are
+// nearly all dead versions would leave it. The leases then expire (lost
+// workers) without an ANALYZE, so the fetch has 3,000 due rows. Mutation
+// caught: the walk's probe as a join (49,768 buffers for 8 leases, the
+// outbox walked by its index before the attempts, against about 900).
+func TestFetchLeasesProbesAttemptsFirstWhateverTheStatistics(t *testing.T) {
+	b := setup(t)
+	ctx := b.ctx
+	require.NoError(t, testfactory.FreezeStatistics(ctx, b.db.Pool))
+	testfactory.StartAll(ctx, t, b.repo, b.db.Pool, testfactory.SeedDocuments(ctx, t, b.db.Pool, 2, 1_500), 0)
+	leased := 0
+	for {
+		res, err := b.repo.FetchLeases(ctx, b.db.Pool, &repo.FetchLeasesParams{WorkerID: "burst", BatchSize: 100, LeaseDuration: time.Hour})
+		require.NoError(t, err)
+		if len(res.Leased) == 0 {
+			break
+		}
+		leased += len(res.Leased)
+	}
+	require.Equal(t, 3_000, leased)
+	for _, s := range []string{
+		`ANALYZE document_compilation_attempts, document_compilation_outbox`,
+		`UPDATE pg_class SET reltuples = 1 WHERE oid = 'document_compilation_outbox'::regclass`,
+		// The workers are lost: every lease has expired, unknown to the
+		// statistics.
+		`UPDATE document_compilation_attempts SET lease_expires_at = now() - interval '1 minute' WHERE run_state = 'running'`,
+		`UPDATE document_compilation_outbox SET available_at = now() - interval '1 minute' WHERE status = 'leased'`,
+	} {
+		_, err := b.db.Pool.Exec(ctx, s)
+		require.NoError(t, err)
+	}
+	fetcher, plans := explainingFetcher(t, b)
+	r := repo.New(nil)
+	// Eight fetches: five custom plans, then the generic one.
+	for i := range 8 {
+		plans.Reset()
+		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
+		require.NoError(t, err)
+		require.Len(t, res.Leased, 8)
+		buffers, _ := plans.Buffers("-- name: FetchLeases ")
+		loops := plans.IndexLoops("-- name: FetchLeases ")
+		t.Logf("fetch %d of 3,000 expired leases, the outbox believed empty: %d buffers for 8 leases; index scans %v", i+1, buffers, loops)
+		require.Less(t, buffers, int64(5_000), "fetch %d read %d buffers for 8 leases: the outbox walked before the attempts", i+1, buffers)
+	}
+}
+
+// explainingFetcher is a one-connection pool on b's database whose every
+// statement's plan auto_explain sends to the returned PlanNotices.
+func explainingFetcher(t *testing.T, b *testBundle) (*pgxpool.Pool, *testfactory.PlanNotices) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	cfg.MaxConns, cfg.MinConns = 1, 1
+	plans := &testfactory.PlanNotices{}
+	testfactory.ExplainOnConnect(cfg, plans)
+	fetcher, err := pgxpool.NewWithConfig(b.ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(fetcher.Close)
+	return fetcher, plans
 }
