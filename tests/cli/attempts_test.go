@@ -39,7 +39,7 @@ func TestOperatorCommandsRefuseBadInput(t *testing.T) {
 	}{
 		{[]string{"attempts"}, "needs a subcommand"},
 		{[]string{"attempts", "delete", "--tenant", "t", id}, "want list, show, cancel"},
-		{[]string{"attempts", "show", id}, "--tenant is required"},
+		{[]string{"attempts", "show", id}, "TenantID is required (--tenant)"},
 		{[]string{"attempts", "show", "--tenant", "t", "not-a-uuid"}, `"not-a-uuid" is not a UUID`},
 		{[]string{"attempts", "show", "--tenant", "t"}, "one attempt id"},
 		{[]string{"attempts", "cancel", id}, "TenantID is required"},

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/kfstype"
 	"github.com/knowledgefs/kfsdb/repo"
@@ -349,11 +350,10 @@ func newAttemptsActionCommand(r *runner, af *attemptsFlags, spec ops.ActionSpec)
 					return err
 				}
 			}
-			if err := opts.Validate(); err != nil {
-				return fmt.Errorf("%w: %w", ErrUsage, err)
-			}
-			_, err := AttemptAction(cmd.Context(), opts)
-			return err
+			return cmdkit.RunCommand(cmd.Context(), opts, func(ctx context.Context, opts *AttemptActionOpts) error {
+				_, err := AttemptAction(ctx, opts)
+				return err
+			})
 		},
 	}
 	if spec.Bulk {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -188,14 +189,10 @@ func newAttemptsShowCommand(r *runner, af *attemptsFlags) *cobra.Command {
 				return fmt.Errorf("%w: attempt id %q is not a UUID", ErrUsage, args[0])
 			}
 			opts := &AttemptShowOpts{DatabaseURL: r.databaseURL, TenantID: af.tenant, ID: id, JSON: af.json, Out: cmd.OutOrStdout()}
-			if opts.TenantID == "" {
-				return fmt.Errorf("%w: --tenant is required", ErrUsage)
-			}
-			if err := ValidateDatabaseURL(opts.DatabaseURL); err != nil {
-				return fmt.Errorf("%w: %w", ErrUsage, err)
-			}
-			_, err = AttemptShow(cmd.Context(), opts)
-			return err
+			return cmdkit.RunCommand(cmd.Context(), opts, func(ctx context.Context, opts *AttemptShowOpts) error {
+				_, err := AttemptShow(ctx, opts)
+				return err
+			})
 		},
 	}
 }
@@ -209,14 +206,25 @@ type AttemptShowOpts struct {
 	Out         io.Writer
 }
 
+// Validate reports the first missing or invalid field.
+func (o *AttemptShowOpts) Validate() error {
+	if err := ValidateDatabaseURL(o.DatabaseURL); err != nil {
+		return err
+	}
+	switch {
+	case o.TenantID == "":
+		return errors.New("invalid options: TenantID is required (--tenant)")
+	case o.Out == nil || o.ID == uuid.Nil:
+		return errors.New("invalid options: ID and Out are required")
+	}
+	return nil
+}
+
 // AttemptShow prints one attempt of a tenant with its outbox row and
 // timeline. A missing attempt (or another tenant's) is repo.ErrNotFound.
 func AttemptShow(ctx context.Context, opts *AttemptShowOpts) (*ops.AttemptView, error) {
-	if err := ValidateDatabaseURL(opts.DatabaseURL); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
-	}
-	if opts.TenantID == "" || opts.Out == nil || opts.ID == uuid.Nil {
-		return nil, errors.New("invalid options: TenantID, ID and Out are required")
 	}
 	var v *ops.AttemptView
 	err := withPool(ctx, opts.DatabaseURL, operatorPool, func(pool *pgxpool.Pool) error {

@@ -171,10 +171,7 @@ func newConsoleCommand(r *runner) *cobra.Command {
 			if opts.AuthToken, err = httpguard.ReadToken(tokenFile, r.getenv(EnvConsoleToken)); err != nil {
 				return fmt.Errorf("%w: %w", ErrUsage, err)
 			}
-			if err := opts.Validate(); err != nil {
-				return fmt.Errorf("%w: %w", ErrUsage, err)
-			}
-			return Console(cmd.Context(), opts)
+			return cmdkit.RunCommand(cmd.Context(), opts, Console)
 		},
 	}
 	f := cmd.Flags()

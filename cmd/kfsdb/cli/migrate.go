@@ -12,6 +12,7 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/migrate"
 )
 
@@ -78,10 +79,7 @@ func newMigrateCommand(r *runner) *cobra.Command {
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				opts := &MigrateOpts{Command: command, DatabaseURL: r.databaseURL, LockTimeout: lockTimeout, AllowDataLoss: allowDataLoss, Out: cmd.OutOrStdout(),
 					Reason: reason, Audit: r.auditWriter()}
-				if err := opts.Validate(); err != nil {
-					return fmt.Errorf("%w: %w", ErrUsage, err)
-				}
-				return Migrate(cmd.Context(), opts)
+				return cmdkit.RunCommand(cmd.Context(), opts, Migrate)
 			},
 		}
 		if command == MigrateUp || command == MigrateDown {

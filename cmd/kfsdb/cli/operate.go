@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -216,11 +217,10 @@ func newPurgeCommand(r *runner) *cobra.Command {
 				return fmt.Errorf("%w: --batch must be 1..%d", ErrUsage, repo.MaxPurgeBatch)
 			}
 			opts.BatchSize, opts.DatabaseURL, opts.Out, opts.Audit = int32(batch), r.databaseURL, cmd.OutOrStdout(), r.auditWriter()
-			if err := opts.Validate(); err != nil {
-				return fmt.Errorf("%w: %w", ErrUsage, err)
-			}
-			_, err := Purge(cmd.Context(), opts)
-			return err
+			return cmdkit.RunCommand(cmd.Context(), opts, func(ctx context.Context, opts *PurgeOpts) error {
+				_, err := Purge(ctx, opts)
+				return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&opts.TenantID, "tenant", "", "tenant whose attempts to purge (required unless --all-tenants)")

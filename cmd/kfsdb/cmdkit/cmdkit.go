@@ -7,7 +7,7 @@
 //   - NewRoot builds a binary's root command with the persistent
 //     --database-url and --database-url-file (else $DATABASE_URL), resolved
 //     before any command runs; Execute runs it on a command line;
-//   - RunCommand runs every command: it validates the command's options
+//   - RunCommand runs every command with options: it validates them
 //     (a usage error, exit status 2) and only then runs it;
 //   - ExitCode turns a command's error into one redacted line on stderr and
 //     the process exit code (ErrUsage and its kin: 2);
@@ -48,11 +48,14 @@ type Opts interface {
 	Validate() error
 }
 
-// RunCommand is how every command of kfsdb-bench and the demo runs: it
-// validates opts, once, and returns their refusal as a usage error (exit
-// status 2) without running anything; else it runs run on them. run is the
-// command without its own validation, which its exported twin (Work,
-// Bench, Demo) keeps for callers that skip the command line.
+// RunCommand is how every command with options runs, in kfsdb (attempts
+// show and the actions, console, migrate, purge, the tenant changes),
+// kfsdb-bench and the demo: it validates opts, once, and returns their
+// refusal as a usage error (exit status 2) without running anything; else
+// it runs run on them. run is the command's exported twin (Migrate, Work,
+// Bench, ...), which validates again for callers that skip the command
+// line. A command whose only input is a flag or two (outbox stats, stuck,
+// attempts list) checks them in its RunE.
 func RunCommand[O Opts](ctx context.Context, opts O, run func(context.Context, O) error) error {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
