@@ -105,7 +105,7 @@ func newRootCommand(r *runner) *cobra.Command {
 		},
 	})
 	root.PersistentFlags().StringVar(&r.auditFlags.file, "audit-file", "",
-		"also append every audit line (one per change: purge, migrate up/down, attempts "+strings.Join(actionNames(), "/")+", tenant set-limit/clear-limit/pause/resume) to this file, created 0600; defaults to $"+EnvAuditFile)
+		"also append every audit line (one per change: purge, migrate up/down, attempts "+strings.Join(actionNames(), "/")+", tenant "+strings.Join(tenantChangeNames(), "/")+") to this file, created 0600; defaults to $"+EnvAuditFile)
 	root.PersistentFlags().BoolVar(&r.auditFlags.syslog, "audit-syslog", false,
 		"also send every audit line to the local syslog (authpriv); defaults to $"+EnvAuditSyslog)
 	root.AddCommand(newMigrateCommand(r), newPurgeCommand(r), newAttemptsCommand(r), newOutboxCommand(r), newStuckCommand(r), newTenantCommand(r), newConsoleCommand(r))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,7 @@ func (o *TenantChangeOpts) Validate() error {
 	if err := ValidateDatabaseURL(o.DatabaseURL); err != nil {
 		return err
 	}
+	spec, known := ops.LookupTenantAction(o.Action)
 	setting := o.MaxRunning != 0 || o.Rate != 0 || o.Burst != 0
 	switch {
 	case o.TenantID == "":
@@ -54,28 +56,32 @@ func (o *TenantChangeOpts) Validate() error {
 		return fmt.Errorf("invalid options: TenantID must be at most %d characters", repo.MaxTenantIDLength)
 	case o.Out == nil:
 		return errors.New("invalid options: Out is required")
-	case o.Action != ops.TenantSetLimit && setting:
-		return fmt.Errorf("invalid options: MaxRunning, Rate and Burst go with %s only (--max-running, --rate, --burst)", ops.TenantSetLimit)
-	case o.Action != ops.TenantClearLimit && (o.ClearCap || o.ClearRate):
-		return fmt.Errorf("invalid options: ClearCap and ClearRate go with %s only (--cap, --rate)", ops.TenantClearLimit)
+	case !spec.TakesLimits && setting:
+		return fmt.Errorf("invalid options: MaxRunning, Rate and Burst go with %s only (--max-running, --rate, --burst)", ops.OrList(ops.TenantActionsTaking(true)))
+	case !spec.TakesLifts && (o.ClearCap || o.ClearRate):
+		return fmt.Errorf("invalid options: ClearCap and ClearRate go with %s only (--cap, --rate)", ops.OrList(ops.TenantActionsTaking(false)))
+	case !known:
+		return fmt.Errorf("invalid options: Action %q: want %s", o.Action, ops.OrList(ops.TenantActions()))
+	case spec.TakesLimits:
+		return o.validateLimits()
 	}
-	switch o.Action {
-	case ops.TenantSetLimit:
-		switch {
-		case o.MaxRunning == 0 && o.Rate == 0:
-			return errors.New("invalid options: give MaxRunning, Rate or both (--max-running, --rate)")
-		case o.MaxRunning < 0:
-			return fmt.Errorf("invalid options: MaxRunning must be > 0 (--max-running), got %d", o.MaxRunning)
-		case math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) || o.Rate < 0 || o.Rate > repo.MaxTenantRate:
-			return fmt.Errorf("invalid options: Rate must be leases per second, > 0 and at most %d (--rate), got %v", repo.MaxTenantRate, o.Rate)
-		case o.Burst != 0 && o.Rate == 0:
-			return errors.New("invalid options: Burst goes with Rate (--burst with --rate)")
-		case o.Burst < 0 || o.Burst > repo.MaxTenantBurst:
-			return fmt.Errorf("invalid options: Burst must be 1..%d (--burst), got %d", repo.MaxTenantBurst, o.Burst)
-		}
-	case ops.TenantClearLimit, ops.TenantPause, ops.TenantResume:
-	default:
-		return fmt.Errorf("invalid options: Action %q: want %s, %s, %s or %s", o.Action, ops.TenantSetLimit, ops.TenantClearLimit, ops.TenantPause, ops.TenantResume)
+	return nil
+}
+
+// validateLimits reports the first invalid limit of an action that takes
+// limits (ops.TenantActionSpec.TakesLimits).
+func (o *TenantChangeOpts) validateLimits() error {
+	switch {
+	case o.MaxRunning == 0 && o.Rate == 0:
+		return errors.New("invalid options: give MaxRunning, Rate or both (--max-running, --rate)")
+	case o.MaxRunning < 0:
+		return fmt.Errorf("invalid options: MaxRunning must be > 0 (--max-running), got %d", o.MaxRunning)
+	case math.IsNaN(o.Rate) || math.IsInf(o.Rate, 0) || o.Rate < 0 || o.Rate > repo.MaxTenantRate:
+		return fmt.Errorf("invalid options: Rate must be leases per second, > 0 and at most %d (--rate), got %v", repo.MaxTenantRate, o.Rate)
+	case o.Burst != 0 && o.Rate == 0:
+		return errors.New("invalid options: Burst goes with Rate (--burst with --rate)")
+	case o.Burst < 0 || o.Burst > repo.MaxTenantBurst:
+		return fmt.Errorf("invalid options: Burst must be 1..%d (--burst), got %d", repo.MaxTenantBurst, o.Burst)
 	}
 	return nil
 }
@@ -270,11 +276,23 @@ func (rep *limitsReport) write(out io.Writer) {
 	}
 }
 
+// tenantChangeNames are the commands of ops' tenant actions, in the
+// table's order: the subcommands of `kfsdb tenant` besides limits.
+func tenantChangeNames() []string {
+	var out []string
+	for _, spec := range ops.TenantActionSpecs() {
+		out = append(out, spec.Command)
+	}
+	return out
+}
+
 // newTenantCommand is `kfsdb tenant`: limits lists the tenants' limits of
-// direct delivery, set-limit, clear-limit, pause and resume change them.
+// direct delivery; each row of ops' table of tenant actions (set-limit,
+// clear-limit, pause, resume) changes them.
 func newTenantCommand(r *runner) *cobra.Command {
+	commands := append([]string{"limits"}, tenantChangeNames()...)
 	cmd := &cobra.Command{
-		Use:   "tenant limits|set-limit|clear-limit|pause|resume",
+		Use:   "tenant " + strings.Join(commands, "|"),
 		Short: "a tenant's limits of direct delivery: caps on running attempts, rates of leases, pauses (each change audited)",
 		Long: "A tenant's limits hold in every process that fetches (direct delivery, pgsource): a cap on its running attempts, " +
 			"a rate of leases (a token bucket: --rate per second, --burst at once), and a pause (no lease until resumed; its attempts are not touched). " +
@@ -282,9 +300,9 @@ func newTenantCommand(r *runner) *cobra.Command {
 		Args: cobra.ArbitraryArgs,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fmt.Errorf("%w: tenant needs a subcommand: limits, set-limit, clear-limit, pause or resume", ErrUsage)
+				return fmt.Errorf("%w: tenant needs a subcommand: %s", ErrUsage, ops.OrList(commands))
 			}
-			return fmt.Errorf("%w: tenant %s: want limits, set-limit, clear-limit, pause or resume", ErrUsage, args[0])
+			return fmt.Errorf("%w: tenant %s: want %s", ErrUsage, args[0], ops.OrList(commands))
 		},
 	}
 	var asJSON bool
@@ -309,53 +327,42 @@ func newTenantCommand(r *runner) *cobra.Command {
 	}
 	limits.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of text")
 	cmd.AddCommand(limits)
-
-	set := newTenantChangeCommand(r, ops.TenantSetLimit, "set-limit TENANT [--max-running N] [--rate R [--burst B]] [--reason R]",
-		"cap a tenant's running attempts and/or limit its leases per second, in every process")
-	set.Flags().Int32Var(&set.opts.MaxRunning, "max-running", 0, "the most running attempts (live leases) at once, > 0")
-	set.Flags().Float64Var(&set.opts.Rate, "rate", 0, fmt.Sprintf("leases per second, > 0 and at most %d (0.5: one every two seconds)", repo.MaxTenantRate))
-	set.Flags().Int32Var(&set.opts.Burst, "burst", 0, "with --rate: the most leases at once after a quiet spell (default: one second's worth, at least 1)")
-	lift := newTenantChangeCommand(r, ops.TenantClearLimit, "clear-limit TENANT [--cap] [--rate] [--reason R]",
-		"lift a tenant's cap and/or rate limit (neither flag: both)")
-	lift.Flags().BoolVar(&lift.opts.ClearCap, "cap", false, "lift the cap on running attempts")
-	lift.Flags().BoolVar(&lift.opts.ClearRate, "rate", false, "lift the rate limit")
-	pause := newTenantChangeCommand(r, ops.TenantPause, "pause TENANT [--reason R]",
-		"pause a tenant: no fetch in any process leases its attempts until it is resumed (they are not touched; leases held run on)")
-	resume := newTenantChangeCommand(r, ops.TenantResume, "resume TENANT [--reason R]",
-		"end a tenant's pause: its due attempts are leased again, idle sources woken")
-	for _, c := range []*tenantChangeCommand{set, lift, pause, resume} {
-		reasonHelp := "why: recorded in the audit line"
-		if c.opts.Action == ops.TenantPause {
-			reasonHelp = "why: stored with the pause (kfsdb tenant limits, outbox stats) and recorded in the audit line"
-		}
-		c.Flags().StringVar(&c.opts.Reason, "reason", "", reasonHelp)
-		cmd.AddCommand(c.Command)
+	for _, spec := range ops.TenantActionSpecs() {
+		cmd.AddCommand(newTenantChangeCommand(r, spec))
 	}
 	return cmd
 }
 
-// tenantChangeCommand is one of `kfsdb tenant`'s changes, with the
-// options its flags fill.
-type tenantChangeCommand struct {
-	*cobra.Command
-	opts *TenantChangeOpts
-}
-
-// newTenantChangeCommand is `kfsdb tenant ACTION TENANT`.
-func newTenantChangeCommand(r *runner, action, use, short string) *tenantChangeCommand {
-	c := &tenantChangeCommand{opts: &TenantChangeOpts{TenantChange: ops.TenantChange{Action: action}}}
-	c.Command = &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  exactArgs(1, action+" takes one tenant"),
+// newTenantChangeCommand is `kfsdb tenant COMMAND TENANT` for one row of
+// ops' table of tenant actions, with the flags of what the row takes.
+func newTenantChangeCommand(r *runner, spec ops.TenantActionSpec) *cobra.Command {
+	opts := &TenantChangeOpts{TenantChange: ops.TenantChange{Action: spec.Name}}
+	cmd := &cobra.Command{
+		Use:   spec.Usage(),
+		Short: spec.Does,
+		Args:  exactArgs(1, spec.Name+" takes one tenant"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o := c.opts
-			o.DatabaseURL, o.TenantID, o.Out, o.Audit = r.databaseURL, args[0], cmd.OutOrStdout(), r.auditWriter()
-			if err := o.Validate(); err != nil {
+			opts.DatabaseURL, opts.TenantID, opts.Out, opts.Audit = r.databaseURL, args[0], cmd.OutOrStdout(), r.auditWriter()
+			if err := opts.Validate(); err != nil {
 				return fmt.Errorf("%w: %w", ErrUsage, err)
 			}
-			return ChangeTenant(cmd.Context(), o)
+			return ChangeTenant(cmd.Context(), opts)
 		},
 	}
-	return c
+	fs := cmd.Flags()
+	if spec.TakesLimits {
+		fs.Int32Var(&opts.MaxRunning, "max-running", 0, "the most running attempts (live leases) at once, > 0")
+		fs.Float64Var(&opts.Rate, "rate", 0, fmt.Sprintf("leases per second, > 0 and at most %d (0.5: one every two seconds)", repo.MaxTenantRate))
+		fs.Int32Var(&opts.Burst, "burst", 0, "with --rate: the most leases at once after a quiet spell (default: one second's worth, at least 1)")
+	}
+	if spec.TakesLifts {
+		fs.BoolVar(&opts.ClearCap, "cap", false, "lift the cap on running attempts")
+		fs.BoolVar(&opts.ClearRate, "rate", false, "lift the rate limit")
+	}
+	reasonHelp := "why: recorded in the audit line"
+	if spec.StoresReason != "" {
+		reasonHelp = "why: stored with " + spec.StoresReason + " (kfsdb tenant limits, outbox stats) and recorded in the audit line"
+	}
+	fs.StringVar(&opts.Reason, "reason", "", reasonHelp)
+	return cmd
 }

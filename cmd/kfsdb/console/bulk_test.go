@@ -17,6 +17,9 @@ import (
 func TestBulkPagesRender(t *testing.T) {
 	s := pageServer(t)
 	a := &kfstype.Attempt{ID: uuid.New(), TenantID: "acme", RunState: kfstype.RunStateQueued, CreatedAt: time.Now()}
+	set, _ := ops.LookupTenantAction(ops.TenantSetLimit)
+	lift, _ := ops.LookupTenantAction(ops.TenantClearLimit)
+	resume, _ := ops.LookupTenantAction(ops.TenantResume)
 	done := &kfstype.Attempt{ID: uuid.New(), TenantID: "acme", RunState: kfstype.RunStateSucceeded, CreatedAt: time.Now(), CompletedAt: new(time.Now())}
 	for name, tc := range map[string]struct {
 		page string
@@ -38,7 +41,7 @@ func TestBulkPagesRender(t *testing.T) {
 			[]string{`href="/tenant?tenant=acme"`, "2.5", `name="tenant" required`}},
 		"TenantPausedWithForms": {"tenant", tenantPage{TenantID: "acme", Summary: "cap 3, paused since x",
 			Limits: limitRow{TenantID: "acme", Cap: 3, Paused: true, PausedAt: new(time.Now()), PauseReason: "incident 42"},
-			Forms:  map[string]string{ops.TenantResume: "r.1", ops.TenantPause: "p.1", ops.TenantSetLimit: "s.1", ops.TenantClearLimit: "c.1"}},
+			Forms:  []tenantForm{{Spec: resume, CSRF: "r.1"}, {Spec: set, CSRF: "s.1"}, {Spec: lift, CSRF: "c.1"}}},
 			[]string{"incident 42", `id="resume"`, `value="r.1"`, `value="s.1"`, `id="clear-cap"`, `name="seen" value="cap 3, paused since x"`}},
 		"TenantReadOnly":   {"tenant", tenantPage{TenantID: "acme", Summary: "none"}, []string{`id="cap">none<`, `id="summary">none<`}},
 		"TenantUnreadable": {"tenant", tenantPage{TenantID: "acme", Unreadable: "may not read"}, []string{`id="unreadable"`}},

@@ -109,7 +109,7 @@ var flashes = func() map[string]string {
 		m[string(a)+"-changed"] = fmt.Sprintf("%s refused: the attempt changed since you confirmed; look again", a)
 		m[string(a)+"-refused"] = fmt.Sprintf("%s refused: not allowed in the attempt's state now; look again", a)
 	}
-	for _, a := range tenantActions {
+	for _, a := range ops.TenantActions() {
 		m[a+"-applied"] = fmt.Sprintf("%s applied", a)
 		m[a+"-changed"] = fmt.Sprintf("%s refused: the tenant's limits changed since you looked; look again", a)
 		m[a+"-refused"] = fmt.Sprintf("%s refused: it does not apply to the tenant's limits now; look again", a)

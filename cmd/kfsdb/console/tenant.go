@@ -17,15 +17,13 @@ import (
 
 // A tenant's limits of direct delivery (cap, rate, pause: repo's tenant
 // limits): GET /tenant lists the limited tenants, GET /tenant?tenant=T
-// shows one with the forms that change it, POST /tenant makes a change
+// shows one with the forms that change it (one per row of ops' table of
+// tenant actions that applies to its limits), POST /tenant makes a change
 // through ops.ChangeTenantLimits (what `kfsdb tenant` runs), in one
 // transaction, only if the limits are still those the page showed. A
 // confined console manages none: its database role may not read them
 // (db/roles/console_roles.sql), and they are the platform's, not the
 // tenant's.
-
-// tenantActions are the changes the page offers, in its order.
-var tenantActions = []string{ops.TenantPause, ops.TenantResume, ops.TenantSetLimit, ops.TenantClearLimit}
 
 // tenantPage is the tenant page's data.
 type tenantPage struct {
@@ -36,10 +34,19 @@ type tenantPage struct {
 	// version its forms are bound to.
 	Limits  limitRow
 	Summary string
-	// Forms are the changes' CSRF tokens by action; nil when read-only.
-	Forms      map[string]string
+	// Forms are the changes offered on the limits shown, one per row of
+	// ops' table of tenant actions that is (TenantActionSpec.Offered), in
+	// the table's order; nil when read-only.
+	Forms      []tenantForm
 	Fields     []field // the tenant, for the forms of an unconfined console
 	Unreadable string  // why the limits cannot be read
+}
+
+// tenantForm is one change the tenant page offers: its row of ops' table
+// of tenant actions, and its CSRF token.
+type tenantForm struct {
+	Spec ops.TenantActionSpec
+	CSRF string
 }
 
 // limitRow is one tenant's limits as the page shows them.
@@ -91,6 +98,19 @@ func (s *Server) tenantToken(p principal, tenant, action, seen string, now time.
 	return s.sign(now, "tenant", p.key, tenant, action, seen)
 }
 
+// tenantForms are the changes the page offers on tenant's limits l (nil:
+// none): a form per row of ops' table of tenant actions offered on them,
+// its token bound to who and to l's ops.LimitSummary.
+func (s *Server) tenantForms(who principal, tenant string, l *repo.TenantLimit, now time.Time) []tenantForm {
+	var out []tenantForm
+	for _, spec := range ops.TenantActionSpecs() {
+		if spec.IsOffered(l) {
+			out = append(out, tenantForm{Spec: spec, CSRF: s.tenantToken(who, tenant, spec.Name, ops.LimitSummary(l), now)})
+		}
+	}
+	return out
+}
+
 func (s *Server) tenant(w http.ResponseWriter, r *http.Request) {
 	if s.confinedNoLimits(w, r) {
 		return
@@ -123,10 +143,7 @@ func (s *Server) tenant(w http.ResponseWriter, r *http.Request) {
 	p.Limits, p.Summary = rowOf(l), ops.LimitSummary(l)
 	if !s.cfg.ReadOnly {
 		who, _ := principalOf(r)
-		p.Forms = map[string]string{}
-		for _, action := range tenantActions {
-			p.Forms[action] = s.tenantToken(who, tenant, action, p.Summary, time.Now())
-		}
+		p.Forms = s.tenantForms(who, tenant, l, time.Now())
 	}
 	s.render(w, r, http.StatusOK, "tenant", "Tenant "+tenant, p)
 }
@@ -147,10 +164,7 @@ func (s *Server) tenantChange(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, "a confined console does not manage tenants' limits", "a console confined to a tenant does not manage tenants' limits")
 		return
 	}
-	known := false
-	for _, a := range tenantActions {
-		known = known || a == action
-	}
+	spec, known := ops.LookupTenantAction(action)
 	if !known {
 		refuse(http.StatusBadRequest, "unknown action", fmt.Sprintf("unknown action %q", action))
 		return
@@ -160,17 +174,20 @@ func (s *Server) tenantChange(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, "missing, wrong or expired CSRF token", "missing, wrong or expired CSRF token: open the tenant's page again")
 		return
 	}
-	change := ops.TenantChange{Action: action, Seen: seen, Reason: entry.OperatorReason, ClearCap: f.Get("clear") == "cap", ClearRate: f.Get("clear") == "rate"}
+	change := ops.TenantChange{Action: action, Seen: seen, Reason: entry.OperatorReason}
+	if spec.TakesLifts {
+		change.ClearCap, change.ClearRate = f.Get("clear") == "cap", f.Get("clear") == "rate"
+	}
 	var bad string
-	if v := f.Get("max_running"); v != "" && action == ops.TenantSetLimit {
+	if v := f.Get("max_running"); v != "" && spec.TakesLimits {
 		n, err := strconv.ParseInt(v, 10, 32)
 		change.MaxRunning, bad = int32(n), cmp.Or(errText(err, "max running is not a whole number"), bad)
 	}
-	if v := f.Get("rate"); v != "" && action == ops.TenantSetLimit {
+	if v := f.Get("rate"); v != "" && spec.TakesLimits {
 		x, err := strconv.ParseFloat(v, 64)
 		change.Rate, bad = x, cmp.Or(errText(err, "rate is not a number of leases per second"), bad)
 	}
-	if v := f.Get("burst"); v != "" && action == ops.TenantSetLimit {
+	if v := f.Get("burst"); v != "" && spec.TakesLimits {
 		n, err := strconv.ParseInt(v, 10, 32)
 		change.Burst, bad = int32(n), cmp.Or(errText(err, "burst is not a whole number"), bad)
 	}

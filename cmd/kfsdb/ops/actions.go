@@ -12,6 +12,13 @@ package ops
 // Adding an action (docs/DEVELOPING.md, "Adding an operator action or a
 // transition"): its guarded SQL in db/queries, its repo method, one row
 // below, its tests (tests/cli, tests/consolehttp).
+//
+// The actions on a tenant's limits are the other table, in
+// tenant_actions.go. Purge is no row of either: it moves no attempt from
+// a state to another at a version read, but deletes every terminal
+// attempt past a retention, by age, tenant by tenant, in batches, and
+// has no console button; it is its own command, `kfsdb purge`, declared
+// in cli/operate.go (PurgeOpts, over repo.Purge and repo.PurgeTenants).
 
 import (
 	"context"

@@ -91,7 +91,13 @@ func TestReleaseReadsTheOutboxRow(t *testing.T) {
 // TestOperatingDocShowsTheTable: docs/OPERATING.md's table of actions is
 // the table's (ActionsMarkdown), so that a new row reaches the guide.
 func TestOperatingDocShowsTheTable(t *testing.T) {
-	const begin, end = "<!-- actions: ops.ActionsMarkdown, checked by cmd/kfsdb/ops/actions_test.go -->\n", "<!-- end actions -->"
+	requireOperatingBlock(t, "<!-- actions: ops.ActionsMarkdown, checked by cmd/kfsdb/ops/actions_test.go -->\n", "<!-- end actions -->", ActionsMarkdown())
+}
+
+// requireOperatingBlock fails unless docs/OPERATING.md holds want
+// between the markers begin and end, and prints want when it does not.
+func requireOperatingBlock(t *testing.T, begin, end, want string) {
+	t.Helper()
 	doc, err := os.ReadFile("../../../docs/OPERATING.md")
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +107,7 @@ func TestOperatingDocShowsTheTable(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatalf("docs/OPERATING.md has no %q … %q block", strings.TrimSpace(begin), end)
 	}
-	if got, want := text[i+len(begin):j], ActionsMarkdown(); got != want {
-		t.Errorf("docs/OPERATING.md's table of actions is not ActionsMarkdown's; write this between the markers:\n%s", want)
+	if got := text[i+len(begin) : j]; got != want {
+		t.Errorf("docs/OPERATING.md's block %q is not the table's; write this between the markers:\n%s", strings.TrimSpace(begin), want)
 	}
 }

@@ -49,8 +49,9 @@ type AuditLine struct {
 	Attempt string
 	// Action is the change: an action of the table (Actions: cancel,
 	// retry, supersede, release) or, for a bulk action's summary line,
-	// bulk-NAME; login, logout, purge, migrate-up, migrate-down,
-	// tenant-set-limit, tenant-clear-limit, tenant-pause, tenant-resume.
+	// bulk-NAME; a tenant action of its table (TenantActions:
+	// tenant-set-limit, tenant-clear-limit, tenant-pause, tenant-resume);
+	// login, logout, purge, migrate-up, migrate-down.
 	Action string
 	// From and To are the states before and after ("" when not read);
 	// for a migration, the schema versions; for a tenant's limits,

@@ -12,21 +12,6 @@ import (
 	"github.com/knowledgefs/kfsdb/repo"
 )
 
-// The operator's actions on a tenant's limits of direct delivery
-// (repo.SetTenantLimit, SetTenantRate, PauseTenant, ResumeTenant and their
-// removals), as audit lines name them.
-const (
-	// TenantSetLimit caps a tenant's running attempts and/or limits its
-	// rate of leases.
-	TenantSetLimit = "tenant-set-limit"
-	// TenantClearLimit lifts a tenant's cap and/or rate limit.
-	TenantClearLimit = "tenant-clear-limit"
-	// TenantPause pauses a tenant: no lease until it is resumed.
-	TenantPause = "tenant-pause"
-	// TenantResume ends a tenant's pause.
-	TenantResume = "tenant-resume"
-)
-
 // LimitSummary says in words what l limits, for a person and for an
 // audit line's from and to: "cap 4, 2.5 leases/s (burst 3), paused since
 // 2026-12-06T17:12:37Z"; "none" for nil (a tenant that is not limited).
@@ -58,19 +43,21 @@ func FormatRate(r float64) string { return strconv.FormatFloat(r, 'f', -1, 64) }
 // TenantChange is one change of a tenant's limits, as `kfsdb tenant`
 // (cli.TenantChangeOpts embeds it) and the console's tenant page make it.
 type TenantChange struct {
-	// Action is TenantSetLimit, TenantClearLimit, TenantPause or
-	// TenantResume. Required.
+	// Action is the change: a Name of the table of tenant actions
+	// (TenantActions: TenantSetLimit, TenantClearLimit, TenantPause,
+	// TenantResume). Required.
 	Action string
-	// MaxRunning, with TenantSetLimit, caps the tenant's running attempts
+	// MaxRunning, with an action that takes limits (TenantSetLimit), caps the tenant's running attempts
 	// (> 0). Defaults to 0: the cap is not changed.
 	MaxRunning int32
-	// Rate, with TenantSetLimit, limits the tenant to this many leases per
+	// Rate, with an action that takes limits, limits the tenant to this many leases per
 	// second (> 0). Defaults to 0: the rate is not changed.
 	Rate float64
 	// Burst, with Rate, is the most leases at once (the bucket's size).
 	// Defaults to 0: one second's worth, at least 1.
 	Burst int32
-	// ClearCap and ClearRate, with TenantClearLimit, name the limits
+	// ClearCap and ClearRate, with an action that takes lifts
+	// (TenantClearLimit), name the limits
 	// lifted. Default to false both: each of the two the tenant has.
 	ClearCap, ClearRate bool
 	// Reason is why the operator acts, for the audit line; with
@@ -108,9 +95,9 @@ type TenantChangeResult struct {
 	Before, After *repo.TenantLimit
 }
 
-// ChangeTenantLimits makes c on tenant's limits through repo, on db: run
-// it in a transaction, so that the limits read before and after are the
-// change's. The result is nil when the limits could not be read, and
+// ChangeTenantLimits makes c on tenant's limits through its row of the
+// table of tenant actions (TenantActionSpec.Apply), on db: run it in a
+// transaction, so that the limits read before and after are the change's. The result is nil when the limits could not be read, and
 // holds Before alone when the change was refused (*TenantChangeRefused)
 // or failed.
 func ChangeTenantLimits(ctx context.Context, r *repo.Repo, db repo.DBTX, tenant string, c TenantChange) (*TenantChangeResult, error) {
@@ -119,54 +106,16 @@ func ChangeTenantLimits(ctx context.Context, r *repo.Repo, db repo.DBTX, tenant 
 		return nil, err
 	}
 	res := &TenantChangeResult{Before: before}
-	refuse := func(why string) (*TenantChangeResult, error) { return res, &TenantChangeRefused{Why: why} }
 	if c.Seen != "" && LimitSummary(before) != c.Seen {
 		return res, &TenantChangeRefused{Why: fmt.Sprintf("the limits changed since they were read (%s, now %s)", c.Seen, LimitSummary(before)), Stale: true}
 	}
-	switch c.Action {
-	case TenantSetLimit:
-		if c.MaxRunning == 0 && c.Rate == 0 {
-			return refuse("no cap and no rate given")
-		}
-		if c.MaxRunning != 0 {
-			err = r.SetTenantLimit(ctx, db, &repo.SetTenantLimitParams{TenantID: tenant, MaxRunning: c.MaxRunning})
-		}
-		if err == nil && c.Rate != 0 {
-			err = r.SetTenantRate(ctx, db, &repo.SetTenantRateParams{TenantID: tenant, Rate: c.Rate, Burst: c.burst()})
-		}
-	case TenantClearLimit:
-		clearCap, clearRate := c.ClearCap, c.ClearRate
-		if !clearCap && !clearRate {
-			clearCap, clearRate = before != nil && before.MaxRunning > 0, before != nil && before.Rate > 0
-			if !clearCap && !clearRate {
-				return refuse("the tenant has no cap and no rate limit")
-			}
-		}
-		if clearCap {
-			if err = r.RemoveTenantLimit(ctx, db, &repo.RemoveTenantLimitParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
-				return refuse("the tenant has no cap")
-			}
-		}
-		if err == nil && clearRate {
-			if err = r.RemoveTenantRate(ctx, db, &repo.RemoveTenantRateParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
-				return refuse("the tenant has no rate limit")
-			}
-		}
-	case TenantPause:
-		var paused *repo.PauseTenantResult
-		var reason *string
-		if c.Reason != "" {
-			reason = &c.Reason
-		}
-		if paused, err = r.PauseTenant(ctx, db, &repo.PauseTenantParams{TenantID: tenant, Reason: reason}); err == nil && paused.AlreadyPaused {
-			return refuse("the tenant is paused already")
-		}
-	case TenantResume:
-		if err = r.ResumeTenant(ctx, db, &repo.ResumeTenantParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
-			return refuse("the tenant is not paused")
-		}
-	default:
-		return nil, fmt.Errorf("unknown tenant action %q: want %s, %s, %s or %s", c.Action, TenantSetLimit, TenantClearLimit, TenantPause, TenantResume)
+	spec, ok := LookupTenantAction(c.Action)
+	if !ok {
+		return nil, fmt.Errorf("unknown tenant action %q: want %s", c.Action, OrList(TenantActions()))
+	}
+	why, err := spec.Apply(ctx, r, db, tenant, c, before)
+	if why != "" {
+		return res, &TenantChangeRefused{Why: why}
 	}
 	if err != nil {
 		return res, err
