@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/knowledgefs/kfsdb/cmd/kfsdb/cmdkit"
 	"github.com/knowledgefs/kfsdb/cmd/kfsdb/ops"
 	"github.com/knowledgefs/kfsdb/repo"
 )
@@ -343,10 +344,7 @@ func newTenantChangeCommand(r *runner, spec ops.TenantActionSpec) *cobra.Command
 		Args:  exactArgs(1, spec.Name+" takes one tenant"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.DatabaseURL, opts.TenantID, opts.Out, opts.Audit = r.databaseURL, args[0], cmd.OutOrStdout(), r.auditWriter()
-			if err := opts.Validate(); err != nil {
-				return fmt.Errorf("%w: %w", ErrUsage, err)
-			}
-			return ChangeTenant(cmd.Context(), opts)
+			return cmdkit.RunCommand(cmd.Context(), opts, ChangeTenant)
 		},
 	}
 	fs := cmd.Flags()
