@@ -100,12 +100,12 @@ func (s *Server) tenantToken(p principal, tenant, action, seen string, now time.
 
 // tenantForms are the changes the page offers on tenant's limits l (nil:
 // none): a form per row of ops' table of tenant actions offered on them,
-// its token bound to who and to l's ops.LimitSummary.
-func (s *Server) tenantForms(who principal, tenant string, l *repo.TenantLimit, now time.Time) []tenantForm {
+// its token bound to who and to seen, l's ops.LimitSummary.
+func (s *Server) tenantForms(who principal, tenant string, l *repo.TenantLimit, seen string, now time.Time) []tenantForm {
 	var out []tenantForm
 	for _, spec := range ops.TenantActionSpecs() {
 		if spec.IsOffered(l) {
-			out = append(out, tenantForm{Spec: spec, CSRF: s.tenantToken(who, tenant, spec.Name, ops.LimitSummary(l), now)})
+			out = append(out, tenantForm{Spec: spec, CSRF: s.tenantToken(who, tenant, spec.Name, seen, now)})
 		}
 	}
 	return out
@@ -143,7 +143,7 @@ func (s *Server) tenant(w http.ResponseWriter, r *http.Request) {
 	p.Limits, p.Summary = rowOf(l), ops.LimitSummary(l)
 	if !s.cfg.ReadOnly {
 		who, _ := principalOf(r)
-		p.Forms = s.tenantForms(who, tenant, l, time.Now())
+		p.Forms = s.tenantForms(who, tenant, l, p.Summary, time.Now())
 	}
 	s.render(w, r, http.StatusOK, "tenant", "Tenant "+tenant, p)
 }

@@ -34,7 +34,7 @@ func TestTenantFormsFromTheTable(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := tenantPage{TenantID: "acme", Limits: rowOf(tc.limits), Summary: ops.LimitSummary(tc.limits),
-				Forms: s.tenantForms(principal{}, "acme", tc.limits, now)}
+				Forms: s.tenantForms(principal{}, "acme", tc.limits, ops.LimitSummary(tc.limits), now)}
 			requirePage(t, s, "tenant", p, tc.want, tc.dontWant)
 		})
 	}

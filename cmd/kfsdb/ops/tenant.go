@@ -47,18 +47,20 @@ type TenantChange struct {
 	// (TenantActions: TenantSetLimit, TenantClearLimit, TenantPause,
 	// TenantResume). Required.
 	Action string
-	// MaxRunning, with an action that takes limits (TenantSetLimit), caps the tenant's running attempts
-	// (> 0). Defaults to 0: the cap is not changed.
+	// MaxRunning, with an action that takes limits (TenantSetLimit),
+	// caps the tenant's running attempts (> 0). Defaults to 0: the cap is
+	// not changed.
 	MaxRunning int32
-	// Rate, with an action that takes limits, limits the tenant to this many leases per
-	// second (> 0). Defaults to 0: the rate is not changed.
+	// Rate, with an action that takes limits, limits the tenant to this
+	// many leases per second (> 0). Defaults to 0: the rate is not
+	// changed.
 	Rate float64
 	// Burst, with Rate, is the most leases at once (the bucket's size).
 	// Defaults to 0: one second's worth, at least 1.
 	Burst int32
 	// ClearCap and ClearRate, with an action that takes lifts
-	// (TenantClearLimit), name the limits
-	// lifted. Default to false both: each of the two the tenant has.
+	// (TenantClearLimit), name the limits lifted. Default to false both:
+	// each of the two the tenant has.
 	ClearCap, ClearRate bool
 	// Reason is why the operator acts, for the audit line; with
 	// TenantPause it is stored as the pause's reason too. Defaults to "":
@@ -97,7 +99,8 @@ type TenantChangeResult struct {
 
 // ChangeTenantLimits makes c on tenant's limits through its row of the
 // table of tenant actions (TenantActionSpec.Apply), on db: run it in a
-// transaction, so that the limits read before and after are the change's. The result is nil when the limits could not be read, and
+// transaction, so that the limits read before and after are the
+// change's. The result is nil when the limits could not be read, and
 // holds Before alone when the change was refused (*TenantChangeRefused)
 // or failed.
 func ChangeTenantLimits(ctx context.Context, r *repo.Repo, db repo.DBTX, tenant string, c TenantChange) (*TenantChangeResult, error) {

@@ -178,12 +178,11 @@ var tenantActions = []TenantActionSpec{
 		Does:    "end a tenant's pause: its due attempts are leased again, idle sources woken",
 		Refuses: "the tenant is not paused",
 		Apply: func(ctx context.Context, r *repo.Repo, db repo.DBTX, tenant string, _ TenantChange, _ *repo.TenantLimit) (string, error) {
-			if err := r.ResumeTenant(ctx, db, &repo.ResumeTenantParams{TenantID: tenant}); errors.Is(err, repo.ErrNotFound) {
+			err := r.ResumeTenant(ctx, db, &repo.ResumeTenantParams{TenantID: tenant})
+			if errors.Is(err, repo.ErrNotFound) {
 				return "the tenant is not paused", nil
-			} else if err != nil {
-				return "", err
 			}
-			return "", nil
+			return "", err
 		},
 	},
 }
