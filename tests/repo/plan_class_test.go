@@ -57,12 +57,7 @@ func TestFetchLeasesPlanCachedOnEmptyTables(t *testing.T) {
 	}
 	// Eight fetches: the new class's five custom plans, then its generic one.
 	for i := range 8 {
-		plans.Reset()
-		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
-		require.NoError(t, err)
-		require.Len(t, res.Leased, 8)
-		buffers, ok := plans.Buffers("-- name: FetchLeases ")
-		require.True(t, ok, "auto_explain sent FetchLeases' plan")
+		buffers, _ := fetchEightExplained(ctx, t, r, fetcher, &plans)
 		t.Logf("fetch %d on 800 due rows of 20 tenants after 10 fetches on empty tables: %d buffers for 8 leases", i+1, buffers)
 		require.Less(t, buffers, int64(3_000), "fetch %d read %d buffers for 8 leases: a plan cached on empty tables", i+1, buffers)
 	}
@@ -138,12 +133,7 @@ func TestFetchLeasesProbesOutboxByAttempt(t *testing.T) {
 	// kept, so each fetch walks past the running attempts of the ones
 	// before it, as a worker's fetch does while its slots run.
 	for i := range 8 {
-		plans.Reset()
-		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
-		require.NoError(t, err)
-		require.Len(t, res.Leased, 8)
-		loops := plans.IndexLoops("-- name: FetchLeases ")
-		buffers, _ := plans.Buffers("-- name: FetchLeases ")
+		buffers, loops := fetchEightExplained(ctx, t, r, fetcher, plans)
 		t.Logf("fetch %d, one tenant's 2,000 due rows after 1,000 done: %d buffers for 8 leases; index scans %v", i+1, buffers, loops)
 		require.NotZero(t, loops["document_compilation_outbox_attempt_event_uq"], "fetch %d: outbox rows found by attempt_id", i+1)
 		for _, idx := range []string{"document_compilation_outbox_delivery_due_idx", "document_compilation_outbox_lock_recovery_idx"} {
@@ -195,12 +185,7 @@ func TestFetchLeasesProbesAttemptsFirstWhateverTheStatistics(t *testing.T) {
 	r := repo.New(nil)
 	// Eight fetches: five custom plans, then the generic one.
 	for i := range 8 {
-		plans.Reset()
-		res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
-		require.NoError(t, err)
-		require.Len(t, res.Leased, 8)
-		buffers, _ := plans.Buffers("-- name: FetchLeases ")
-		loops := plans.IndexLoops("-- name: FetchLeases ")
+		buffers, loops := fetchEightExplained(ctx, t, r, fetcher, plans)
 		t.Logf("fetch %d of 3,000 expired leases, the outbox believed empty: %d buffers for 8 leases; index scans %v", i+1, buffers, loops)
 		require.Less(t, buffers, int64(5_000), "fetch %d read %d buffers for 8 leases: the outbox walked before the attempts", i+1, buffers)
 	}
@@ -219,4 +204,18 @@ func explainingFetcher(t *testing.T, b *testBundle) (*pgxpool.Pool, *testfactory
 	require.NoError(t, err)
 	t.Cleanup(fetcher.Close)
 	return fetcher, plans
+}
+
+// fetchEightExplained runs one FetchLeases of 8 on fetcher, requires 8
+// leases and auto_explain's plan of it, and returns the plan's shared
+// buffers and the executions of each index it scans (PlanNotices).
+func fetchEightExplained(ctx context.Context, t *testing.T, r *repo.Repo, fetcher *pgxpool.Pool, plans *testfactory.PlanNotices) (int64, map[string]int64) {
+	t.Helper()
+	plans.Reset()
+	res, err := r.FetchLeases(ctx, fetcher, &repo.FetchLeasesParams{WorkerID: "w", BatchSize: 8})
+	require.NoError(t, err)
+	require.Len(t, res.Leased, 8)
+	buffers, ok := plans.Buffers("-- name: FetchLeases ")
+	require.True(t, ok, "auto_explain sent FetchLeases' plan")
+	return buffers, plans.IndexLoops("-- name: FetchLeases ")
 }
